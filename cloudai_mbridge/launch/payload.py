@@ -1,0 +1,51 @@
+"""Put the payload and its config into a run's output folder, so the results carry the exact code that ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PAYLOAD_PACKAGE = "mbridge_payload"
+CONFIG_NAME = "mbridge_config.json"
+_PAYLOAD_SRC = Path(__file__).resolve().parent.parent / "payload"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def stage_payload(output_dir: Path) -> Path:
+    """Copy payload/*.py into <output_dir>/mbridge_payload (replaced whole, never half-written)."""
+    dest = output_dir / PAYLOAD_PACKAGE
+    staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=f".{PAYLOAD_PACKAGE}."))
+    try:
+        for src in sorted(_PAYLOAD_SRC.glob("*.py")):
+            shutil.copy2(src, staging / src.name)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return dest
+
+
+def write_config(output_dir: Path, config: dict[str, Any]) -> Path:
+    path = output_dir / CONFIG_NAME
+    _atomic_write(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def payload_argv(python: str, entry: str, config_path: Path) -> tuple[str, ...]:
+    return (python, "-m", f"{PAYLOAD_PACKAGE}.{entry}", "--config", str(config_path))

@@ -1,0 +1,61 @@
+"""The training payload's config (the JSON payload/train.py reads) and the job's environment, from a plan."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from ..plan import TrainingPlan
+
+# Megatron-Core's default rank order (parallel_state.initialize_model_parallel order="tp-cp-ep-dp-pp").
+RANK_ORDER = "tp-cp-ep-dp-pp"
+
+
+def training_config(plan: TrainingPlan, **job: Any) -> dict[str, Any]:
+    """Everything the payload needs, as data. ``job`` carries data/checkpoint/seed/output settings."""
+    model = asdict(plan.model)
+    model["recipe_pp_vp"] = sorted(plan.model.recipe_pp_vp)
+    return {
+        "workload": "training",
+        "model": model,
+        "gpu": plan.gpu.name,
+        "task": plan.task,
+        "num_nodes": plan.num_nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "world_size": plan.world_size,
+        "rank_order": RANK_ORDER,
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "vp": plan.vp,
+        "cp": plan.cp,
+        "ep": plan.ep,
+        "etp": plan.etp,
+        "dp": plan.dp,
+        "mbs": plan.mbs,
+        "gbs": plan.gbs,
+        "seq_length": plan.seq_length,
+        "train_iters": plan.train_iters,
+        "dispatcher": plan.dispatcher,
+        "deepep_impl": plan.deepep_impl,
+        "moe_a2a_overlap": plan.moe_a2a_overlap,
+        "recompute": plan.recompute,
+        "recompute_modules": list(plan.recompute_modules),
+        "precision": plan.precision,
+        "cuda_graph_impl": plan.cuda_graph_impl,
+        "cuda_graph_scope": list(plan.cuda_graph_scope),
+        "force_balanced_routing": plan.force_balanced_routing,
+        "echo": asdict(plan.echo) if plan.echo else None,
+        "pipeline_layout": plan.pipeline_layout,
+        "mtp_num_layers": plan.effective_mtp_layers,
+        "sequence_parallel": plan.sequence_parallel and plan.tp > 1,
+        "optimizer": plan.optimizer,
+        **job,
+    }
+
+
+def network_env(plan: TrainingPlan) -> dict[str, str]:
+    """Fabric settings the job needs; NCCL INIT/NET logging stays on because the reports prove EFA from it."""
+    env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    if plan.network == "efa":
+        env.update(FI_PROVIDER="efa", FI_EFA_USE_DEVICE_RDMA="1", FI_EFA_FORK_SAFE="1")
+    return env

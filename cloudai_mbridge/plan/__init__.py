@@ -1,0 +1,21 @@
+from .training import (
+    CUDA_GRAPH_IMPLS,
+    DEEPEP_IMPLS,
+    DISPATCHERS,
+    NETWORKS,
+    PRECISIONS,
+    RECOMPUTE,
+    EchoOptions,
+    TrainingPlan,
+)
+
+__all__ = [
+    "CUDA_GRAPH_IMPLS",
+    "DEEPEP_IMPLS",
+    "DISPATCHERS",
+    "NETWORKS",
+    "PRECISIONS",
+    "RECOMPUTE",
+    "EchoOptions",
+    "TrainingPlan",
+]

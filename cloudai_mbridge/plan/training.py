@@ -1,0 +1,100 @@
+"""One training sweep point, resolved to scalars, with the sizes Megatron derives from it.
+
+Everything the rules, the memory estimate and the launch renderers need is here, so they can be called with literals
+in a unit test and never see CloudAI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..catalog import GPUSpec, ModelSpec
+
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
+DEEPEP_IMPLS = ("uccl", "nvidia")
+PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8")
+RECOMPUTE = ("none", "selective", "full")
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
+NETWORKS = ("efa", "ib", "ethernet")
+
+
+@dataclass(frozen=True)
+class EchoOptions:
+    """MoE Echo (elastic cloning of hot experts); field names follow its command-line flags."""
+
+    num_echo_experts: int
+    received_token_capacity: float | None = None
+    device_initiated_grouped_gemm: bool = False
+    recompute_expert_dispatch: bool = False
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    model: ModelSpec
+    gpu: GPUSpec
+    num_nodes: int
+    gpus_per_node: int
+    network: str = "ib"
+    task: str = "pretrain"
+    tp: int = 1
+    pp: int = 1
+    vp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    etp: int = 1  # the DeepSeek-V3 / Kimi-K2 recipes set expert_tensor_parallel_size = 1
+    mbs: int = 1
+    gbs: int = 1
+    seq_length: int = 4096
+    train_iters: int = 20
+    dispatcher: str = "alltoall"
+    deepep_impl: str = "nvidia"
+    moe_a2a_overlap: bool = False
+    recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ()
+    precision: str = "bf16"
+    cuda_graph_impl: str = "none"
+    cuda_graph_scope: tuple[str, ...] = ()
+    force_balanced_routing: bool = False
+    echo: EchoOptions | None = None
+    pipeline_layout: str | None = None
+    mtp_num_layers: int | None = field(default=None)
+    sequence_parallel: bool = True
+    use_distributed_optimizer: bool = True
+    optimizer: str = "adam"
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel size; 0 when the world size is not a multiple of tp·pp·cp (a rule reports that)."""
+        mp = self.model_parallel
+        return self.world_size // mp if mp and self.world_size % mp == 0 else 0
+
+    @property
+    def expert_dp(self) -> int:
+        denom = self.etp * self.ep * self.pp
+        return self.world_size // denom if denom and self.world_size % denom == 0 else 0
+
+    @property
+    def num_microbatches(self) -> int:
+        denom = self.mbs * self.dp
+        return self.gbs // denom if denom and self.gbs % denom == 0 else 0
+
+    @property
+    def experts_per_rank(self) -> int:
+        return self.model.num_experts // self.ep if self.ep and self.model.num_experts % self.ep == 0 else 0
+
+    @property
+    def effective_mtp_layers(self) -> int | None:
+        """MTP layers as Megatron will see them: the explicit override wins over the model's own."""
+        return self.mtp_num_layers if self.mtp_num_layers is not None else self.model.mtp_num_layers
+
+    @property
+    def uses_flex(self) -> bool:
+        return self.dispatcher in ("deepep", "hybridep")

@@ -1,0 +1,4 @@
+from .base import RuleSet, Violation
+from .training import TRAINING_RULES
+
+__all__ = ["TRAINING_RULES", "RuleSet", "Violation"]

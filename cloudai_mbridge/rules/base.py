@@ -1,0 +1,48 @@
+"""The rule mechanism: small functions from a plan to violations, collected in named rule sets.
+
+A rule is a generator function decorated with ``RuleSet.rule``; it yields a :class:`Violation` per problem. Its
+docstring says which Megatron-Core / Megatron-Bridge check it mirrors (file and line), so a reader can see why a
+sweep point was skipped without running anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    fields: dict[str, object]
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        values = ", ".join(f"{k}={v!r}" for k, v in self.fields.items())
+        return f"[{self.rule}] {self.message} ({values}). Fix: {self.fix}"
+
+
+@dataclass
+class RuleSet(Generic[P]):
+    name: str
+    rules: dict[str, Callable[[P], Iterable[Violation]]] = field(default_factory=dict)
+
+    def rule(self, rule_id: str) -> Callable[[Callable[[P], Iterator[Violation]]], Callable[[P], Iterator[Violation]]]:
+        def register(fn: Callable[[P], Iterator[Violation]]) -> Callable[[P], Iterator[Violation]]:
+            if rule_id in self.rules:
+                raise ValueError(f"rule id {rule_id!r} registered twice in rule set {self.name!r}")
+            self.rules[rule_id] = fn
+            return fn
+
+        return register
+
+    def check(self, plan: P) -> list[Violation]:
+        found: list[Violation] = []
+        for rule_id, fn in self.rules.items():
+            for v in fn(plan):
+                found.append(v if v.rule == rule_id else Violation(rule_id, v.fields, v.message, v.fix))
+        return found

@@ -1,0 +1,63 @@
+"""What the training and refit adapters share: system facts, secret screening, the container image."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from cloudai.core import DockerImage, JobStatusResult, System
+
+from ..catalog import get_gpu
+
+# Environment variable names whose values are credentials: they must come from the submitting shell's environment
+# (sbatch forwards it) or a Kubernetes secret, never from a TOML file that is copied into the results.
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
+
+
+def reject_secret_env(env: dict[str, Any], where: str) -> dict[str, Any]:
+    for key in env:
+        if _SECRET_NAME.search(key):
+            raise ValueError(
+                f"{where}.{key}: credentials must not be written in a TOML file (it is copied into the results). "
+                f"Fix: remove {key} here and export it in the shell that runs cloudai; the job inherits it."
+            )
+    return env
+
+
+def system_env(system: System | None) -> dict[str, str]:
+    env = getattr(system, "global_env_vars", None) or {}
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def system_network(system: System | None, requested: str) -> str:
+    """The network fabric: the test's explicit choice, else EFA when the system configures libfabric for EFA."""
+    if requested != "auto":
+        return requested
+    return "efa" if system_env(system).get("FI_PROVIDER", "").lower() == "efa" else "ib"
+
+
+def system_gpus_per_node(system: System | None, gpu_name: str | None) -> int:
+    """GPUs per node from the system file (gpus_per_node, else ntasks_per_node), else the GPU type's usual node."""
+    for attr in ("gpus_per_node", "ntasks_per_node"):
+        value = getattr(system, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    if gpu_name:
+        return get_gpu(gpu_name).gpus_per_node
+    return 1
+
+
+def container_image(url: str | None, cache: dict[str, DockerImage]) -> DockerImage | None:
+    if not url:
+        return None
+    if url not in cache:
+        cache[url] = DockerImage(url=url)
+    return cache[url]
+
+
+def run_status(output_path: Path) -> JobStatusResult:
+    logs = output_path / "logs"
+    if not logs.is_dir() or not any(logs.iterdir()):
+        return JobStatusResult(is_successful=False, error_message=f"no rank logs in {logs}: the job did not start")
+    return JobStatusResult(is_successful=True)

@@ -1,0 +1,72 @@
+"""Slurm job for MBridgeTraining: optional HF->Megatron checkpoint conversion, then one rank per GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+from ...launch.payload import payload_argv
+from ...launch.slurm import SrunStep
+from ...launch.training import network_env, training_config
+from ...plan import TrainingPlan
+from ..slurm_base import MBridgeSlurmStrategy
+from .test_definition import MBridgeTrainingTestDefinition
+
+
+class MBridgeTrainingSlurmCommandGenStrategy(MBridgeSlurmStrategy):
+    entry = "train"
+
+    @property
+    def tdef(self) -> MBridgeTrainingTestDefinition:
+        return cast(MBridgeTrainingTestDefinition, self.test_run.test)
+
+    def plan(self) -> TrainingPlan:
+        return self.tdef.plan(self.test_run, self.system)
+
+    def check(self) -> list[str]:
+        return [str(v) for v in self.tdef.violations(self.test_run, self.system)]
+
+    def ntasks_per_node(self) -> int:
+        return self.plan().gpus_per_node
+
+    def base_env(self) -> dict[str, str]:
+        return network_env(self.plan())
+
+    def extra_mounts(self) -> list[str]:
+        a = self.tdef.cmd_args
+        paths = [p for p in (a.checkpoint_dir, None if a.data == "mock" else a.data) if p]
+        return [f"{p}:{p}" for p in paths]
+
+    def payload_config(self) -> dict[str, Any]:
+        a = self.tdef.cmd_args
+        plan = self.plan()
+        return training_config(
+            plan,
+            data=a.data,
+            hf_model_id=a.hf_model_id or plan.model.hf_id,
+            checkpoint_dir=a.checkpoint_dir,
+            seed=a.seed,
+            log_interval=a.log_interval,
+            output_dir=str(self.test_run.output_path.absolute()),
+        )
+
+    def pre_steps(self) -> list[SrunStep]:
+        a = self.tdef.cmd_args
+        if not (a.task == "sft" and a.convert_checkpoint):
+            return []
+        if not a.checkpoint_dir:
+            raise ValueError(
+                f"{self.test_run.name}: convert_checkpoint = true needs checkpoint_dir (where the Megatron checkpoint "
+                "is written once and reused). Fix: set cmd_args.checkpoint_dir to a shared absolute path."
+            )
+        config = self.test_run.output_path.absolute() / "mbridge_config.json"
+        return [
+            SrunStep(
+                name="convert",
+                argv=payload_argv(self.python, "convert", config),
+                num_nodes=1,
+                ntasks_per_node=1,
+                log_name="convert.log",
+                skip_if_exists=Path(a.checkpoint_dir) / "latest_checkpointed_iteration.txt",
+            )
+        ]

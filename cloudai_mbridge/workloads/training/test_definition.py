@@ -1,0 +1,182 @@
+"""MBridgeTraining: Megatron-Bridge MoE training (pretrain / SFT) as a CloudAI test definition.
+
+Every field that a sweep makes sense for is typed ``T | list[T]``: CloudAI's DSE turns each list into a dimension.
+Multi-valued settings that are not sweeps (recompute modules, CUDA-graph scopes) are comma-separated strings so that
+a list of them stays a sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal, Optional, Union
+
+from cloudai.core import DockerImage, Installable, JobStatusResult, System, TestRun
+from cloudai.models.workload import CmdArgs, TestDefinition
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from ...catalog import GPUS, MODELS, get_gpu, get_model
+from ...plan import EchoOptions, TrainingPlan
+from ...rules import TRAINING_RULES, Violation
+from ..common import container_image, reject_secret_env, run_status, system_gpus_per_node, system_network
+
+PosInt = Annotated[int, Field(ge=1)]
+ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
+GPUName = Literal[tuple(GPUS)]  # type: ignore[valid-type]
+Dispatcher = Literal["alltoall", "deepep", "hybridep"]
+DeepEPImpl = Literal["uccl", "nvidia"]
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8"]
+CudaGraphImpl = Literal["none", "local", "transformer_engine"]
+
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts", "layernorm")
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
+
+
+def _split_csv(value: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
+    items = tuple(s.strip() for s in value.split(",") if s.strip())
+    unknown = [s for s in items if s not in allowed]
+    if unknown:
+        raise ValueError(f"{field}: unknown value(s) {unknown}; allowed: {', '.join(allowed)}")
+    return items
+
+
+class EchoArgs(BaseModel):
+    """MoE Echo: elastic cloning of hot experts (seed 003). Absent = off."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_echo_experts: PosInt | list[PosInt]
+    received_token_capacity: Optional[Union[Annotated[float, Field(gt=0)], list[Annotated[float, Field(gt=0)]]]] = None
+    device_initiated_grouped_gemm: bool | list[bool] = False
+    recompute_expert_dispatch: bool | list[bool] = False
+
+
+class MBridgeTrainingCmdArgs(CmdArgs):
+    """What one Megatron-Bridge training job runs. Unknown keys are errors (CloudAI's base allows them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelName | list[ModelName]
+    gpu: GPUName
+    task: Literal["pretrain", "sft"] | list[Literal["pretrain", "sft"]] = "pretrain"
+    network: Literal["auto", "efa", "ib", "ethernet"] = "auto"
+    tp: PosInt | list[PosInt] = 1
+    pp: PosInt | list[PosInt] = 1
+    vp: Optional[Union[PosInt, list[PosInt]]] = None
+    cp: PosInt | list[PosInt] = 1
+    ep: PosInt | list[PosInt] = 1
+    etp: PosInt | list[PosInt] = 1
+    mbs: PosInt | list[PosInt] = 1
+    gbs: PosInt | list[PosInt] = 8
+    seq_length: PosInt | list[PosInt] = 4096
+    train_iters: PosInt = 20
+    dispatcher: Dispatcher | list[Dispatcher] = "alltoall"
+    deepep_impl: DeepEPImpl | list[DeepEPImpl] = "nvidia"
+    moe_a2a_overlap: bool | list[bool] = False
+    recompute: Recompute | list[Recompute] = "none"
+    recompute_modules: str | list[str] = ""
+    precision: Precision | list[Precision] = "bf16"
+    cuda_graph_impl: CudaGraphImpl | list[CudaGraphImpl] = "none"
+    cuda_graph_scope: str | list[str] = ""
+    force_balanced_routing: bool | list[bool] = False
+    echo: Optional[EchoArgs] = None
+    pipeline_layout: Optional[Union[str, list[str]]] = None
+    mtp_num_layers: Optional[Annotated[int, Field(ge=0)]] = None
+    sequence_parallel: bool | list[bool] = True
+    optimizer: Literal["adam", "muon"] = "adam"
+    data: str = "mock"
+    hf_model_id: Optional[str] = None
+    convert_checkpoint: bool = False
+    checkpoint_dir: Optional[str] = None
+    container_image: Optional[str] = None
+    seed: int = 1234
+    log_interval: PosInt = 1
+
+    @field_validator("recompute_modules")
+    @classmethod
+    def _recompute_modules(cls, v: str | list[str]) -> str | list[str]:
+        for item in v if isinstance(v, list) else [v]:
+            _split_csv(item, RECOMPUTE_MODULES, "recompute_modules")
+        return v
+
+    @field_validator("cuda_graph_scope")
+    @classmethod
+    def _cuda_graph_scope(cls, v: str | list[str]) -> str | list[str]:
+        for item in v if isinstance(v, list) else [v]:
+            _split_csv(item, CUDA_GRAPH_SCOPES, "cuda_graph_scope")
+        return v
+
+    @field_validator("data", "checkpoint_dir")
+    @classmethod
+    def _absolute_path(cls, v: Optional[str], info: Any) -> Optional[str]:
+        if v is None or (info.field_name == "data" and v == "mock"):
+            return v
+        if "\n" in v or not PurePosixPath(v).is_absolute():
+            raise ValueError(f"{info.field_name} must be an absolute path on the cluster (or \"mock\" for data)")
+        return v
+
+
+class MBridgeTrainingTestDefinition(TestDefinition):
+    """Megatron-Bridge MoE training run (template name ``MBridgeTraining``)."""
+
+    cmd_args: MBridgeTrainingCmdArgs
+    _images: dict[str, DockerImage] = PrivateAttr(default_factory=dict)
+
+    @field_validator("extra_env_vars")
+    @classmethod
+    def _no_secrets(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return reject_secret_env(v, "extra_env_vars")
+
+    @property
+    def docker_image(self) -> DockerImage | None:
+        return container_image(self.cmd_args.container_image, self._images)
+
+    @property
+    def installables(self) -> list[Installable]:
+        image = self.docker_image
+        return [*([image] if image else []), *self.git_repos]
+
+    def plan(self, tr: TestRun, system: System | None) -> TrainingPlan:
+        """The sweep point as a TrainingPlan; needs an unrolled test run (no list values left)."""
+        a = self.cmd_args
+        gpu = get_gpu(a.gpu)
+        echo = None
+        if a.echo is not None:
+            e = a.echo
+            echo = EchoOptions(e.num_echo_experts, e.received_token_capacity, e.device_initiated_grouped_gemm,
+                               e.recompute_expert_dispatch)
+        return TrainingPlan(
+            model=get_model(a.model),
+            gpu=gpu,
+            num_nodes=tr.nnodes,
+            gpus_per_node=system_gpus_per_node(system, a.gpu),
+            network=system_network(system, a.network),
+            task=a.task,
+            tp=a.tp, pp=a.pp, vp=a.vp, cp=a.cp, ep=a.ep, etp=a.etp,
+            mbs=a.mbs, gbs=a.gbs, seq_length=a.seq_length, train_iters=a.train_iters,
+            dispatcher=a.dispatcher, deepep_impl=a.deepep_impl, moe_a2a_overlap=a.moe_a2a_overlap,
+            recompute=a.recompute,
+            recompute_modules=_split_csv(a.recompute_modules, RECOMPUTE_MODULES, "recompute_modules"),
+            precision=a.precision,
+            cuda_graph_impl=a.cuda_graph_impl,
+            cuda_graph_scope=_split_csv(a.cuda_graph_scope, CUDA_GRAPH_SCOPES, "cuda_graph_scope"),
+            force_balanced_routing=a.force_balanced_routing,
+            echo=echo,
+            pipeline_layout=a.pipeline_layout,
+            mtp_num_layers=a.mtp_num_layers,
+            sequence_parallel=a.sequence_parallel,
+            optimizer=a.optimizer,
+        )
+
+    def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        return TRAINING_RULES.check(self.plan(tr, system))
+
+    def constraint_check(self, tr: TestRun, system: System | None) -> bool:
+        found = self.violations(tr, system)
+        for v in found:
+            logging.error("%s: rejected: %s", tr.name, v)
+        return not found
+
+    def was_run_successful(self, tr: TestRun) -> JobStatusResult:
+        return run_status(tr.output_path)
