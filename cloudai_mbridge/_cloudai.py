@@ -14,7 +14,7 @@ INSTALL_HINT = (
 )
 
 
-class CloudAIMissing(RuntimeError):
+class CloudAIMissingError(RuntimeError):
     pass
 
 
@@ -29,13 +29,13 @@ def _version_tuple(text: str) -> tuple[int, ...]:
 
 
 def require_cloudai() -> str:
-    """Return CloudAI's version, or raise CloudAIMissing saying what to install."""
+    """Return CloudAI's version, or raise CloudAIMissingError saying what to install."""
     try:
         version = metadata.version("cloudai")
     except metadata.PackageNotFoundError:
-        raise CloudAIMissing(f"CloudAI is not installed. {INSTALL_HINT}") from None
+        raise CloudAIMissingError(f"CloudAI is not installed. {INSTALL_HINT}") from None
     if _version_tuple(version) < MIN_CLOUDAI:
-        raise CloudAIMissing(
+        raise CloudAIMissingError(
             f"CloudAI {version} is too old for cloudai-mbridge (needs >= {'.'.join(map(str, MIN_CLOUDAI))}). "
             + INSTALL_HINT
         )

@@ -11,14 +11,14 @@ import logging
 import sys
 from pathlib import Path
 
-from ._cloudai import CloudAIMissing, require_cloudai
+from ._cloudai import CloudAIMissingError, require_cloudai
 
 _SCENARIO_VERBS = {"run", "dry-run", "install", "uninstall", "generate-report"}
 
 
 def _default_tests_dir(args: list[str]) -> list[str]:
-    verb = next((a for a in args if not a.startswith("-")), None)
-    if verb not in _SCENARIO_VERBS or "--tests-dir" in args or any(a.startswith("--tests-dir=") for a in args):
+    explicit = any(a == "--tests-dir" or a.startswith("--tests-dir=") for a in args)
+    if explicit or not _SCENARIO_VERBS.intersection(args):
         return args
     scenario = None
     for i, a in enumerate(args):
@@ -35,7 +35,7 @@ def _default_tests_dir(args: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     try:
         require_cloudai()
-    except CloudAIMissing as exc:
+    except CloudAIMissingError as exc:
         print(f"cloudai-mbridge: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     from cloudai.cli.handlers import handle_verify_all_configs
 
     from .registration import register
+    from .rules import PointRejectedError
 
     register()
 
@@ -68,4 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         group.add_command(command, name)
     group.add_command(verify_configs, "verify-configs")
     args = sys.argv[1:] if argv is None else argv
-    group.main(args=_default_tests_dir(args), prog_name="cloudai-mbridge")
+    try:
+        group.main(args=_default_tests_dir(args), prog_name="cloudai-mbridge")
+    except PointRejectedError as exc:
+        logging.error("%s", exc)
+        raise SystemExit(1) from None

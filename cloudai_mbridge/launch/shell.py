@@ -28,7 +28,9 @@ def env_exports(env: Mapping[str, str]) -> list[str]:
     lines = []
     for key, value in env.items():
         if not _ENV_NAME.match(key):
-            raise ValueError(f"environment variable name {key!r} is not a valid shell name. Fix: use [A-Za-z_][A-Za-z0-9_]*")
+            raise ValueError(
+                f"environment variable name {key!r} is not a valid shell name. Fix: use [A-Za-z_][A-Za-z0-9_]*"
+            )
         lines.append(f"export {key}={q(value)}")
     return lines
 

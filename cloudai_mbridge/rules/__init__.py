@@ -1,4 +1,4 @@
-from .base import RuleSet, Violation
+from .base import PointRejectedError, RuleSet, Violation
 from .training import TRAINING_RULES
 
-__all__ = ["TRAINING_RULES", "RuleSet", "Violation"]
+__all__ = ["TRAINING_RULES", "PointRejectedError", "RuleSet", "Violation"]

@@ -26,6 +26,14 @@ class Violation:
         return f"[{self.rule}] {self.message} ({values}). Fix: {self.fix}"
 
 
+class PointRejectedError(ValueError):
+    """A single (non-swept) point that Megatron would reject: generation stops before anything is written."""
+
+    def __init__(self, name: str, violations: list[Violation]) -> None:
+        self.violations = violations
+        super().__init__(f"{name}: Megatron would reject this point:\n  " + "\n  ".join(map(str, violations)))
+
+
 @dataclass
 class RuleSet(Generic[P]):
     name: str

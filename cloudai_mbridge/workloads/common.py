@@ -9,20 +9,35 @@ from typing import Any
 from cloudai.core import DockerImage, JobStatusResult, System
 
 from ..catalog import get_gpu
+from ..rules import Violation
 
 # Environment variable names whose values are credentials: they must come from the submitting shell's environment
 # (sbatch forwards it) or a Kubernetes secret, never from a TOML file that is copied into the results.
 _SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
 
 
-def reject_secret_env(env: dict[str, Any], where: str) -> dict[str, Any]:
-    for key in env:
-        if _SECRET_NAME.search(key):
-            raise ValueError(
-                f"{where}.{key}: credentials must not be written in a TOML file (it is copied into the results). "
-                f"Fix: remove {key} here and export it in the shell that runs cloudai; the job inherits it."
-            )
-    return env
+REDACTED = "<redacted by cloudai-mbridge>"
+
+
+def redact_secret_env(env: Any) -> Any:
+    """Blank credential values at parse time. Raising there would not help: CloudAI's error log prints the input,
+    value included. The blanked keys are reported as a violation when the point is checked or generated."""
+    if not isinstance(env, dict):
+        return env
+    return {k: (REDACTED if _SECRET_NAME.search(str(k)) else v) for k, v in env.items()}
+
+
+def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
+    return [
+        Violation(
+            "no-secrets-in-toml",
+            {f"{where}.{key}": "<redacted>"},
+            "credentials must not be written in a TOML file (it is copied into the results)",
+            f"remove {key} there and export it in the shell that runs cloudai; the job inherits it",
+        )
+        for key in env
+        if _SECRET_NAME.search(str(key))
+    ]
 
 
 def system_env(system: System | None) -> dict[str, str]:

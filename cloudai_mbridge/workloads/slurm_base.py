@@ -14,7 +14,7 @@ from cloudai.systems.slurm import SlurmCommandGenStrategy
 
 from ..launch.payload import payload_argv, stage_payload, write_config
 from ..launch.slurm import SbatchSpec, SrunStep, render_sbatch, srun_line
-from .common import reject_secret_env
+from ..rules import PointRejectedError, Violation
 
 SBATCH_NAME = "cloudai_sbatch_script.sh"
 
@@ -33,8 +33,8 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
     def base_env(self) -> dict[str, str]: ...
 
     @abstractmethod
-    def check(self) -> list[str]:
-        """Rule violations of this point, as messages; generation refuses to write a job that Megatron rejects."""
+    def check(self) -> list[Violation]:
+        """Rule violations of this point; generation refuses to write a job that Megatron rejects."""
 
     def image_url(self) -> str | None:
         image = getattr(self.test_run.test, "docker_image", None)
@@ -51,7 +51,7 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
 
     def env(self) -> dict[str, str]:
         env = dict(self.base_env())
-        env.update({k: str(v) for k, v in reject_secret_env(dict(self.system.global_env_vars), "global_env_vars").items()})
+        env.update({k: str(v) for k, v in self.system.global_env_vars.items()})
         env.update({k: str(v) for k, v in self.test_run.test.extra_env_vars.items()})
         return env
 
@@ -94,7 +94,7 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
     def gen_exec_command(self) -> str:
         problems = self.check()
         if problems:
-            raise ValueError(f"{self.test_run.name}: Megatron would reject this point:\n  " + "\n  ".join(problems))
+            raise PointRejectedError(self.test_run.name, problems)
         out = self.test_run.output_path.absolute()
         out.mkdir(parents=True, exist_ok=True)
         script = render_sbatch(self.sbatch_spec())

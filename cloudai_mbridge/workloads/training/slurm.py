@@ -9,6 +9,7 @@ from ...launch.payload import payload_argv
 from ...launch.slurm import SrunStep
 from ...launch.training import network_env, training_config
 from ...plan import TrainingPlan
+from ...rules import Violation
 from ..slurm_base import MBridgeSlurmStrategy
 from .test_definition import MBridgeTrainingTestDefinition
 
@@ -23,8 +24,8 @@ class MBridgeTrainingSlurmCommandGenStrategy(MBridgeSlurmStrategy):
     def plan(self) -> TrainingPlan:
         return self.tdef.plan(self.test_run, self.system)
 
-    def check(self) -> list[str]:
-        return [str(v) for v in self.tdef.violations(self.test_run, self.system)]
+    def check(self) -> list[Violation]:
+        return self.tdef.violations(self.test_run, self.system)
 
     def ntasks_per_node(self) -> int:
         return self.plan().gpus_per_node
@@ -42,6 +43,7 @@ class MBridgeTrainingSlurmCommandGenStrategy(MBridgeSlurmStrategy):
         plan = self.plan()
         return training_config(
             plan,
+            engine=a.engine,
             data=a.data,
             hf_model_id=a.hf_model_id or plan.model.hf_id,
             checkpoint_dir=a.checkpoint_dir,

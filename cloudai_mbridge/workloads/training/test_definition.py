@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
 from cloudai.core import DockerImage, Installable, JobStatusResult, System, TestRun
 from cloudai.models.workload import CmdArgs, TestDefinition
@@ -18,7 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...plan import EchoOptions, TrainingPlan
 from ...rules import TRAINING_RULES, Violation
-from ..common import container_image, reject_secret_env, run_status, system_gpus_per_node, system_network
+from ..common import (
+    container_image,
+    redact_secret_env,
+    run_status,
+    secret_env_violations,
+    system_env,
+    system_gpus_per_node,
+    system_network,
+)
 
 PosInt = Annotated[int, Field(ge=1)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
@@ -47,7 +55,7 @@ class EchoArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     num_echo_experts: PosInt | list[PosInt]
-    received_token_capacity: Optional[Union[Annotated[float, Field(gt=0)], list[Annotated[float, Field(gt=0)]]]] = None
+    received_token_capacity: Annotated[float, Field(gt=0)] | list[Annotated[float, Field(gt=0)]] | None = None
     device_initiated_grouped_gemm: bool | list[bool] = False
     recompute_expert_dispatch: bool | list[bool] = False
 
@@ -63,7 +71,7 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     network: Literal["auto", "efa", "ib", "ethernet"] = "auto"
     tp: PosInt | list[PosInt] = 1
     pp: PosInt | list[PosInt] = 1
-    vp: Optional[Union[PosInt, list[PosInt]]] = None
+    vp: PosInt | list[PosInt] | None = None
     cp: PosInt | list[PosInt] = 1
     ep: PosInt | list[PosInt] = 1
     etp: PosInt | list[PosInt] = 1
@@ -80,16 +88,17 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     cuda_graph_impl: CudaGraphImpl | list[CudaGraphImpl] = "none"
     cuda_graph_scope: str | list[str] = ""
     force_balanced_routing: bool | list[bool] = False
-    echo: Optional[EchoArgs] = None
-    pipeline_layout: Optional[Union[str, list[str]]] = None
-    mtp_num_layers: Optional[Annotated[int, Field(ge=0)]] = None
+    echo: EchoArgs | None = None
+    pipeline_layout: str | list[str] | None = None
+    mtp_num_layers: Annotated[int, Field(ge=0)] | None = None
     sequence_parallel: bool | list[bool] = True
     optimizer: Literal["adam", "muon"] = "adam"
     data: str = "mock"
-    hf_model_id: Optional[str] = None
+    hf_model_id: str | None = None
     convert_checkpoint: bool = False
-    checkpoint_dir: Optional[str] = None
-    container_image: Optional[str] = None
+    checkpoint_dir: str | None = None
+    container_image: str | None = None
+    engine: Literal["auto", "bridge", "mcore"] = "auto"
     seed: int = 1234
     log_interval: PosInt = 1
 
@@ -109,11 +118,11 @@ class MBridgeTrainingCmdArgs(CmdArgs):
 
     @field_validator("data", "checkpoint_dir")
     @classmethod
-    def _absolute_path(cls, v: Optional[str], info: Any) -> Optional[str]:
+    def _absolute_path(cls, v: str | None, info: Any) -> str | None:
         if v is None or (info.field_name == "data" and v == "mock"):
             return v
         if "\n" in v or not PurePosixPath(v).is_absolute():
-            raise ValueError(f"{info.field_name} must be an absolute path on the cluster (or \"mock\" for data)")
+            raise ValueError(f'{info.field_name} must be an absolute path on the cluster (or "mock" for data)')
         return v
 
 
@@ -123,10 +132,10 @@ class MBridgeTrainingTestDefinition(TestDefinition):
     cmd_args: MBridgeTrainingCmdArgs
     _images: dict[str, DockerImage] = PrivateAttr(default_factory=dict)
 
-    @field_validator("extra_env_vars")
+    @field_validator("extra_env_vars", mode="before")
     @classmethod
-    def _no_secrets(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return reject_secret_env(v, "extra_env_vars")
+    def _redact_secrets(cls, v: Any) -> Any:
+        return redact_secret_env(v)
 
     @property
     def docker_image(self) -> DockerImage | None:
@@ -144,8 +153,12 @@ class MBridgeTrainingTestDefinition(TestDefinition):
         echo = None
         if a.echo is not None:
             e = a.echo
-            echo = EchoOptions(e.num_echo_experts, e.received_token_capacity, e.device_initiated_grouped_gemm,
-                               e.recompute_expert_dispatch)
+            echo = EchoOptions(
+                e.num_echo_experts,
+                e.received_token_capacity,
+                e.device_initiated_grouped_gemm,
+                e.recompute_expert_dispatch,
+            )
         return TrainingPlan(
             model=get_model(a.model),
             gpu=gpu,
@@ -153,9 +166,19 @@ class MBridgeTrainingTestDefinition(TestDefinition):
             gpus_per_node=system_gpus_per_node(system, a.gpu),
             network=system_network(system, a.network),
             task=a.task,
-            tp=a.tp, pp=a.pp, vp=a.vp, cp=a.cp, ep=a.ep, etp=a.etp,
-            mbs=a.mbs, gbs=a.gbs, seq_length=a.seq_length, train_iters=a.train_iters,
-            dispatcher=a.dispatcher, deepep_impl=a.deepep_impl, moe_a2a_overlap=a.moe_a2a_overlap,
+            tp=a.tp,
+            pp=a.pp,
+            vp=a.vp,
+            cp=a.cp,
+            ep=a.ep,
+            etp=a.etp,
+            mbs=a.mbs,
+            gbs=a.gbs,
+            seq_length=a.seq_length,
+            train_iters=a.train_iters,
+            dispatcher=a.dispatcher,
+            deepep_impl=a.deepep_impl,
+            moe_a2a_overlap=a.moe_a2a_overlap,
             recompute=a.recompute,
             recompute_modules=_split_csv(a.recompute_modules, RECOMPUTE_MODULES, "recompute_modules"),
             precision=a.precision,
@@ -170,7 +193,11 @@ class MBridgeTrainingTestDefinition(TestDefinition):
         )
 
     def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
-        return TRAINING_RULES.check(self.plan(tr, system))
+        return [
+            *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
+            *secret_env_violations(system_env(system), "global_env_vars"),
+            *TRAINING_RULES.check(self.plan(tr, system)),
+        ]
 
     def constraint_check(self, tr: TestRun, system: System | None) -> bool:
         found = self.violations(tr, system)

@@ -1,0 +1,50 @@
+"""Make plain ``cloudai`` see the plugin: a ``.pth`` file imports this module at interpreter start.
+
+It costs one meta-path entry and no CloudAI import: the plugin registers right after ``cloudai`` itself finishes
+importing, and only then. Set ``CLOUDAI_MBRIDGE_AUTOLOAD=0`` to switch it off (CloudAI's own test suite counts its
+built-in test definitions and would see ours).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+ENV_SWITCH = "CLOUDAI_MBRIDGE_AUTOLOAD"
+
+
+class _AfterCloudAI(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "cloudai":
+            return None
+        sys.meta_path.remove(self)  # one shot: let the regular finders locate cloudai
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        original = loader.exec_module
+
+        def exec_then_register(module):
+            original(module)
+            try:
+                from cloudai_mbridge.registration import register
+
+                register()
+            except Exception as exc:  # a broken plugin must not break plain cloudai
+                print(f"cloudai-mbridge: plugin not loaded: {exc}", file=sys.stderr)
+
+        loader.exec_module = exec_then_register
+        return spec
+
+
+def install() -> None:
+    if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    if "cloudai" in sys.modules or any(isinstance(f, _AfterCloudAI) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _AfterCloudAI())
+
+
+install()

@@ -1,0 +1,94 @@
+"""cloudai-mbridge dry-run of every scenario in conf/, through the real CLI and the real CloudAI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import CONF, dry_run, sbatch_scripts, write_case
+
+# scenario -> (system, expected sweep points that produce a job)
+SCENARIOS = {
+    "kimi_k2_dispatcher_ab": ("slurm_b300_efa", 8),
+    "dsv3_dispatcher_ab": ("slurm_b300_efa", 8),
+    "kimi_k2_sft": ("slurm_b300_efa", 1),
+    "dsv3_sft": ("slurm_b300_efa", 1),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_training_scenario_dry_runs_to_sbatch_files(scenario: str, tmp_path: Path) -> None:
+    system, expected = SCENARIOS[scenario]
+    res = dry_run(CONF / "system" / f"{system}.toml", CONF / "test_scenario" / f"{scenario}.toml", tmp_path)
+    assert res.returncode == 0, res.output
+    scripts = sbatch_scripts(res.output_dir)
+    assert len(scripts) == expected, res.output
+    for script in scripts:
+        text = script.read_text()
+        assert "srun " in text and "mbridge_payload.train" in text
+        run_dir = script.parent
+        assert (run_dir / "mbridge_config.json").is_file()
+        assert (run_dir / "mbridge_payload" / "dist_env.py").is_file(), "the payload must travel with the results"
+
+
+def test_ab_points_differ_only_in_swept_fields(tmp_path: Path) -> None:
+    import json
+
+    res = dry_run(
+        CONF / "system" / "slurm_b300_efa.toml", CONF / "test_scenario" / "kimi_k2_dispatcher_ab.toml", tmp_path
+    )
+    configs = [json.loads((s.parent / "mbridge_config.json").read_text()) for s in sbatch_scripts(res.output_dir)]
+    cells = {(c["dispatcher"], c["mbs"], c["moe_a2a_overlap"]) for c in configs}
+    assert len(cells) == 8
+    for c in configs:
+        assert (c["tp"], c["pp"], c["vp"], c["ep"], c["world_size"], c["dp"]) == (8, 8, 2, 32, 256, 4)
+        assert c["model"]["num_experts"] == 384 and c["model"]["mtp_num_layers"] is None
+    stripped = {
+        json.dumps(
+            {k: v for k, v in c.items() if k not in ("dispatcher", "mbs", "moe_a2a_overlap", "output_dir")},
+            sort_keys=True,
+        )
+        for c in configs
+    }
+    assert len(stripped) == 1, "A/B arms must be identical apart from the swept fields"
+
+
+def test_rejected_points_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+        'model = "kimi_k2"\ngpu = "b300"\ntp = 8\npp = 8\nvp = 2\nep = [32, 7]\ngbs = 256\n'
+        "moe_a2a_overlap = true\n",
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 32\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    assert len(sbatch_scripts(res.output_dir)) == 1
+    assert "[experts-per-ep] 384 experts cannot be split evenly over ep=7" in res.output
+    assert "Fix: use an ep that divides the number of experts" in res.output
+
+
+def test_gb200_deepep_is_rejected_not_downgraded(tmp_path: Path) -> None:
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+        'model = "deepseek_v3"\ngpu = "gb200"\ntp = 4\npp = 8\nvp = 2\nep = 32\ngbs = 256\n'
+        'dispatcher = ["alltoall", "deepep"]\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 64\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp_path)
+    assert len(sbatch_scripts(res.output_dir)) == 1
+    assert "[dispatcher-gpu] Megatron-Bridge does not allow DeepEP on gb200" in res.output
+
+
+def test_a_single_point_that_megatron_rejects_fails_generation(tmp_path: Path) -> None:
+    # Without a list there is no DSE and CloudAI never calls constraint_check: our generator refuses instead.
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+        'model = "kimi_k2"\ngpu = "h100"\ntp = 3\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 1\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp_path)
+    assert sbatch_scripts(res.output_dir) == []
+    assert "[heads-per-tp] 64 attention heads cannot be split over tp=3" in res.output
