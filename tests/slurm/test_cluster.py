@@ -1,0 +1,241 @@
+"""End to end on a real single-host Slurm (tests/slurm/start.sh): jobs, sacct, and CloudAI's SlurmSystem against it.
+
+The tests that need the cluster are marked ``slurm``. Their session fixture starts the cluster (installing the Debian
+packages when missing, as root) and stops it at the end, unless MBRIDGE_SLURM_KEEP=1 or it was already running
+before the session.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+STATE = Path(os.environ.get("MBRIDGE_SLURM_STATE", "/tmp/cloudai-mbridge-slurm"))
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """The running cluster: its config and the node names start.sh made."""
+
+    conf: Path
+    nodes: list[str]
+
+
+def _ctld_running() -> bool:
+    """slurmctld of this state dir runs (same test as start.sh: a live, non-zombie PID from its PID file)."""
+    try:
+        pid = int((STATE / "run" / "slurmctld.pid").read_text().split()[0])
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError, IndexError):
+        return False
+    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+    state = stat[stat.rindex(")") + 2 :].split()[0]
+    return name == "slurmctld" and state not in ("Z", "X")
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """Start the cluster once per session (start.sh is idempotent) and stop it at the end.
+
+    It is left running when MBRIDGE_SLURM_KEEP=1, or when it was already running before the session (someone started
+    it on purpose). SLURM_CONF is set for the session, so the Slurm commands the tests and CloudAI run find it.
+    """
+    if os.geteuid() != 0:
+        pytest.skip("the local Slurm cluster needs root (tests/slurm/start.sh)")
+    was_running = _ctld_running()
+    env = {**os.environ, "MBRIDGE_SLURM_STATE": str(STATE)}
+    env.setdefault("MBRIDGE_SLURM_NODES", "2")
+    started = time.monotonic()
+    proc = subprocess.run([str(HERE / "start.sh")], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"tests/slurm/start.sh failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+    print(f"\nslurm cluster ready in {time.monotonic() - started:.1f} s\n{proc.stderr}")
+    conf = STATE / "etc" / "slurm.conf"
+    assert f"export SLURM_CONF={conf}" in proc.stdout
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SLURM_CONF", str(conf))
+    nodes = subprocess.run(
+        ["sinfo", "-h", "-N", "-p", "local", "-o", "%N"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    try:
+        yield SlurmCluster(conf=conf, nodes=sorted(set(nodes)))
+    finally:
+        mp.undo()
+        if os.environ.get("MBRIDGE_SLURM_KEEP") != "1" and not was_running:
+            subprocess.run([str(HERE / "stop.sh")], env=env, capture_output=True, text=True, timeout=300)
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.2) -> T:
+    """Poll ``probe`` until it returns something truthy; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def run(*cmd: str) -> str:
+    """Run a Slurm command; its stdout (fails the test on a non-zero exit)."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"{' '.join(cmd)} -> {proc.returncode}: {proc.stderr}"
+    return proc.stdout
+
+
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
+
+
+def sacct_final(job_id: int, timeout: float = 60.0) -> list[tuple[str, str, str]]:
+    """(JobID, State, ExitCode) of the job and its steps once sacct shows the job in a final state.
+
+    sacct lags a moment after sbatch and after the job ends, so this polls, and waits for squeue to drop it too.
+    """
+
+    def probe() -> list[tuple[str, str, str]] | None:
+        if run("squeue", "-h", "-j", str(job_id), "-o", "%i").strip():
+            return None
+        rows = [
+            tuple(line.split("|"))
+            for line in run("sacct", "-j", str(job_id), "-n", "-P", "-o", "JobID,State,ExitCode").splitlines()
+        ]
+        job = [r for r in rows if r[0] == str(job_id)]
+        if not job or not job[0][1].startswith(FINAL_STATES):
+            return None
+        # The steps are recorded too; wait until none is still shown running.
+        if any(not r[1].startswith(FINAL_STATES) for r in rows):
+            return None
+        return rows  # type: ignore[return-value]
+
+    return wait_for(f"job {job_id} to end in sacct", probe, timeout)
+
+
+def sbatch(*args: str) -> int:
+    """Submit a batch job; its id."""
+    return int(run("sbatch", "--parsable", *args).strip().split(";")[0])
+
+
+SYSTEM_TOML = HERE.parent.parent / "conf" / "system" / "local_slurm.toml"
+
+
+@pytest.mark.slurm
+def test_pmix_job_4_tasks_on_2_nodes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    assert len(slurm_cluster.nodes) >= 2
+    out = tmp_path / "ranks.out"
+    script = tmp_path / "ranks.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "srun --mpi=pmix bash -c 'echo rank=$SLURM_PROCID of=$SLURM_NTASKS node=$SLURMD_NODENAME pmix=$PMIX_RANK'\n"
+    )
+    job = sbatch("-N", "2", "--ntasks-per-node=2", "--time=1", "-o", str(out), "-D", str(tmp_path), str(script))
+    rows = sacct_final(job)
+    assert run("sacct", "-j", str(job), "-n", "-P", "-o", "State").split() == ["COMPLETED"] * len(rows)
+    assert [r[0] for r in rows] == [str(job), f"{job}.batch", f"{job}.0"]
+    lines = sorted(out.read_text().split("\n"))
+    lines = [line for line in lines if line]
+    assert len(lines) == 4, out.read_text()
+    ranks = {}
+    for line in lines:
+        fields = dict(field.split("=", 1) for field in line.split())
+        assert fields["of"] == "4"
+        assert fields["pmix"] == fields["rank"], "PMIx server did not give the task its rank"
+        ranks[int(fields["rank"])] = fields["node"]
+    assert sorted(ranks) == [0, 1, 2, 3]
+    # Block distribution: 2 tasks on each of the 2 nodes.
+    assert sorted(ranks.values()) == sorted(slurm_cluster.nodes[:2] * 2)
+
+
+@pytest.mark.slurm
+def test_failing_job_is_failed_with_its_exit_code(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    job = sbatch("-N", "1", "-n", "1", "--time=1", "-o", str(tmp_path / "fail.out"), "--wrap", "exit 3")
+    sacct_final(job)
+    assert run("sacct", "-j", str(job), "-X", "-n", "-P", "-o", "State,ExitCode").strip() == "FAILED|3:0"
+
+
+def _parse_system():
+    import cloudai  # noqa: F401  (fills CloudAI's registry)
+    from cloudai.parser import Parser
+    from cloudai.systems.slurm import SlurmSystem
+
+    system = Parser(SYSTEM_TOML).parse_system(SYSTEM_TOML)
+    assert isinstance(system, SlurmSystem)
+    return system
+
+
+def test_system_toml_parses_with_cloudai() -> None:
+    """Needs no cluster, so not marked slurm: it runs with the ordinary tests too."""
+    system = _parse_system()
+    assert system.name == "local-slurm"
+    assert system.scheduler == "slurm"
+    assert system.default_partition == "local"
+    assert [p.name for p in system.partitions] == ["local"]
+    assert system.mpi == "pmix"
+    assert system.ntasks_per_node == 2
+    assert system.gpus_per_node is None
+    assert system.monitor_interval == 1
+    assert system.cache_docker_images_locally is False
+    assert not system.install_path.is_absolute() and not system.output_path.is_absolute()
+
+
+@pytest.mark.slurm
+def test_cloudai_slurm_system_queries_the_cluster(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    from cloudai.systems.slurm import SlurmJob, SlurmNodeState
+    from cloudai.util import CommandShell
+
+    class ReapingShell(CommandShell):
+        """CloudAI's shell, keeping its processes: SlurmSystem.scancel never waits for its own (a ResourceWarning)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.procs: list[subprocess.Popen] = []
+
+        def execute(self, command: str) -> subprocess.Popen:
+            proc = super().execute(command)
+            self.procs.append(proc)
+            return proc
+
+    system = _parse_system()
+    system.cmd_shell = shell = ReapingShell()
+    system.update()
+    (part,) = system.partitions
+    assert sorted(n.name for n in part.slurm_nodes) == slurm_cluster.nodes
+    assert all(n.state == SlurmNodeState.IDLE for n in part.slurm_nodes)
+    assert [n.name for n in system.groups["local"]["all"] if n.state == SlurmNodeState.IDLE]
+    assert system.supports_gpu_directives is (os.environ.get("MBRIDGE_SLURM_GPUS", "0") != "0")
+    # Node specs as a test scenario gives them ("partition:group:count") resolve against the live states.
+    assert system.get_nodes_by_spec(1, ["local:all:2"]) == (2, ["node1", "node2"])
+
+    # A job that CloudAI watches the way its runner does (sacct through SlurmSystem), from running to completed.
+    job_id = sbatch("-N", "1", "-n", "1", "--time=1", "-o", str(tmp_path / "sleep.out"), "--wrap", "sleep 2")
+    job = SlurmJob(test_run=None, id=job_id)  # type: ignore[arg-type]  (the status calls read only the id)
+    wait_for("CloudAI to see the job running", lambda: system.is_job_running(job), timeout=30)
+    assert not system.is_job_completed(job)
+    wait_for("CloudAI to see the job completed", lambda: system.is_job_completed(job), timeout=30)
+    steps = wait_for(
+        "sacct to show the finished batch step",
+        lambda: [s for s in system.get_job_status(job) if s.state == "COMPLETED" and s.step_id == "batch"],
+        timeout=30,
+    )
+    assert steps[0].job_id == job_id and steps[0].exit_code == "0:0"
+    system.complete_job(job)
+
+    # And one that CloudAI kills: scancel through SlurmSystem.kill, seen as completed (CANCELLED).
+    job_id = sbatch("-N", "1", "-n", "1", "--time=1", "-o", str(tmp_path / "kill.out"), "--wrap", "sleep 300")
+    job = SlurmJob(test_run=None, id=job_id)  # type: ignore[arg-type]
+    wait_for("the job to start", lambda: system.is_job_running(job), timeout=30)
+    system.kill(job)
+    for proc in shell.procs:
+        proc.communicate(timeout=30)
+    wait_for("CloudAI to see the cancelled job completed", lambda: system.is_job_completed(job), timeout=30)
+    assert sacct_final(job_id)[0][1].startswith("CANCELLED")
