@@ -13,11 +13,13 @@ SCENARIOS = {
     "dsv3_dispatcher_ab": ("slurm_b300_efa", 8),
     "kimi_k2_sft": ("slurm_b300_efa", 1),
     "dsv3_sft": ("slurm_b300_efa", 1),
+    "kimi_k2_refit": ("slurm_b300_efa", 7),
+    "refit_cpu_smoke": ("local_slurm", 3),
 }
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_every_training_scenario_dry_runs_to_sbatch_files(scenario: str, tmp_path: Path) -> None:
+def test_every_scenario_dry_runs_to_sbatch_files(scenario: str, tmp_path: Path) -> None:
     system, expected = SCENARIOS[scenario]
     res = dry_run(CONF / "system" / f"{system}.toml", CONF / "test_scenario" / f"{scenario}.toml", tmp_path)
     assert res.returncode == 0, res.output
@@ -25,7 +27,8 @@ def test_every_training_scenario_dry_runs_to_sbatch_files(scenario: str, tmp_pat
     assert len(scripts) == expected, res.output
     for script in scripts:
         text = script.read_text()
-        assert "srun " in text and "mbridge_payload.train" in text
+        entry = "refit" if "refit" in scenario else "train"
+        assert "srun " in text and f"mbridge_payload.{entry} --config" in text
         run_dir = script.parent
         assert (run_dir / "mbridge_config.json").is_file()
         assert (run_dir / "mbridge_payload" / "dist_env.py").is_file(), "the payload must travel with the results"
@@ -76,9 +79,11 @@ def test_gb200_deepep_is_rejected_not_downgraded(tmp_path: Path) -> None:
         'dispatcher = ["alltoall", "deepep"]\n',
         'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 64\n',
     )
-    res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp_path)
-    assert len(sbatch_scripts(res.output_dir)) == 1
-    assert "[dispatcher-gpu] Megatron-Bridge does not allow DeepEP on gb200" in res.output
+    res = dry_run(CONF / "system" / "slurm_gb200_nvl72.toml", scenario, tmp_path)
+    assert len(sbatch_scripts(res.output_dir)) == 1, "the alltoall arm runs, the deepep arm is skipped"
+    rejected = [line for line in res.output.splitlines() if "rejected:" in line]
+    assert len(rejected) == 1 and "[dispatcher-gpu]" in rejected[0] and "dispatcher='deepep'" in rejected[0]
+    assert "gb200" in rejected[0] and "hybridep" in rejected[0]
 
 
 def test_a_single_point_that_megatron_rejects_fails_generation(tmp_path: Path) -> None:
@@ -92,3 +97,40 @@ def test_a_single_point_that_megatron_rejects_fails_generation(tmp_path: Path) -
     res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp_path)
     assert sbatch_scripts(res.output_dir) == []
     assert "[heads-per-tp] 64 attention heads cannot be split over tp=3" in res.output
+
+
+def test_seed_002_refit_layouts_get_the_gpus_they_need(tmp_path: Path) -> None:
+    import json
+
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", CONF / "test_scenario" / "kimi_k2_refit.toml", tmp_path)
+    worlds = {}
+    for script in sbatch_scripts(res.output_dir):
+        config = json.loads((script.parent / "mbridge_config.json").read_text())
+        text = script.read_text()
+        nodes = int(text.split("#SBATCH --nodes=")[1].split()[0])
+        worlds[(config["mode"], config["src"]["tp"], config["src"]["ep"], config["dst"]["tp"], config["dst"]["ep"])] = (
+            nodes * 8
+        )
+        assert config["model"]["num_experts"] == 384 and config["model"]["hidden_size"] == 7168
+    assert worlds == {
+        ("non-collocated", 8, 8, 8, 4): 96,
+        ("non-collocated", 16, 4, 8, 4): 96,
+        ("non-collocated", 16, 4, 16, 2): 96,
+        ("non-collocated", 16, 4, 32, 2): 128,
+        ("non-collocated", 8, 8, 16, 4): 128,
+        ("collocated", 16, 8, 8, 16): 128,
+        ("collocated", 32, 4, 16, 8): 128,
+    }
+
+
+def test_refit_world_size_mismatch_is_rejected(tmp_path: Path) -> None:
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeRefit"\n[cmd_args]\nmodel = "kimi_k2"\n'
+        'mode = "non-collocated"\ntransport = "nccl"\nsrc = { tp = 8, ep = [8, 4] }\ndst = { tp = 8, ep = 4 }\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 12\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    assert len(sbatch_scripts(res.output_dir)) == 1
+    assert "[refit-layout] WORLD_SIZE=96: non-collocated mode needs src.world + dst.world = 32 + 32" in res.output

@@ -153,7 +153,37 @@ DEEPSEEK_V3_PROXY = ModelSpec(
     is_proxy=True,
 )
 
-MODELS: dict[str, ModelSpec] = {m.name: m for m in (KIMI_K2, DEEPSEEK_V3, KIMI_K2_PROXY, DEEPSEEK_V3_PROXY)}
+# Small enough for a CPU refit over gloo in CI (two copies of it live in RAM at once), same MoE structure.
+TINY_MOE = ModelSpec(
+    name="tiny_moe",
+    family="deepseek_v3",
+    hf_id=None,
+    num_layers=2,
+    hidden_size=128,
+    ffn_hidden_size=256,
+    moe_ffn_hidden_size=64,
+    num_attention_heads=8,
+    num_experts=16,
+    moe_router_topk=2,
+    shared_expert_intermediate_size=64,
+    first_k_dense=0,
+    vocab_size=1024,
+    mtp_num_layers=None,
+    max_position_embeddings=512,
+    router_num_groups=1,
+    router_group_topk=1,
+    q_lora_rank=None,
+    kv_lora_rank=32,
+    qk_head_dim=16,
+    qk_pos_emb_head_dim=8,
+    v_head_dim=16,
+    recipe_pp_vp=frozenset({(1, 1), (2, 1)}),
+    is_proxy=True,
+)
+
+MODELS: dict[str, ModelSpec] = {
+    m.name: m for m in (KIMI_K2, DEEPSEEK_V3, KIMI_K2_PROXY, DEEPSEEK_V3_PROXY, TINY_MOE)
+}
 
 
 def get_model(name: str) -> ModelSpec:

@@ -89,8 +89,10 @@ def render_sbatch(spec: SbatchSpec) -> str:
     lines = ["#!/bin/bash", *([spec.header] if spec.header else []), *_directives(spec), ""]
     lines += [
         "set -euo pipefail",
-        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        "export MASTER_ADDR",
+        'MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        # The node's address as Slurm knows it; emulated nodes (several slurmd on one host) have no DNS name.
+        'MASTER_ADDR="$(scontrol show node "$MASTER_NODE" | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\')"',
+        'export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"',
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
         f'export PYTHONPATH={q(out)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         *env_exports(spec.env),

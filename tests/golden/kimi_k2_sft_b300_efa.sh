@@ -9,8 +9,9 @@
 #SBATCH --time=01:00:00
 
 set -euo pipefail
-MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
-export MASTER_ADDR
+MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+MASTER_ADDR="$(scontrol show node "$MASTER_NODE" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')"
+export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 export PYTHONPATH=__OUTPUT_DIR__"${PYTHONPATH:+:$PYTHONPATH}"
 export NCCL_DEBUG=INFO

@@ -1,0 +1,34 @@
+"""Slurm job for MBridgeRefit: one task per GPU (or per CPU slot with device = "cpu"), all ranks in one world."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from ...rules import Violation
+from ..slurm_base import MBridgeSlurmStrategy
+from .test_definition import MBridgeRefitTestDefinition
+
+
+class MBridgeRefitSlurmCommandGenStrategy(MBridgeSlurmStrategy):
+    entry = "refit"
+
+    @property
+    def tdef(self) -> MBridgeRefitTestDefinition:
+        return cast(MBridgeRefitTestDefinition, self.test_run.test)
+
+    @property
+    def python(self) -> str:  # type: ignore[override]
+        return self.tdef.cmd_args.python
+
+    def check(self) -> list[Violation]:
+        return self.tdef.violations(self.test_run, self.system)
+
+    def ntasks_per_node(self) -> int:
+        return self.tdef.plan(self.test_run, self.system).tasks_per_node
+
+    def base_env(self) -> dict[str, str]:
+        # gloo on CPU: one thread per rank keeps several ranks per node from oversubscribing the cores.
+        return {"OMP_NUM_THREADS": "1"} if self.tdef.cmd_args.device == "cpu" else {"NCCL_DEBUG": "WARN"}
+
+    def payload_config(self) -> dict[str, Any]:
+        return {"workload": "refit", **self.tdef.payload_config()}

@@ -1,0 +1,114 @@
+"""MBridgeRefit: reshard real Megatron-Core MoE weights from a training layout to an inference layout."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Literal
+
+from cloudai.core import DockerImage, Installable, JobStatusResult, System, TestRun
+from cloudai.models.workload import CmdArgs, TestDefinition
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from ...catalog import MODELS, get_model
+from ...plan.refit import RefitPlan, refit_model
+from ...rules import Violation
+from ...rules.refit import REFIT_RULES
+from ..common import container_image, redact_secret_env, run_status, secret_env_violations, system_env
+
+PosInt = Annotated[int, Field(ge=1)]
+ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
+Mode = Literal["collocated", "non-collocated"]
+Transport = Literal["gloo", "nccl", "nvshmem"]
+
+
+class RefitSide(BaseModel):
+    """One layout. ``world`` (non-collocated only) gives the side more ranks than the smallest valid count."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tp: PosInt | list[PosInt] = 1
+    pp: PosInt | list[PosInt] = 1
+    ep: PosInt | list[PosInt] = 1
+    etp: PosInt | list[PosInt] | None = None
+    world: PosInt | None = None
+
+
+class MBridgeRefitCmdArgs(CmdArgs):
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelName | list[ModelName]
+    num_layers: PosInt | None = None  # fewer layers than the model has (the report says so)
+    seq_length: PosInt = 4096
+    src: RefitSide
+    dst: RefitSide
+    mode: Mode | list[Mode] = "collocated"
+    transport: Transport | list[Transport] = "nccl"
+    device: Literal["cuda", "cpu"] = "cuda"
+    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    warmup: PosInt = 2
+    iterations: PosInt = 5
+    verify: bool = True
+    timeout_s: PosInt = 1800
+    seed: int = 1234
+    container_image: str | None = None
+    python: str = "python3"
+
+
+class MBridgeRefitTestDefinition(TestDefinition):
+    """Megatron-Core refit benchmark (template name ``MBridgeRefit``)."""
+
+    cmd_args: MBridgeRefitCmdArgs
+    _images: dict[str, DockerImage] = PrivateAttr(default_factory=dict)
+
+    @field_validator("extra_env_vars", mode="before")
+    @classmethod
+    def _redact_secrets(cls, v: Any) -> Any:
+        return redact_secret_env(v)
+
+    @property
+    def docker_image(self) -> DockerImage | None:
+        return container_image(self.cmd_args.container_image, self._images)
+
+    @property
+    def installables(self) -> list[Installable]:
+        image = self.docker_image
+        return [*([image] if image else []), *self.git_repos]
+
+    def payload_config(self) -> dict[str, Any]:
+        a = self.cmd_args
+        side = ("tp", "pp", "ep", "etp", "world")
+        return {
+            "model": refit_model(get_model(a.model), a.num_layers, a.seq_length),
+            "src": {k: getattr(a.src, k) for k in side},
+            "dst": {k: getattr(a.dst, k) for k in side},
+            "mode": a.mode,
+            "transport": a.transport,
+            "device": a.device,
+            "dtype": a.dtype,
+            "warmup": a.warmup,
+            "iterations": a.iterations,
+            "verify": a.verify,
+            "timeout_s": a.timeout_s,
+            "seed": a.seed,
+        }
+
+    def plan(self, tr: TestRun, system: System | None) -> RefitPlan:
+        gpus = getattr(system, "gpus_per_node", None)
+        tasks = gpus or getattr(system, "ntasks_per_node", None) or 1
+        return RefitPlan(self.payload_config(), tr.nnodes, tasks, system_has_gpus=bool(gpus))
+
+    def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        return [
+            *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
+            *secret_env_violations(system_env(system), "global_env_vars"),
+            *REFIT_RULES.check(self.plan(tr, system)),
+        ]
+
+    def constraint_check(self, tr: TestRun, system: System | None) -> bool:
+        found = self.violations(tr, system)
+        for v in found:
+            logging.error("%s: rejected: %s", tr.name, v)
+        return not found
+
+    def was_run_successful(self, tr: TestRun) -> JobStatusResult:
+        return run_status(tr.output_path)
