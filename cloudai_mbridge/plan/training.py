@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..catalog import GPUSpec, ModelSpec
+from .layout import ResolvedLayout, resolve_layout
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
 DEEPEP_IMPLS = ("uccl", "nvidia")
@@ -61,6 +62,13 @@ class TrainingPlan:
     sequence_parallel: bool = True
     use_distributed_optimizer: bool = True
     optimizer: str = "adam"
+    # Fields below default to what the DeepSeek-V3 / Kimi-K2 recipes plus the Bridge perf harness run.
+    use_megatron_fsdp: bool = False
+    num_distributed_optimizer_instances: int = 1
+    cpu_offloading_num_layers: int = 0  # > 0 turns Megatron's cpu_offloading on, as Megatron-LM's arguments do
+    delay_wgrad_compute: bool = False
+    moe_shared_expert_overlap: bool | None = None  # None: as the payload sets it, see shared_expert_overlap
+    grad_reduce_in_fp32: bool = False  # DSV3 recipe: False (bf16 main grads)
 
     @property
     def world_size(self) -> int:
@@ -94,6 +102,33 @@ class TrainingPlan:
     def effective_mtp_layers(self) -> int | None:
         """MTP layers as Megatron will see them: the explicit override wins over the model's own."""
         return self.mtp_num_layers if self.mtp_num_layers is not None else self.model.mtp_num_layers
+
+    @property
+    def pipeline(self) -> ResolvedLayout:
+        """The pipeline layout Megatron builds for this point (explicit, recipe table, derived for proxies), checked."""
+        return resolve_layout(self.model, self.pp, self.vp, self.pipeline_layout, self.effective_mtp_layers)
+
+    @property
+    def interleaved_vp(self) -> int:
+        """Virtual stages per pipeline rank as the schedule sees them (an explicit layout decides it)."""
+        layout = self.pipeline.layout
+        if layout is not None and self.pp > 1:
+            return layout.vp
+        return self.vp if self.vp and self.pp > 1 else 1
+
+    @property
+    def shared_expert_overlap(self) -> bool:
+        """Megatron's moe_shared_expert_overlap: the recipes turn it on, Bridge's flex backend and the perf
+        harness's a2a overlap turn it off again (payload/train_config.py bridge_overrides does the same)."""
+        if not self.model.num_shared_experts:
+            return False
+        if self.moe_shared_expert_overlap is not None:
+            return self.moe_shared_expert_overlap
+        return self.dispatcher == "alltoall" and not self.moe_a2a_overlap
+
+    @property
+    def cpu_offloading(self) -> bool:
+        return self.cpu_offloading_num_layers > 0
 
     @property
     def uses_flex(self) -> bool:

@@ -1,192 +1,567 @@
-"""Rules for the training workload: what Megatron-Core / Megatron-Bridge would reject at step 0.
+"""Rules for the training workload: what Megatron-Core / Megatron-Bridge would reject at step 0, and OOM.
 
-File references are to Megatron-LM core_r0.16 (megatron/core/...) and Megatron-Bridge 0.4 (src/megatron/bridge/...).
+File references: Megatron-Core core_v0.16.1 (``megatron/core/...``, the installed megatron-core 0.16.1),
+Megatron-LM main (``main:megatron/...``, where a check is newer than 0.16.1), Megatron-Bridge v0.4.0
+(``bridge:src/megatron/bridge/...``), DeepEP hybrid-ep branch (``deep_ep/hybrid_ep_buffer.py``), MoE Echo
+(``Victarry/Megatron-MoE-Echo``) and CloudAI's built-in MegatronBridge workload (``cloudai:megatron_bridge.py``).
+
+Rules marked *differential* are checked against the real megatron-core on the CPU in
+``tests/rules/test_differential.py``: on generated configs, the verdict of the rule set restricted to them must
+match whether the real ``MLATransformerConfig(...)`` raises (and the layout DSL must parse and validate alike).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..catalog import GPUSpec
 from ..plan import TrainingPlan
+from ..plan.memory import estimate_memory
 from .base import RuleSet, Violation
 
 TRAINING_RULES: RuleSet[TrainingPlan] = RuleSet("training")
 rule = TRAINING_RULES.rule
 
+# Rules whose verdict comes from TransformerConfig.__post_init__ / the layout parser (see the module docstring).
+DIFFERENTIAL_RULES = frozenset({
+    "heads-per-tp", "pipeline-layout", "a2a-overlap", "a2a-overlap-cuda-graph", "delay-wgrad", "cpu-offloading",
+    "cuda-graph", "recompute-modules", "shared-expert-overlap",
+})
+
+
+def _v(fields: dict[str, object], message: str, fix: str) -> Violation:
+    return Violation("", fields, message, fix)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Parallel layout
+# --------------------------------------------------------------------------------------------------------------
+
+
+@rule("node-shape")
+def _node_shape(p: TrainingPlan) -> Iterator[Violation]:
+    """A node of this GPU type holds ``gpu.gpus_per_node`` GPUs (B300 HGX: 8, GB200 NVL72 tray: 4); the world size
+    Megatron sees is num_nodes x gpus_per_node (parallel_state.py L736), so the two must describe real nodes."""
+    if p.num_nodes < 1 or not 1 <= p.gpus_per_node <= p.gpu.gpus_per_node:
+        yield _v({"num_nodes": p.num_nodes, "gpus_per_node": p.gpus_per_node, "gpu": p.gpu.name},
+                 f"a {p.gpu.name} node has 1..{p.gpu.gpus_per_node} GPUs and a job at least one node",
+                 f"set gpus_per_node to at most {p.gpu.gpus_per_node} and num_nodes >= 1")
+
 
 @rule("world-size-model-parallel")
 def _world_vs_model_parallel(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/parallel_state.py initialize_model_parallel: world_size % (tp*pp*cp) must be 0."""
+    """megatron/core/parallel_state.py L740-L741 initialize_model_parallel: world_size % (tp*pp*cp) must be 0
+    (Bridge: training/config.py L983 get_data_parallel_size; CloudAI constraints 1 and 3)."""
     if p.world_size % p.model_parallel:
-        yield Violation(
-            "",
-            {"num_nodes": p.num_nodes, "gpus_per_node": p.gpus_per_node, "tp": p.tp, "pp": p.pp, "cp": p.cp},
-            f"world size {p.world_size} is not divisible by tp*pp*cp = {p.model_parallel}",
-            "pick tp, pp, cp whose product divides num_nodes * gpus_per_node",
-        )
+        yield _v({"num_nodes": p.num_nodes, "gpus_per_node": p.gpus_per_node, "tp": p.tp, "pp": p.pp, "cp": p.cp},
+                 f"world size {p.world_size} is not divisible by tp*pp*cp = {p.model_parallel}",
+                 "pick tp, pp, cp whose product divides num_nodes * gpus_per_node")
 
 
 @rule("world-size-expert-parallel")
 def _world_vs_expert_parallel(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/parallel_state.py (expert grid): world_size % (etp*ep*pp) must be 0."""
+    """megatron/core/parallel_state.py L788-L794: world_size % (etp*ep*pp) must be 0 (CloudAI constraint 7)."""
     denom = p.etp * p.ep * p.pp
     if p.world_size % denom:
-        yield Violation(
-            "",
-            {"world_size": p.world_size, "etp": p.etp, "ep": p.ep, "pp": p.pp},
-            f"world size {p.world_size} is not divisible by etp*ep*pp = {denom}",
-            "pick ep (and etp) so that etp*ep*pp divides the world size",
-        )
+        yield _v({"world_size": p.world_size, "etp": p.etp, "ep": p.ep, "pp": p.pp},
+                 f"world size {p.world_size} is not divisible by etp*ep*pp = {denom}",
+                 "pick ep (and etp) so that etp*ep*pp divides the world size")
 
 
 @rule("global-batch")
 def _global_batch(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/num_microbatches_calculator.py: gbs % (mbs*dp) must be 0."""
+    """megatron/core/num_microbatches_calculator.py L340: gbs % (mbs*dp) must be 0 (CloudAI constraint 4)."""
     if p.dp and p.gbs % (p.mbs * p.dp):
-        yield Violation(
-            "",
-            {"gbs": p.gbs, "mbs": p.mbs, "dp": p.dp},
-            f"global batch {p.gbs} is not divisible by mbs*dp = {p.mbs * p.dp}",
-            f"use a gbs that is a multiple of {p.mbs * p.dp}",
-        )
+        yield _v({"gbs": p.gbs, "mbs": p.mbs, "dp": p.dp},
+                 f"global batch {p.gbs} is not divisible by mbs*dp = {p.mbs * p.dp}",
+                 f"use a gbs that is a multiple of {p.mbs * p.dp}")
 
 
 @rule("experts-per-ep")
 def _experts_vs_ep(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/transformer/moe/moe_layer.py: num_moe_experts % ep must be 0."""
+    """megatron/core/transformer/moe/moe_layer.py L101 (and token_dispatcher.py L227): num_moe_experts % ep == 0."""
     if p.model.num_experts % p.ep:
-        yield Violation(
-            "",
-            {"model": p.model.name, "num_experts": p.model.num_experts, "ep": p.ep},
-            f"{p.model.num_experts} experts cannot be split evenly over ep={p.ep}",
-            "use an ep that divides the number of experts",
-        )
+        yield _v({"model": p.model.name, "num_experts": p.model.num_experts, "ep": p.ep},
+                 f"{p.model.num_experts} experts cannot be split evenly over ep={p.ep}",
+                 "use an ep that divides the number of experts")
 
 
 @rule("heads-per-tp")
 def _heads_vs_tp(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/transformer/attention.py: num_attention_heads % tp must be 0."""
+    """*Differential.* megatron/core/transformer/transformer_config.py L924-L928: num_attention_heads % tp == 0
+    (L939-L946, num_query_groups, is the same check for MLA, where groups = heads)."""
     if p.model.num_attention_heads % p.tp:
-        yield Violation(
-            "",
-            {"model": p.model.name, "num_attention_heads": p.model.num_attention_heads, "tp": p.tp},
-            f"{p.model.num_attention_heads} attention heads cannot be split over tp={p.tp}",
-            "use a tp that divides the number of attention heads",
-        )
+        yield _v({"model": p.model.name, "num_attention_heads": p.model.num_attention_heads, "tp": p.tp},
+                 f"{p.model.num_attention_heads} attention heads cannot be split over tp={p.tp}",
+                 "use a tp that divides the number of attention heads")
 
 
 @rule("sequence-parallel")
 def _sequence_parallel(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/tensor_parallel/mappings.py: with sequence parallelism the sequence is split over TP ranks."""
-    if p.sequence_parallel and p.tp > 1 and p.seq_length % p.tp:
-        yield Violation(
-            "",
-            {"seq_length": p.seq_length, "tp": p.tp},
-            f"seq_length {p.seq_length} is not divisible by tp={p.tp} with sequence parallelism",
-            "use a seq_length that is a multiple of tp",
-        )
+    """megatron/core/tensor_parallel/mappings.py L66-L70 _split_along_first_dim: with sequence parallelism each
+    CP rank's sequence (seq_length / cp) is split over the TP ranks and must divide evenly."""
+    if p.sequence_parallel and p.tp > 1 and p.seq_length % p.cp == 0 and (p.seq_length // p.cp) % p.tp:
+        yield _v({"seq_length": p.seq_length, "cp": p.cp, "tp": p.tp},
+                 f"seq_length/cp = {p.seq_length // p.cp} is not divisible by tp={p.tp} with sequence parallelism",
+                 f"use a seq_length that is a multiple of cp*tp = {p.cp * p.tp}")
 
 
 @rule("context-parallel")
 def _context_parallel(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/utils.py get_batch_on_this_cp_rank: each CP rank takes 2 chunks, so seq % (2*cp) == 0."""
+    """bridge:training/config.py L1176-L1179 (and megatron/core/utils.py get_batch_on_this_cp_rank): each CP rank
+    takes two chunks of the sequence, so seq_length % (2*cp) == 0."""
     if p.cp > 1 and p.seq_length % (2 * p.cp):
-        yield Violation(
-            "",
-            {"seq_length": p.seq_length, "cp": p.cp},
-            f"seq_length {p.seq_length} is not divisible by 2*cp = {2 * p.cp}",
-            "use a seq_length that is a multiple of 2*cp",
-        )
+        yield _v({"seq_length": p.seq_length, "cp": p.cp},
+                 f"seq_length {p.seq_length} is not divisible by 2*cp = {2 * p.cp}",
+                 "use a seq_length that is a multiple of 2*cp")
+
+
+@rule("distributed-optimizer-instances")
+def _distributed_optimizer_instances(p: TrainingPlan) -> Iterator[Violation]:
+    """megatron/core/parallel_state.py L833-L837 and L1263-L1265: (dp*cp) and expert-dp must both be divisible by
+    num_distributed_optimizer_instances; a partial distributed optimizer needs a distributed optimizer (or Megatron
+    FSDP) to begin with (CloudAI constraint 9 demands FSDP; Megatron-Core accepts the distributed optimizer too)."""
+    ndo = p.num_distributed_optimizer_instances
+    if ndo == 1:
+        return
+    if not (p.use_distributed_optimizer or p.use_megatron_fsdp):
+        yield _v({"num_distributed_optimizer_instances": ndo, "use_distributed_optimizer": False,
+                  "use_megatron_fsdp": False},
+                 "several distributed-optimizer instances need a distributed optimizer to partition",
+                 "set use_distributed_optimizer (or use_megatron_fsdp), or num_distributed_optimizer_instances = 1")
+    if p.dp and (p.dp * p.cp) % ndo:
+        yield _v({"dp": p.dp, "cp": p.cp, "num_distributed_optimizer_instances": ndo},
+                 f"dp*cp = {p.dp * p.cp} is not divisible by {ndo} distributed-optimizer instances",
+                 "use a num_distributed_optimizer_instances that divides dp*cp")
+    if p.expert_dp and p.expert_dp % ndo:
+        yield _v({"expert_dp": p.expert_dp, "num_distributed_optimizer_instances": ndo},
+                 f"expert data-parallel size {p.expert_dp} is not divisible by {ndo} distributed-optimizer instances",
+                 "use a num_distributed_optimizer_instances that divides world/(etp*ep*pp)")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pipeline
+# --------------------------------------------------------------------------------------------------------------
 
 
 @rule("virtual-pipeline")
 def _virtual_pipeline(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/transformer/transformer_config.py __post_init__: VP needs PP > 1."""
+    """megatron/core/parallel_state.py L745-L749: an interleaved (virtual) pipeline needs pp > 1."""
     if p.vp is not None and p.vp > 1 and p.pp == 1:
-        yield Violation(
-            "",
-            {"pp": p.pp, "vp": p.vp},
-            "virtual pipeline stages need pipeline parallelism",
-            "set vp to 1 (or unset it), or use pp > 1",
-        )
+        yield _v({"pp": p.pp, "vp": p.vp}, "virtual pipeline stages need pipeline parallelism",
+                 "set vp to 1 (or unset it), or use pp > 1")
 
 
 @rule("pipeline-layout-table")
 def _pipeline_layout_table(p: TrainingPlan) -> Iterator[Violation]:
-    """Megatron-Bridge recipes/deepseek/deepseek_v3.py: without an explicit pipeline_layout the recipe only knows
-    a layout for the (PP, VP) pairs of its table; any other pair fails when the recipe builds its config."""
-    if p.pipeline_layout is None:
+    """bridge:recipes/kimi/kimi_k2.py L28-L47 _get_kimi_k2_pipeline_layout (v0.4.0) raises ValueError for a
+    (PP, VP) pair outside its table; bridge:recipes/deepseek/deepseek_v3.py L29-L50 leaves such a pair without a
+    layout and Megatron's even split of 61 layers then fails (transformer_block.py L155-L158); CloudAI constraint
+    18. Proxies are in no Bridge recipe: the payload derives their layout (pipeline-layout checks it)."""
+    if p.pipeline_layout is None and not p.model.is_proxy:
         pair = (p.pp, p.vp or 1)
         if pair not in p.model.recipe_pp_vp:
-            yield Violation(
-                "",
-                {"model": p.model.name, "pp": p.pp, "vp": p.vp},
-                f"the {p.model.family} recipe has no pipeline layout for (pp, vp) = {pair}",
-                f"use one of {sorted(p.model.recipe_pp_vp)} or give an explicit pipeline_layout",
-            )
+            yield _v({"model": p.model.name, "pp": p.pp, "vp": p.vp},
+                     f"the {p.model.family} recipe has no pipeline layout for (pp, vp) = {pair}",
+                     f"use one of {sorted(p.model.recipe_pp_vp)} or give an explicit pipeline_layout")
+
+
+@rule("pipeline-layout")
+def _pipeline_layout(p: TrainingPlan) -> Iterator[Violation]:
+    """*Differential.* The layout Megatron builds, checked as Megatron-Core checks it:
+    megatron/core/transformer/pipeline_parallel_layer_layout.py L283-L320 (DSL parse: E t m L | (..)*n, x*n),
+    L39-L45 (stage count % pp, vp = stages / pp), transformer_config.py L1340-L1352 (vp must equal the layout's),
+    L85-L150 validate_layer_layout (one E first, one L last, decoders == num_layers, MTP count == mtp_num_layers
+    with None meaning 0, MTP after every decoder and in one last virtual stage); the recipe table's MTP tail follows
+    ``getattr(cfg, "mtp_num_layers", 1) or 0`` and proxies get the same rule derived for their layer count
+    (plan/layout.py)."""
+    if p.pipeline_layout is None and not p.model.is_proxy and (p.pp, p.vp or 1) not in p.model.recipe_pp_vp:
+        return  # pipeline-layout-table says it
+    resolved = p.pipeline
+    if resolved.problems:
+        yield _v({"model": p.model.name, "pp": p.pp, "vp": p.vp, "pipeline_layout": p.pipeline_layout,
+                  "mtp_num_layers": p.effective_mtp_layers},
+                 f"the {resolved.source} pipeline layout is invalid: {'; '.join(resolved.problems)}",
+                 "fix the layout string (e.g. 'Et*4|(t*4|)*14,tmL' style, one stage per pp*vp) or use a (pp, vp) "
+                 "pair from the recipe table")
+
+
+@rule("interleaved-microbatches")
+def _interleaved_microbatches(p: TrainingPlan) -> Iterator[Violation]:
+    """megatron/core/pipeline_parallel/schedules.py L995-L1015: the interleaved schedule runs micro-batches in
+    groups of microbatch_group_size_per_vp_stage (= pp by default, model_parallel_config.py L447-L448), so it needs
+    at least pp micro-batches and a remainder of 0 (a remainder below pp raises)."""
+    m = p.num_microbatches
+    if p.pp > 1 and p.interleaved_vp > 1 and m and (m < p.pp or m % p.pp):
+        yield _v({"gbs": p.gbs, "mbs": p.mbs, "dp": p.dp, "pp": p.pp, "vp": p.interleaved_vp},
+                 f"{m} micro-batches cannot be scheduled in groups of pp={p.pp} by the interleaved pipeline",
+                 f"choose gbs/(mbs*dp) as a multiple of pp, e.g. gbs = {p.pp * p.mbs * p.dp}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# MoE all-to-all overlap
+# --------------------------------------------------------------------------------------------------------------
 
 
 @rule("a2a-overlap")
 def _a2a_overlap(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/transformer/transformer_config.py __post_init__ (overlap_moe_expert_parallel_comm): needs EP > 1,
-    VP when PP > 1, no full recompute, and MTP layers None or 1 (Bridge comm_overlap.py asserts the same)."""
+    """*Differential.* megatron/core/transformer/transformer_config.py L1852-L1896 and bridge:training/
+    comm_overlap.py L470-L505 (overlap_moe_expert_parallel_comm): EP > 1, VP when PP > 1, no full recompute,
+    shared-expert overlap off, MTP layers None or 1 ('MTP layernum only supports 1') and, with one MTP layer,
+    PP > 1. main:transformer_config.py L3030-L3032 also refuses ``moe`` in recompute_modules (0.16.1 does not; we
+    follow main). Every precision here trains bf16 parameters, so the bf16/fp16 check cannot fail, and every
+    dispatcher is alltoall or flex."""
     if not p.moe_a2a_overlap:
         return
     if p.ep <= 1:
-        yield Violation("", {"moe_a2a_overlap": True, "ep": p.ep}, "a2a overlap needs expert parallelism",
-                        "set ep > 1 or moe_a2a_overlap = false")
-    if p.pp > 1 and (p.vp or 1) <= 1:
-        yield Violation("", {"moe_a2a_overlap": True, "pp": p.pp, "vp": p.vp},
-                        "a2a overlap with pipeline parallelism needs virtual pipeline stages",
-                        "set vp >= 2 (e.g. 2 for the DSV3/Kimi layout table) or moe_a2a_overlap = false")
+        yield _v({"moe_a2a_overlap": True, "ep": p.ep}, "a2a overlap needs expert parallelism",
+                 "set ep > 1 or moe_a2a_overlap = false")
+    if p.pp > 1 and p.interleaved_vp <= 1:
+        yield _v({"moe_a2a_overlap": True, "pp": p.pp, "vp": p.vp},
+                 "a2a overlap with pipeline parallelism needs virtual pipeline stages",
+                 "set vp >= 2 (e.g. 2 for the DSV3/Kimi layout table) or moe_a2a_overlap = false")
     if p.recompute == "full":
-        yield Violation("", {"moe_a2a_overlap": True, "recompute": p.recompute},
-                        "a2a overlap cannot run with full activation recompute",
-                        "use recompute = \"selective\" or \"none\"")
+        yield _v({"moe_a2a_overlap": True, "recompute": p.recompute},
+                 "a2a overlap cannot run with full activation recompute", "use recompute = \"selective\" or \"none\"")
+    if p.recompute == "selective" and "moe" in p.recompute_modules:
+        yield _v({"moe_a2a_overlap": True, "recompute_modules": p.recompute_modules},
+                 "a2a overlap cannot recompute the whole MoE block", "drop \"moe\" from recompute_modules")
+    if p.shared_expert_overlap:
+        yield _v({"moe_a2a_overlap": True, "moe_shared_expert_overlap": True},
+                 "a2a overlap replaces the shared-expert overlap", "set moe_shared_expert_overlap = false")
     mtp = p.effective_mtp_layers
     if mtp not in (None, 1):
-        yield Violation("", {"moe_a2a_overlap": True, "mtp_num_layers": mtp},
-                        "a2a overlap supports only mtp_num_layers None or 1 ('MTP layernum only supports 1')",
-                        "leave mtp_num_layers unset for a model without MTP (0 is rejected), or use 1")
+        yield _v({"moe_a2a_overlap": True, "mtp_num_layers": mtp},
+                 "a2a overlap supports only mtp_num_layers None or 1 ('MTP layernum only supports 1')",
+                 "leave mtp_num_layers unset for a model without MTP (0 is rejected), or use 1")
+    elif mtp == 1 and p.pp == 1:
+        yield _v({"moe_a2a_overlap": True, "mtp_num_layers": 1, "pp": p.pp},
+                 "a2a overlap with an MTP layer needs pipeline parallelism", "use pp > 1 or moe_a2a_overlap = false")
+
+
+@rule("a2a-overlap-cuda-graph")
+def _a2a_overlap_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
+    """*Differential.* megatron/core/transformer/transformer_config.py L1898-L1906: with a2a overlap, CUDA graphs
+    must be Transformer Engine's and may not capture ``moe`` or ``mlp`` -- so a full-iteration (local) graph, the
+    MoE Echo setup, cannot be combined with the overlap."""
+    if p.moe_a2a_overlap and p.cuda_graph_impl != "none":
+        bad = {"moe", "mlp"} & set(p.cuda_graph_scope)
+        if p.cuda_graph_impl != "transformer_engine" or bad:
+            yield _v({"moe_a2a_overlap": True, "cuda_graph_impl": p.cuda_graph_impl,
+                      "cuda_graph_scope": p.cuda_graph_scope},
+                     "a2a overlap only works with transformer_engine CUDA graphs that leave moe and mlp uncaptured"
+                     + (" (a full_iteration graph needs the local implementation)"
+                        if "full_iteration" in p.cuda_graph_scope else ""),
+                     "set moe_a2a_overlap = false, or cuda_graph_impl = \"transformer_engine\" with scopes from "
+                     "attn, moe_router, moe_preprocess")
+
+
+@rule("delay-wgrad")
+def _delay_wgrad(p: TrainingPlan) -> Iterator[Violation]:
+    """*Differential.* megatron/core/transformer/transformer_config.py L1909-L1913 and bridge:training/
+    comm_overlap.py L507-L522: delay_wgrad_compute needs overlap_moe_expert_parallel_comm."""
+    if p.delay_wgrad_compute and not p.moe_a2a_overlap:
+        yield _v({"delay_wgrad_compute": True, "moe_a2a_overlap": False},
+                 "delayed weight-gradient compute only exists inside the a2a overlap schedule",
+                 "set moe_a2a_overlap = true or delay_wgrad_compute = false")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Dispatcher
+# --------------------------------------------------------------------------------------------------------------
+
+
+def cuda_device_name(gpu: GPUSpec) -> str:
+    """The name torch.cuda.get_device_properties reports (``NVIDIA B300 SXM6 AC``, ``NVIDIA GB200``): the
+    catalog name upper-cased after ``NVIDIA``, which is the prefix Bridge's allowlist looks at."""
+    return f"NVIDIA {gpu.name.upper()}"
+
+
+def deepep_allowed(gpu: GPUSpec) -> bool:
+    """bridge:training/flex_dispatcher_backend.py L47-L50 (v0.4.0): compute capability 8.x/9.x, or a device name
+    starting with 'NVIDIA B200' / 'NVIDIA B300'."""
+    return gpu.compute_capability[0] in (8, 9) or cuda_device_name(gpu).startswith(("NVIDIA B200", "NVIDIA B300"))
+
+
+def hybridep_allowed(gpu: GPUSpec) -> bool:
+    """bridge:training/flex_dispatcher_backend.py L57-L58 (v0.4.0): compute capability 8.x, 9.x or 10.x."""
+    return gpu.compute_capability[0] in (8, 9, 10)
 
 
 @rule("dispatcher-gpu")
 def _dispatcher_gpu(p: TrainingPlan) -> Iterator[Violation]:
-    """Megatron-Bridge training/flex_dispatcher_backend.py apply_flex_dispatcher_backend: DeepEP only on compute
-    capability 8/9 or B200/B300, HybridEP on 8/9/10; elsewhere Bridge silently falls back to all-to-all, which would
-    make an A/B compare all-to-all with itself, so we reject instead."""
-    if p.dispatcher == "deepep" and not p.gpu.deepep:
-        yield Violation("", {"dispatcher": "deepep", "gpu": p.gpu.name},
-                        f"Megatron-Bridge does not allow DeepEP on {p.gpu.name} and would fall back to alltoall",
-                        "use dispatcher = \"hybridep\" on this GPU, or a GPU on the DeepEP allowlist")
-    if p.dispatcher == "hybridep" and not p.gpu.hybridep:
-        yield Violation("", {"dispatcher": "hybridep", "gpu": p.gpu.name},
-                        f"HybridEP is not supported on {p.gpu.name}", "use dispatcher = \"deepep\" or \"alltoall\"")
+    """bridge:training/flex_dispatcher_backend.py L27-L72 apply_flex_dispatcher_backend (v0.4.0): outside its
+    allowlist Bridge only logs a warning and keeps the alltoall dispatcher, so a 'deepep' arm of an A/B would
+    silently measure alltoall; validate_flex_dispatcher_backend (L75-L92) raises for the same GPUs."""
+    cc = ".".join(map(str, p.gpu.compute_capability))
+    if p.dispatcher == "deepep" and not deepep_allowed(p.gpu):
+        yield _v({"dispatcher": "deepep", "gpu": p.gpu.name, "compute_capability": cc},
+                 f"{cuda_device_name(p.gpu)} is not on Megatron-Bridge's DeepEP allowlist (compute capability 8.x/9.x "
+                 "or a device name starting with 'NVIDIA B200'/'NVIDIA B300'); Bridge would silently fall back to "
+                 "alltoall",
+                 "use dispatcher = \"hybridep\" on this GPU, or a GPU on the DeepEP allowlist (H100, H200, B200, B300)")
+    if p.dispatcher == "hybridep" and not hybridep_allowed(p.gpu):
+        yield _v({"dispatcher": "hybridep", "gpu": p.gpu.name, "compute_capability": cc},
+                 f"{p.gpu.name} is not on Megatron-Bridge's HybridEP allowlist (compute capability 8.x/9.x/10.x)",
+                 "use dispatcher = \"deepep\" or \"alltoall\"")
+
+
+@rule("flex-dispatcher-ep")
+def _flex_dispatcher_ep(p: TrainingPlan) -> Iterator[Violation]:
+    """megatron/core/transformer/moe/token_dispatcher.py L1346: the flex dispatcher needs etp*ep > 1; HybridEP's
+    buffer asserts a group of at least two ranks (deep_ep/hybrid_ep_buffer.py)."""
+    if p.uses_flex and p.etp * p.ep <= 1:
+        yield _v({"dispatcher": p.dispatcher, "ep": p.ep, "etp": p.etp},
+                 f"the {p.dispatcher} dispatcher needs an expert group of at least two ranks",
+                 "use ep > 1, or dispatcher = \"alltoall\"")
 
 
 @rule("deepep-network")
 def _deepep_network(p: TrainingPlan) -> Iterator[Violation]:
-    """UCCL-EP is DeepEP's API over EFA; NVIDIA DeepEP's internode path needs NVSHMEM over InfiniBand, so it cannot
-    cross nodes on EFA, and UCCL-EP is only needed where there is EFA."""
+    """UCCL-EP is DeepEP's API over EFA (seed 000: UCCL ships a top-level ``deep_ep`` module); NVIDIA DeepEP's
+    internode path needs NVSHMEM over InfiniBand verbs, so it cannot cross nodes on EFA, and UCCL-EP is only built
+    for EFA."""
     if p.dispatcher != "deepep":
         return
     if p.deepep_impl == "nvidia" and p.network == "efa" and p.num_nodes > 1:
-        yield Violation("", {"deepep_impl": "nvidia", "network": "efa", "num_nodes": p.num_nodes},
-                        "NVIDIA DeepEP cannot run internode over EFA (it needs NVSHMEM over InfiniBand)",
-                        "set deepep_impl = \"uccl\" on EFA systems")
+        yield _v({"deepep_impl": "nvidia", "network": "efa", "num_nodes": p.num_nodes},
+                 "NVIDIA DeepEP cannot run internode over EFA (it needs NVSHMEM over InfiniBand)",
+                 "set deepep_impl = \"uccl\" on EFA systems")
     if p.deepep_impl == "uccl" and p.network != "efa" and p.num_nodes > 1:
-        yield Violation("", {"deepep_impl": "uccl", "network": p.network, "num_nodes": p.num_nodes},
-                        "UCCL-EP is built for EFA; this system's network is not EFA",
-                        "set deepep_impl = \"nvidia\", or run on a system whose network is EFA")
+        yield _v({"deepep_impl": "uccl", "network": p.network, "num_nodes": p.num_nodes},
+                 "UCCL-EP is built for EFA; this system's network is not EFA",
+                 "set deepep_impl = \"nvidia\", or run on a system whose network is EFA")
+
+
+@rule("hybridep-uccl")
+def _hybridep_uccl(p: TrainingPlan) -> Iterator[Violation]:
+    """megatron/core/transformer/moe/fused_a2a.py L268-L273 imports ``HybridEPBuffer`` from ``deep_ep``; UCCL's
+    ``deep_ep`` shadow module has no HybridEPBuffer, so in a UCCL image HAVE_HYBRIDEP is False and
+    token_dispatcher.py L996-L1000 raises ImportError at the first MoE layer."""
+    if p.dispatcher == "hybridep" and p.deepep_impl == "uccl":
+        yield _v({"dispatcher": "hybridep", "deepep_impl": "uccl"},
+                 "HybridEP is not available when UCCL's deep_ep shadows NVIDIA's (no HybridEPBuffer)",
+                 "set deepep_impl = \"nvidia\" for hybridep points (NVIDIA DeepEP's hybrid-ep build)")
+
+
+def hybridep_ranks_per_domain(p: TrainingPlan) -> int:
+    """deep_ep/hybrid_ep_buffer.py (DeepEP hybrid-ep): ``min(NVLINK_DOMAIN_SIZE // rank_stride, group_size)``.
+    The flex group is the expert tp x ep group, consecutive ranks in the tp-cp-ep-dp-pp order (stride 1); the
+    NVLink domain is the GPU type's (8 on HGX, 72 on NVL72) bounded by the job."""
+    domain = min(p.gpu.nvlink_domain, p.world_size)
+    return max(1, min(domain, p.etp * p.ep))
+
+
+@rule("hybridep-nvlink-domain")
+def _hybridep_nvlink_domain(p: TrainingPlan) -> Iterator[Violation]:
+    """deep_ep/hybrid_ep_buffer.py (DeepEP hybrid-ep, HybridEpBuffer.__init__): the group size must be divisible
+    by the ranks per NVLink domain ('The number of ranks should be divisible by the number of ranks per node')."""
+    if p.dispatcher != "hybridep":
+        return
+    group = p.etp * p.ep
+    per_domain = hybridep_ranks_per_domain(p)
+    if group > 1 and group % per_domain:
+        yield _v({"dispatcher": "hybridep", "ep": p.ep, "etp": p.etp, "gpu": p.gpu.name,
+                  "nvlink_domain": p.gpu.nvlink_domain},
+                 f"the HybridEP group of {group} ranks does not split into NVLink domains of {per_domain} ranks",
+                 f"use an etp*ep that is a multiple of {per_domain} (or at most {per_domain})")
+
+
+@rule("shared-expert-overlap")
+def _shared_expert_overlap(p: TrainingPlan) -> Iterator[Violation]:
+    """*Differential.* megatron/core/transformer/transformer_config.py L1090-L1095: moe_shared_expert_overlap
+    only works with the alltoall dispatcher (Bridge's apply_flex_dispatcher_backend turns it off for flex)."""
+    if p.shared_expert_overlap and p.dispatcher != "alltoall":
+        yield _v({"moe_shared_expert_overlap": True, "dispatcher": p.dispatcher},
+                 "the shared-expert overlap only works with the alltoall dispatcher",
+                 "set moe_shared_expert_overlap = false for deepep/hybridep")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# CPU offloading, CUDA graphs, recompute, FSDP, precision
+# --------------------------------------------------------------------------------------------------------------
+
+
+@rule("cpu-offloading")
+def _cpu_offloading(p: TrainingPlan) -> Iterator[Violation]:
+    """*Differential.* megatron/core/transformer/transformer_config.py L1137-L1152 (layers < num_layers, no PP,
+    no activation recompute) and L1722-L1723 (no CUDA graphs); CloudAI constraints 10 and 12."""
+    if not p.cpu_offloading:
+        return
+    n = p.cpu_offloading_num_layers
+    if n >= p.model.num_layers:
+        yield _v({"cpu_offloading_num_layers": n, "num_layers": p.model.num_layers},
+                 f"CPU offloading can only cover fewer than {p.model.num_layers} layers",
+                 f"use cpu_offloading_num_layers < {p.model.num_layers}")
+    if p.pp > 1:
+        yield _v({"cpu_offloading_num_layers": n, "pp": p.pp}, "CPU offloading does not support pipeline parallelism",
+                 "use pp = 1 or cpu_offloading_num_layers = 0")
+    if p.recompute != "none":
+        yield _v({"cpu_offloading_num_layers": n, "recompute": p.recompute},
+                 "CPU offloading does not work with activation recompute", "use recompute = \"none\"")
+    if p.cuda_graph_impl != "none":
+        yield _v({"cpu_offloading_num_layers": n, "cuda_graph_impl": p.cuda_graph_impl},
+                 "CUDA graphs are not supported with CPU offloading", "use cuda_graph_impl = \"none\"")
+
+
+def graph_scope(p: TrainingPlan) -> list[str]:
+    """The CUDA-graph scope Megatron ends up with: the local implementation adds moe_router and moe_preprocess
+    together (transformer_config.py L1725-L1735)."""
+    scope = list(dict.fromkeys(p.cuda_graph_scope))
+    if p.cuda_graph_impl == "local" and {"moe_router", "moe_preprocess"} & set(scope):
+        scope += [s for s in ("moe_router", "moe_preprocess") if s not in scope]
+    return scope
+
+
+@rule("cuda-graph")
+def _cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
+    """*Differential.* megatron/core/transformer/transformer_config.py L1716-L1798 (CloudAI constraints 13-17 are
+    a subset): full_iteration only with the local implementation; not moe and moe_router together; moe_preprocess
+    needs moe_router; mlp only where dense layers exist; moe only for drop-and-pad MoE (these models are dropless);
+    full recompute only with a full_iteration graph; transformer_engine graphs cannot capture moe_router while the
+    whole MoE block is recomputed."""
+    if p.cuda_graph_impl == "none":
+        return
+    scope = graph_scope(p)
+    fields = {"cuda_graph_impl": p.cuda_graph_impl, "cuda_graph_scope": p.cuda_graph_scope}
+    if p.cuda_graph_impl == "transformer_engine" and "full_iteration" in scope:
+        yield _v(fields, "a full_iteration CUDA graph needs the local implementation",
+                 "set cuda_graph_impl = \"local\" for full_iteration")
+    if "moe" in scope and "moe_router" in scope:
+        yield _v(fields, "cuda_graph_scope cannot hold both moe and moe_router", "keep one of moe and moe_router")
+    if "moe_preprocess" in scope and "moe_router" not in scope:
+        yield _v(fields, "the moe_preprocess CUDA graph needs the moe_router graph", "add moe_router to the scope")
+    if "mlp" in scope and p.model.first_k_dense == 0:
+        yield _v({**fields, "model": p.model.name}, "the mlp CUDA graph needs dense layers, this model has none",
+                 "drop mlp from the scope")
+    if "moe" in scope:
+        yield _v({**fields, "model": p.model.name},
+                 "the moe CUDA graph needs drop-and-pad MoE (a capacity factor); these models are dropless",
+                 "capture moe_router (and moe_preprocess) instead of moe")
+    if p.recompute == "full" and scope != ["full_iteration"]:
+        yield _v({**fields, "recompute": "full"}, "full recompute only works with a full_iteration CUDA graph",
+                 "use recompute = \"selective\", or cuda_graph_impl = \"local\" with scope full_iteration")
+    if (p.recompute == "selective" and p.cuda_graph_impl == "transformer_engine"
+            and "moe" in p.recompute_modules and "moe_router" in scope):
+        yield _v({**fields, "recompute_modules": p.recompute_modules},
+                 "recomputing the MoE block cannot wrap a transformer_engine moe_router graph",
+                 "drop moe from recompute_modules or moe_router from the scope")
+
+
+@rule("recompute-modules")
+def _recompute_modules(p: TrainingPlan) -> Iterator[Violation]:
+    """*Differential* (the bf16 parts). megatron/core/transformer/transformer_config.py L1230-L1239: recomputing
+    shared_experts cannot be combined with moe_shared_expert_overlap; L1241-L1247: FP8 delayed scaling cannot
+    recompute moe_act or layernorm."""
+    if p.recompute != "selective":
+        return
+    mods = set(p.recompute_modules)
+    if "shared_experts" in mods and p.shared_expert_overlap:
+        yield _v({"recompute_modules": p.recompute_modules, "moe_shared_expert_overlap": True},
+                 "shared_experts recompute cannot run with the shared-expert overlap",
+                 "drop shared_experts from recompute_modules, or set moe_shared_expert_overlap = false (the payload "
+                 "turns it on for alltoall without a2a overlap)")
+    if p.precision == "fp8_delayed" and mods & {"moe_act", "layernorm"}:
+        yield _v({"recompute_modules": p.recompute_modules, "precision": p.precision},
+                 "FP8 delayed scaling cannot recompute moe_act or layernorm",
+                 "use fp8_tensorwise/fp8_blockwise/mxfp8, or drop moe_act and layernorm from recompute_modules")
+
+
+@rule("megatron-fsdp")
+def _megatron_fsdp(p: TrainingPlan) -> Iterator[Violation]:
+    """Megatron FSDP: Megatron-LM megatron/training/arguments.py L1186 (core_v0.16.1 tag) refuses Muon with it;
+    CloudAI constraints 5 and 6 (cloudai:megatron_bridge.py) refuse CUDA graphs and PP/CP/VP > 1 with FSDP."""
+    if not p.use_megatron_fsdp:
+        return
+    if p.optimizer == "muon":
+        yield _v({"use_megatron_fsdp": True, "optimizer": "muon"}, "Muon does not support Megatron FSDP",
+                 "use optimizer = \"adam\" or use_megatron_fsdp = false")
+    if p.cuda_graph_impl != "none":
+        yield _v({"use_megatron_fsdp": True, "cuda_graph_impl": p.cuda_graph_impl},
+                 "Megatron FSDP cannot run with CUDA graphs", "use cuda_graph_impl = \"none\"")
+    if p.pp > 1 or p.cp > 1 or (p.vp or 1) > 1:
+        yield _v({"use_megatron_fsdp": True, "pp": p.pp, "cp": p.cp, "vp": p.vp},
+                 "Megatron FSDP runs here with pp = cp = vp = 1 only", "use pp = 1, cp = 1, vp unset")
 
 
 @rule("fp8-recipe-gpu")
 def _fp8_recipe(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/fp8_utils.py / Transformer Engine: MXFP8 needs Blackwell; other FP8 recipes need Hopper+."""
+    """megatron/core/fp8_utils.py L565-L580 (core_v0.16.1) hands the recipe to Transformer Engine, whose
+    check_mxfp8_support / check_fp8_support (transformer_engine/pytorch/fp8.py) refuse MXFP8 below compute
+    capability 10.0 and FP8 below 8.9; the catalog lists each GPU's recipes."""
     if p.precision == "bf16":
         return
     recipe = p.precision.removeprefix("fp8_")
     if recipe not in p.gpu.fp8_recipes:
-        yield Violation("", {"precision": p.precision, "gpu": p.gpu.name},
-                        f"{p.precision} is not available on {p.gpu.name}",
-                        f"use one of bf16, {', '.join('fp8_' + r if r != 'mxfp8' else r for r in sorted(p.gpu.fp8_recipes))}")
+        allowed = ", ".join("fp8_" + r if r != "mxfp8" else r for r in sorted(p.gpu.fp8_recipes))
+        yield _v({"precision": p.precision, "gpu": p.gpu.name}, f"{p.precision} is not available on {p.gpu.name}",
+                 f"use one of bf16, {allowed}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# MoE Echo (seed 003)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@rule("echo-dispatcher")
+def _echo_dispatcher(p: TrainingPlan) -> Iterator[Violation]:
+    """Victarry/Megatron-MoE-Echo README (seed 003): '--moe-echo-expert-dispatcher-type hybridep # Only hybridep
+    support sync-free dispatch'; moe_layer.py raises for any other expert dispatcher type."""
+    if p.echo is not None and p.dispatcher != "hybridep":
+        yield _v({"echo": True, "dispatcher": p.dispatcher}, "MoE Echo needs the hybridep dispatcher",
+                 "set dispatcher = \"hybridep\" for Echo points")
+
+
+@rule("echo-experts")
+def _echo_experts(p: TrainingPlan) -> Iterator[Violation]:
+    """Victarry/Megatron-MoE-Echo megatron/core/transformer/transformer_config.py (moe_enable_echo block):
+    moe_num_echo_experts % expert_model_parallel_size == 0 (the routed experts must divide by EP too:
+    experts-per-ep)."""
+    if p.echo is not None and p.echo.num_echo_experts % p.ep:
+        yield _v({"num_echo_experts": p.echo.num_echo_experts, "ep": p.ep},
+                 f"{p.echo.num_echo_experts} echo experts cannot be spread evenly over ep={p.ep}",
+                 f"use a num_echo_experts that is a multiple of {p.ep}")
+
+
+@rule("echo-grouped-gemm")
+def _echo_grouped_gemm(p: TrainingPlan) -> Iterator[Violation]:
+    """Seed 003: '--moe-use-device-initiated-grouped-gemm # only available for Blackwell GPUs MXFP8 GEMM' (the
+    CUTLASS device-initiated kernel is built for sm_100a and runs MXFP8 only)."""
+    if p.echo is None or not p.echo.device_initiated_grouped_gemm:
+        return
+    if not p.gpu.is_blackwell or p.precision != "mxfp8":
+        yield _v({"device_initiated_grouped_gemm": True, "gpu": p.gpu.name, "precision": p.precision},
+                 "the device-initiated grouped GEMM needs a Blackwell GPU and mxfp8",
+                 "use precision = \"mxfp8\" on B200/B300/GB200/GB300, or device_initiated_grouped_gemm = false")
+
+
+@rule("echo-cuda-graph")
+def _echo_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
+    """Seed 003: a full_iteration CUDA graph needs the sync-free path, which only exists with
+    '--moe-received-token-capacity' set ('if not set, sync-version will be used': device-to-host copies that a
+    graph cannot capture). The overlap side of 'full-iteration graph vs a2a overlap' is a2a-overlap-cuda-graph."""
+    if p.echo is not None and "full_iteration" in p.cuda_graph_scope and p.echo.received_token_capacity is None:
+        yield _v({"echo": True, "cuda_graph_scope": p.cuda_graph_scope, "received_token_capacity": None},
+                 "a full_iteration CUDA graph with Echo needs the sync-free dispatch",
+                 "set echo.received_token_capacity (e.g. 2.0)")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------------------------------------------
+
+
+@rule("memory")
+def _memory(p: TrainingPlan) -> Iterator[Violation]:
+    """plan/memory.py estimate_memory: weights + gradients + optimizer state + in-flight activations + dispatcher
+    buffers + runtime on the busiest pipeline rank must fit the GPU. Skipped where the parallel layout itself is
+    invalid (other rules report that)."""
+    if not (p.dp and p.expert_dp and p.experts_per_rank):
+        return
+    est = estimate_memory(p)
+    if not est.fits:
+        yield _v({"model": p.model.name, "gpu": p.gpu.name, "tp": p.tp, "pp": p.pp, "vp": p.vp, "ep": p.ep,
+                  "mbs": p.mbs, "recompute": p.recompute, "optimizer": p.optimizer},
+                 f"estimated peak memory does not fit: {est.summary()}",
+                 "lower mbs, recompute (selective moe_act/mla_up_proj, or full), raise pp or ep, or use the "
+                 "distributed optimizer")

@@ -74,5 +74,7 @@ def container_image(url: str | None, cache: dict[str, DockerImage]) -> DockerIma
 def run_status(output_path: Path) -> JobStatusResult:
     logs = output_path / "logs"
     if not logs.is_dir() or not any(logs.iterdir()):
-        return JobStatusResult(is_successful=False, error_message=f"no rank logs in {logs}: the job has not run (dry-run) or did not start")
+        return JobStatusResult(
+            is_successful=False, error_message=f"no rank logs in {logs}: the job has not run (dry-run) or did not start"
+        )
     return JobStatusResult(is_successful=True)

@@ -9,6 +9,7 @@ from ...launch.payload import payload_argv
 from ...launch.slurm import SrunStep
 from ...launch.training import network_env, training_config
 from ...plan import TrainingPlan
+from ...plan.memory import estimate_memory
 from ...rules import Violation
 from ..slurm_base import MBridgeSlurmStrategy
 from .test_definition import MBridgeTrainingTestDefinition
@@ -41,8 +42,10 @@ class MBridgeTrainingSlurmCommandGenStrategy(MBridgeSlurmStrategy):
     def payload_config(self) -> dict[str, Any]:
         a = self.tdef.cmd_args
         plan = self.plan()
+        estimate = estimate_memory(plan)
         return training_config(
             plan,
+            memory_estimate_bytes={**estimate.terms(), "total": estimate.total, "capacity": estimate.capacity},
             engine=a.engine,
             data=a.data,
             hf_model_id=a.hf_model_id or plan.model.hf_id,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...plan import EchoOptions, TrainingPlan
+from ...plan.memory import estimate_memory
 from ...rules import TRAINING_RULES, Violation
 from ..common import (
     container_image,
@@ -201,6 +202,7 @@ class MBridgeTrainingTestDefinition(TestDefinition):
 
     def constraint_check(self, tr: TestRun, system: System | None) -> bool:
         found = self.violations(tr, system)
+        logging.info("%s: memory estimate per GPU: %s", tr.name, estimate_memory(self.plan(tr, system)).summary())
         for v in found:
             logging.error("%s: rejected: %s", tr.name, v)
         return not found

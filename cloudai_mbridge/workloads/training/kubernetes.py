@@ -1,0 +1,78 @@
+"""Kubernetes job for MBridgeTraining: optional HF->Megatron conversion Job, then torchrun in one pod per node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+from ...launch.kubernetes import CONFIG_PATH, K8sConfigError, PodStep
+from ...launch.payload import payload_argv
+from ...launch.training import network_env, training_config
+from ...plan import TrainingPlan
+from ...rules import Violation
+from ..k8s_base import MBridgeKubernetesStrategy
+from .test_definition import MBridgeTrainingTestDefinition
+
+
+class MBridgeTrainingKubernetesJsonGenStrategy(MBridgeKubernetesStrategy):
+    entry = "train"
+
+    @property
+    def tdef(self) -> MBridgeTrainingTestDefinition:
+        return cast(MBridgeTrainingTestDefinition, self.test_run.test)
+
+    def plan(self) -> TrainingPlan:
+        return self.tdef.plan(self.test_run, self.system)
+
+    def check(self) -> list[Violation]:
+        return self.tdef.violations(self.test_run, self.system)
+
+    def gpus_per_node(self) -> int:
+        return self.plan().gpus_per_node
+
+    def network(self) -> str:
+        return self.plan().network
+
+    def base_env(self) -> dict[str, str]:
+        return network_env(self.plan())
+
+    def payload_config(self, output_dir: str) -> dict[str, Any]:
+        a = self.tdef.cmd_args
+        plan = self.plan()
+        return training_config(
+            plan,
+            engine=a.engine,
+            data=a.data,
+            hf_model_id=a.hf_model_id or plan.model.hf_id,
+            checkpoint_dir=a.checkpoint_dir,
+            seed=a.seed,
+            log_interval=a.log_interval,
+            output_dir=output_dir,
+        )
+
+    def _converts(self) -> bool:
+        a = self.tdef.cmd_args
+        return a.task == "sft" and a.convert_checkpoint
+
+    def shared_paths(self) -> dict[str, str]:
+        a = self.tdef.cmd_args
+        return {"cmd_args.checkpoint_dir": a.checkpoint_dir} if self._converts() and a.checkpoint_dir else {}
+
+    def cluster_paths(self) -> dict[str, str]:
+        a = self.tdef.cmd_args
+        paths = {"cmd_args.checkpoint_dir": a.checkpoint_dir, "cmd_args.data": None if a.data == "mock" else a.data}
+        return {k: v for k, v in paths.items() if v}
+
+    def pre_steps(self) -> list[PodStep]:
+        if not self._converts():
+            return []
+        if not self.tdef.cmd_args.checkpoint_dir:
+            raise K8sConfigError(
+                "cmd_args.checkpoint_dir",
+                None,
+                "convert_checkpoint = true needs the folder the Megatron checkpoint is written to once and reused",
+                "set cmd_args.checkpoint_dir to an absolute path on a volume in CLOUDAI_MBRIDGE_K8S_MOUNTS",
+            )
+        # payload/convert.py skips by itself when the checkpoint is already complete.
+        argv = payload_argv(self.python(), "convert", Path(CONFIG_PATH))
+        return [PodStep("convert", argv, torchrun=False, wait=True)]

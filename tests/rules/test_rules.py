@@ -1,0 +1,153 @@
+"""Every training rule: one sweep point that violates it, one that just passes (and passes every other rule)."""
+
+from __future__ import annotations
+
+import pytest
+from rules_support import seed_plan, small_plan
+
+from cloudai_mbridge.plan import EchoOptions
+from cloudai_mbridge.rules import TRAINING_RULES
+
+OVERLAP = {"moe_a2a_overlap": True}
+GB200 = {"gpu": "gb200", "num_nodes": 64, "gpus_per_node": 4}
+
+# rule id -> (violating point, passing point); the passing one is as close to the violating one as we could make it.
+CASES = {
+    "node-shape": (seed_plan(gpus_per_node=16, num_nodes=16), seed_plan()),
+    "world-size-model-parallel": (seed_plan(num_nodes=31), seed_plan()),
+    "world-size-expert-parallel": (seed_plan(ep=64), seed_plan()),
+    "global-batch": (seed_plan(gbs=258), seed_plan()),
+    "experts-per-ep": (small_plan(ep=3, gpus_per_node=6, gbs=6), small_plan(ep=2, gpus_per_node=6, gbs=6)),
+    "heads-per-tp": (small_plan(tp=3, ep=2, gpus_per_node=6), small_plan(tp=2, ep=2, gpus_per_node=6, gbs=6)),
+    "sequence-parallel": (seed_plan(seq_length=4100), seed_plan(seq_length=4104)),
+    "context-parallel": (seed_plan(cp=2, seq_length=4098), seed_plan(cp=2)),
+    "distributed-optimizer-instances": (small_plan(ep=2, num_distributed_optimizer_instances=3),
+                                        small_plan(ep=2, num_distributed_optimizer_instances=2)),
+    "virtual-pipeline": (small_plan(vp=2), small_plan(vp=1)),
+    "pipeline-layout-table": (seed_plan(pp=2), seed_plan(pp=4, vp=2)),
+    "pipeline-layout": (seed_plan(pipeline_layout="Et*4|(t*4|)*14,ttL"),
+                        seed_plan(pipeline_layout="Et*4|(t*4|)*14,tL")),
+    "interleaved-microbatches": (seed_plan(gbs=48), seed_plan(gbs=64)),
+    "a2a-overlap": (seed_plan(**OVERLAP, mtp_num_layers=0), seed_plan(**OVERLAP)),
+    "a2a-overlap-cuda-graph": (seed_plan(**OVERLAP, cuda_graph_impl="local", cuda_graph_scope=("full_iteration",)),
+                               seed_plan(**OVERLAP, cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",))),
+    "delay-wgrad": (seed_plan(delay_wgrad_compute=True), seed_plan(**OVERLAP, delay_wgrad_compute=True)),
+    "dispatcher-gpu": (seed_plan(dispatcher="deepep", **GB200), seed_plan(dispatcher="deepep")),
+    "flex-dispatcher-ep": (small_plan(dispatcher="deepep", ep=1), small_plan(dispatcher="deepep", ep=8)),
+    "deepep-network": (seed_plan(dispatcher="deepep", deepep_impl="nvidia"), seed_plan(dispatcher="deepep")),
+    "hybridep-uccl": (seed_plan(dispatcher="hybridep"), seed_plan(dispatcher="hybridep", deepep_impl="nvidia")),
+    "hybridep-nvlink-domain": (seed_plan(dispatcher="hybridep", deepep_impl="nvidia", tp=1, pp=1, vp=None, ep=96,
+                                         **GB200),
+                               seed_plan(dispatcher="hybridep", deepep_impl="nvidia", **GB200)),
+    "shared-expert-overlap": (seed_plan(dispatcher="deepep", moe_shared_expert_overlap=True),
+                              seed_plan(dispatcher="deepep")),
+    "cpu-offloading": (small_plan(cpu_offloading_num_layers=1, recompute="full"),
+                       small_plan(cpu_offloading_num_layers=1)),
+    "cuda-graph": (small_plan(cuda_graph_impl="transformer_engine", cuda_graph_scope=("full_iteration",)),
+                   small_plan(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))),
+    "recompute-modules": (small_plan(recompute="selective", recompute_modules=("shared_experts",)),
+                          small_plan(recompute="selective", recompute_modules=("shared_experts",),
+                                     moe_shared_expert_overlap=False)),
+    "megatron-fsdp": (small_plan(use_megatron_fsdp=True, optimizer="muon"), small_plan(use_megatron_fsdp=True)),
+    "fp8-recipe-gpu": (small_plan(precision="mxfp8"), small_plan(precision="fp8_blockwise")),
+    "echo-dispatcher": (small_plan(echo=EchoOptions(8)), small_plan(echo=EchoOptions(8), dispatcher="hybridep")),
+    "echo-experts": (small_plan(echo=EchoOptions(6), dispatcher="hybridep"),
+                     small_plan(echo=EchoOptions(16), dispatcher="hybridep")),
+    "echo-grouped-gemm": (small_plan(echo=EchoOptions(8, device_initiated_grouped_gemm=True), dispatcher="hybridep",
+                                     precision="fp8_blockwise"),
+                          small_plan(echo=EchoOptions(8, device_initiated_grouped_gemm=True), dispatcher="hybridep",
+                                     precision="mxfp8", gpu="b300")),
+    "echo-cuda-graph": (small_plan(echo=EchoOptions(8), dispatcher="hybridep", cuda_graph_impl="local",
+                                   cuda_graph_scope=("full_iteration",)),
+                        small_plan(echo=EchoOptions(8, received_token_capacity=2.0), dispatcher="hybridep",
+                                   cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))),
+    "memory": (seed_plan(mbs=16, gbs=512), seed_plan(mbs=4, gbs=512)),
+}
+
+
+def test_every_rule_has_a_case() -> None:
+    assert set(CASES) == set(TRAINING_RULES.rules)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_violating_point_is_rejected_by_that_rule(rule_id: str) -> None:
+    bad, _ = CASES[rule_id]
+    found = TRAINING_RULES.check(bad)
+    mine = [v for v in found if v.rule == rule_id]
+    assert mine, f"{rule_id} did not fire; got {[str(v) for v in found]}"
+    for v in mine:
+        text = str(v)
+        assert text.startswith(f"[{rule_id}] ") and "Fix: " in text and v.fields and v.fix
+        for name, value in v.fields.items():
+            assert f"{name}={value!r}" in text
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_passing_point_passes_every_rule(rule_id: str) -> None:
+    _, good = CASES[rule_id]
+    assert [str(v) for v in TRAINING_RULES.check(good)] == []
+
+
+def test_gb200_deepep_names_the_allowlist() -> None:
+    (v,) = TRAINING_RULES.check(seed_plan(dispatcher="deepep", **GB200))
+    assert v.rule == "dispatcher-gpu"
+    assert "allowlist" in v.message and "NVIDIA GB200" in v.message and "fall back to alltoall" in v.message
+    assert v.fields == {"dispatcher": "deepep", "gpu": "gb200", "compute_capability": "10.0"}
+
+
+def test_mtp_zero_with_overlap_is_rejected_but_none_and_one_pass() -> None:
+    (v,) = TRAINING_RULES.check(seed_plan(**OVERLAP, mtp_num_layers=0))
+    assert v.rule == "a2a-overlap" and "MTP layernum only supports 1" in v.message
+    assert TRAINING_RULES.check(seed_plan(**OVERLAP)) == []  # Kimi-K2: None
+    assert TRAINING_RULES.check(seed_plan(model="deepseek_v3", **OVERLAP)) == []  # DSV3: 1
+    (v,) = TRAINING_RULES.check(seed_plan(model="deepseek_v3", **OVERLAP, mtp_num_layers=2))
+    assert v.fields["mtp_num_layers"] == 2
+
+
+def test_a2a_overlap_reports_each_reason() -> None:
+    bad = seed_plan(**OVERLAP, vp=None, recompute="full", moe_shared_expert_overlap=True)
+    messages = [v.message for v in TRAINING_RULES.check(bad) if v.rule == "a2a-overlap"]
+    assert any("virtual pipeline" in m for m in messages)
+    assert any("full activation recompute" in m for m in messages)
+    assert any("shared-expert overlap" in m for m in messages)
+    moe = seed_plan(**OVERLAP, recompute="selective", recompute_modules=("moe",))
+    assert [v.rule for v in TRAINING_RULES.check(moe)] == ["a2a-overlap"]
+    assert any(v.rule == "a2a-overlap" for v in TRAINING_RULES.check(seed_plan(**OVERLAP, ep=1)))
+    mtp_pp1 = small_plan(model="deepseek_v3_proxy", ep=8, **OVERLAP)
+    assert [v.message for v in TRAINING_RULES.check(mtp_pp1)] == ["a2a overlap with an MTP layer needs pipeline "
+                                                                  "parallelism"]
+
+
+def test_uccl_needs_efa_across_nodes() -> None:
+    bad = seed_plan(dispatcher="deepep", network="ib")
+    assert [v.rule for v in TRAINING_RULES.check(bad)] == ["deepep-network"]
+    assert TRAINING_RULES.check(small_plan(dispatcher="deepep", deepep_impl="uccl")) == []  # one node: NVLink only
+
+
+def test_cuda_graph_checks_follow_megatron() -> None:
+    def rules(**kw: object) -> list[str]:
+        return [v.message for v in TRAINING_RULES.check(small_plan(**kw)) if v.rule == "cuda-graph"]
+
+    assert rules(cuda_graph_impl="local", cuda_graph_scope=("moe_preprocess",)) == []  # local adds moe_router
+    assert rules(cuda_graph_impl="transformer_engine", cuda_graph_scope=("moe_preprocess",)) != []
+    assert rules(cuda_graph_impl="transformer_engine", cuda_graph_scope=("moe",)) != []  # dropless
+    assert rules(cuda_graph_impl="transformer_engine", cuda_graph_scope=("mlp",)) == []  # a dense first layer
+    assert rules(cuda_graph_impl="local", cuda_graph_scope=("attn",), recompute="full") != []
+    assert rules(cuda_graph_impl="transformer_engine", cuda_graph_scope=("moe_router",), recompute="selective",
+                 recompute_modules=("moe",)) != []
+
+
+def test_cpu_offloading_reports_pp_and_layer_count() -> None:
+    bad = seed_plan(cpu_offloading_num_layers=61)
+    messages = [v.message for v in TRAINING_RULES.check(bad) if v.rule == "cpu-offloading"]
+    assert len(messages) == 2 and any("fewer than 61" in m for m in messages)
+
+
+def test_deepep_allowlist_predicate_agrees_with_the_catalog() -> None:
+    from cloudai_mbridge.catalog import GPUS
+    from cloudai_mbridge.rules.training import cuda_device_name, deepep_allowed, hybridep_allowed
+
+    for gpu in GPUS.values():
+        assert deepep_allowed(gpu) == gpu.deepep, gpu.name
+        assert hybridep_allowed(gpu) == gpu.hybridep, gpu.name
+    assert cuda_device_name(GPUS["b300"]).startswith("NVIDIA B300")
