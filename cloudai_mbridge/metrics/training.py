@@ -1,0 +1,562 @@
+"""Training run logs -> per-iteration records, steady-state statistics, validity and failure.
+
+Line formats (from the sources, not from memory):
+
+- Megatron-LM ``training_log`` (``megatron/training/training.py``), printed by ``print_rank_last``::
+
+    [2026-06-04 08:41:07.123456] iteration        5/      24 | consumed samples:         1280 |
+    elapsed time per iteration (ms): 5793.1 | throughput per GPU (TFLOP/s/GPU): 178.6 | learning rate: 1.000000E-05 |
+    global batch size:   256 | lm loss: 1.189735E+01 | load_balancing_loss: 1.020033E+00 | loss scale: 1.0 |
+    grad norm: 3.214 | number of skipped iterations:   0 | number of nan iterations:   0 |
+
+  (one line). Losses are ``' {key}: {avg:.6E} |'`` and only printed when ``avg >= 0.0`` (``> 0.0`` in older
+  releases): a NaN loss is *not printed*, so a loss that disappears from an otherwise complete line is NaN
+  evidence. MoE aux losses come in the same form (``load_balancing_loss``, ``seq_load_balancing_loss``, ``z_loss``,
+  ``mtp_1 loss``; newer Megatron-LM formats its MoE tracker values as ``{v:.2f}``). ``grad norm`` is ``{:.3f}``, so
+  a non-finite one reads ``nan``/``inf``.
+- Megatron-Bridge ``training_log`` (``src/megatron/bridge/training/utils/train_utils.py``): the same fields with a
+  seconds-only timestamp, plus on rank 0 ``Step Time : 5.79s GPU utilization: 178.6MODEL_TFLOP/s/GPU``.
+- Memory: Megatron-LM ``[Rank 0] (after 2 iterations) memory (MB) | allocated: ... | max allocated: ... |
+  reserved: ... | max reserved: ...`` (MiB); Bridge ``[Rank 0] (after 2 iterations) memory (GB) |
+  mem-allocated-gigabytes: ... | mem-max-allocated-gigabytes: ...`` (10^9 bytes).
+
+The one rule that keeps numbers honest: a field's value is taken only when the ``|`` that closes it was written,
+so a line cut by a kill, or spliced with another rank's output, never yields a shortened number.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import signals
+from .layout import RunLayout, dp_rank0_ranks, load_layout
+from .scan import FileScan, LogLine, Marker, RunScan, scan_run
+from .stats import STALL_FACTOR, Stats, steady_state
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+DEFAULT_WARMUP = 4
+
+ITERATION = Marker("iteration", (b"elapsed time per iteration",))
+STEP_TIME = Marker("step_time", (b"Step Time",))
+MEMORY = Marker("memory", (b") memory (",))
+
+# The literal first: a pattern that starts with an optional timestamp is tried at every position of the line.
+_HEAD_RE = re.compile(r"\biteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|")
+_TIMESTAMP_BEFORE_RE = re.compile(r"\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?)\]\s*(?:==>\s*)?$")
+_INT_RE = re.compile(r"\d+")
+# A field counts only when the "|" that closes it was written; the text after the last "|" is never parsed.
+_FIELD_RE = re.compile(r"([^:|]+):([^|]*)\|")
+_STEP_RE = re.compile(
+    r"Step Time\s*:\s*(?P<t>\d+(?:\.\d+)?)\s*s\b.*?GPU utilization:\s*(?P<tf>\d+(?:\.\d+)?)\s*(?:MODEL_)?TFLOP/s/GPU"
+)
+_MEM_HEAD_RE = re.compile(r"\[Rank (?P<rank>\d+)\] \(after (?P<it>\d+) iterations\) memory \((?P<unit>MB|GB)\)")
+_MEM_FIELD_RE = re.compile(
+    r"\|\s*(?P<key>[^:|\[\]]+?):\s*(?P<value>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=\s*(?:\||\[Rank |$))"
+)
+
+_FLOAT_FIELDS = {
+    "elapsed time per iteration (ms)": "elapsed_ms",
+    "throughput per GPU (TFLOP/s/GPU)": "tflops_per_gpu",
+    "learning rate": "learning_rate",
+    "loss scale": "loss_scale",
+    "grad norm": "grad_norm",
+}
+_INT_FIELDS = {
+    "consumed samples": "consumed_samples",
+    "global batch size": "global_batch_size",
+    "number of skipped iterations": "skipped_iterations",
+    "number of nan iterations": "nan_iterations",
+}
+_MEM_KEYS = {
+    "allocated": "allocated",
+    "max allocated": "max_allocated",
+    "reserved": "reserved",
+    "max reserved": "max_reserved",
+    "mem-allocated-gigabytes": "allocated",
+    "mem-max-allocated-gigabytes": "max_allocated",
+    "mem-reserved-gigabytes": "reserved",
+    "mem-max-reserved-gigabytes": "max_reserved",
+}
+_MEM_UNIT_BYTES = {"MB": float(1 << 20), "GB": 1e9}
+
+STATUS_ORDER = (
+    "no_logs",
+    "failed",
+    "no_iterations",
+    "no_steady_state",
+    "missing_rank_log",
+    "truncated",
+    "incomplete",
+    "unreadable_log",
+    "missing_config",
+    "invalid_config",
+)
+
+
+# --- records ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IterationRecord:
+    """One ``iteration N/M | ...`` line; a field is None when the line did not carry a complete value for it."""
+
+    iteration: int
+    train_iters: int
+    elapsed_ms: float | None = None
+    tflops_per_gpu: float | None = None
+    lm_loss: float | None = None
+    grad_norm: float | None = None
+    learning_rate: float | None = None
+    loss_scale: float | None = None
+    global_batch_size: int | None = None
+    consumed_samples: int | None = None
+    skipped_iterations: int | None = None
+    nan_iterations: int | None = None
+    losses: Mapping[str, float] = field(default_factory=dict)
+    extras: Mapping[str, str] = field(default_factory=dict)
+    timestamp: str | None = None
+    complete: bool = True
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class StepTimeRecord:
+    step_time_s: float
+    tflops_per_gpu: float
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes, whatever the unit printed (Megatron-LM: MiB, Megatron-Bridge: 10^9)."""
+
+    rank: int
+    after_iterations: int
+    allocated_bytes: float | None = None
+    max_allocated_bytes: float | None = None
+    reserved_bytes: float | None = None
+    max_reserved_bytes: float | None = None
+    alloc_retries: int | None = None
+    unit: str = "MB"
+
+
+# --- line parsers ----------------------------------------------------------------------------------------------------
+def _number(text: str) -> float | None:
+    """A complete decimal number (nan/inf included) or None; float() alone would also take "1_0" and "١٢"."""
+    if "_" in text or not text.isascii():
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _integer(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.isdigit() and text.isascii() else None
+
+
+def parse_iteration_line(line: LogLine | str, source: str = "") -> list[IterationRecord]:
+    """Every iteration record in one line (several when ranks' output was spliced together)."""
+    if isinstance(line, str):
+        line = LogLine(offset=0, text=line)
+    text = line.text
+    heads = list(_HEAD_RE.finditer(text))
+    stamps = [_TIMESTAMP_BEFORE_RE.search(text, max(0, h.start() - 48), h.start()) for h in heads]
+    starts = [stamp.start() if stamp else head.start() for head, stamp in zip(heads, stamps, strict=True)]
+    records = []
+    for i, head in enumerate(heads):
+        end = starts[i + 1] if i + 1 < len(heads) else len(text)
+        segment = text[head.end() : end]
+        values: dict[str, Any] = {}
+        losses: dict[str, float] = {}
+        extras: dict[str, str] = {}
+        for key, raw in _FIELD_RE.findall(segment):
+            key = key.strip()
+            if key in _FLOAT_FIELDS:
+                values[_FLOAT_FIELDS[key]] = _number(raw)
+            elif key in _INT_FIELDS:
+                values[_INT_FIELDS[key]] = _integer(raw)
+            elif key == "lm loss":
+                values["lm_loss"] = _number(raw)
+            elif key.endswith("loss"):
+                number = _number(raw)
+                if number is not None:
+                    losses[key] = number
+            elif key:
+                extras[key] = raw.strip()
+        tail = segment[segment.rfind("|") + 1 :]
+        records.append(
+            IterationRecord(
+                iteration=int(head.group("it")),
+                train_iters=int(head.group("total")),
+                losses=losses,
+                extras=extras,
+                timestamp=stamps[i].group("ts") if stamps[i] else None,
+                complete=line.terminated and i + 1 == len(heads) and tail.strip() == "",
+                source=source,
+                **values,
+            )
+        )
+    return records
+
+
+def parse_step_time_line(text: str) -> list[StepTimeRecord]:
+    return [StepTimeRecord(float(m.group("t")), float(m.group("tf"))) for m in _STEP_RE.finditer(text)]
+
+
+def parse_memory_line(line: LogLine | str) -> list[MemoryReport]:
+    """Memory reports in one line; a line cut at the end of the file is skipped (its last value may be short)."""
+    if isinstance(line, str):
+        line = LogLine(offset=0, text=line)
+    if not line.terminated:
+        return []
+    text = line.text.rstrip()
+    heads = list(_MEM_HEAD_RE.finditer(text))
+    reports = []
+    for i, head in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        unit = head.group("unit")
+        scale = _MEM_UNIT_BYTES[unit]
+        values: dict[str, Any] = {}
+        for match in _MEM_FIELD_RE.finditer(text[head.end() : end]):
+            key = match.group("key").strip()
+            if key in _MEM_KEYS:
+                values[f"{_MEM_KEYS[key]}_bytes"] = float(match.group("value")) * scale
+            elif key in ("mem-alloc-retires", "mem-alloc-retries") and _INT_RE.fullmatch(match.group("value")):
+                values["alloc_retries"] = int(match.group("value"))
+        reports.append(
+            MemoryReport(rank=int(head.group("rank")), after_iterations=int(head.group("it")), unit=unit, **values)
+        )
+    return reports
+
+
+# --- the run ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainingRunMetrics:
+    """Everything one training run's logs say; ``status`` names the first thing that makes its numbers unusable.
+
+    ``status`` is one of ``ok`` or :data:`STATUS_ORDER`; ``problems`` lists every one found, in that order, plus
+    details (``duplicate_iterations``, ``missing_seq_length``, ``iterations_from_job_logs``, ...).
+    """
+
+    run_dir: Path
+    status: str
+    problems: tuple[str, ...]
+    config: Mapping[str, Any]
+    world_size: int | None
+    last_rank: int | None
+    missing_ranks: tuple[int, ...]
+    truncated_files: tuple[str, ...]
+    iteration_source: str | None
+    iterations: tuple[IterationRecord, ...]
+    step_times: tuple[StepTimeRecord, ...]
+    memory: tuple[MemoryReport, ...]
+    warmup: int
+    steady_iterations: tuple[int, ...]
+    stall_iterations: tuple[int, ...]
+    iteration_time_ms: Stats
+    tflops_per_gpu: Stats
+    tokens_per_s: Stats
+    step_time_s: Stats
+    step_tflops_per_gpu: Stats
+    validity: signals.ValiditySignals
+    failure: signals.FailureReport
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def loss_curve(self) -> dict[int, float]:
+        """iteration -> lm loss, for the iterations that printed one."""
+        return {r.iteration: r.lm_loss for r in self.iterations if r.lm_loss is not None}
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float | None:
+        if self.tokens_per_s.mean is None or not self.world_size:
+            return None
+        return self.tokens_per_s.mean / self.world_size
+
+    @property
+    def peak_allocated_bytes(self) -> float | None:
+        values = [m.max_allocated_bytes for m in self.memory if m.max_allocated_bytes is not None]
+        return max(values) if values else None
+
+    @property
+    def peak_reserved_bytes(self) -> float | None:
+        values = [m.max_reserved_bytes for m in self.memory if m.max_reserved_bytes is not None]
+        return max(values) if values else None
+
+    def summary(self) -> dict[str, Any]:
+        """One flat, JSON-friendly row."""
+        it, tf, tok = self.iteration_time_ms, self.tflops_per_gpu, self.tokens_per_s
+        dispatcher = self.validity.dispatcher
+        return {
+            "run_dir": str(self.run_dir),
+            "status": self.status,
+            "problems": ",".join(self.problems),
+            "failure": self.failure.primary,
+            "dispatcher": dispatcher.wanted,
+            "dispatcher_built": dispatcher.built,
+            "dispatcher_backend": dispatcher.backend,
+            "deep_ep_provider": dispatcher.deep_ep_provider,
+            "dispatcher_downgraded": dispatcher.downgraded,
+            "world_size": self.world_size,
+            "iterations": len(self.iterations),
+            "n_steady": it.n,
+            "iter_ms_mean": it.mean,
+            "iter_ms_median": it.median,
+            "iter_ms_p10": it.p10,
+            "iter_ms_p90": it.p90,
+            "stalls": it.n_stalls,
+            "tflops_per_gpu_mean": tf.mean,
+            "tokens_per_s_mean": tok.mean,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "step_time_s_mean": self.step_time_s.mean,
+            "peak_allocated_bytes": self.peak_allocated_bytes,
+            "efa_ranks": len(self.validity.efa_ranks),
+            "efa_on_all_ranks": self.validity.efa_on_all_ranks,
+            "uccl_proxy_ranks": len(self.validity.uccl_proxy_ranks),
+            "nan_iterations": len(self.validity.nan_iterations),
+            "skipped_iterations": self.validity.skipped_iterations,
+        }
+
+    def to_dataframe(self) -> pd.DataFrame:
+        from .frames import iterations_frame
+
+        return iterations_frame(self)
+
+
+def config_int(config: Mapping[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _rank_plan(rank: int, last: int | None, dp0: tuple[int, ...] | None, uccl_everywhere: bool) -> list[Marker]:
+    plan: list[Marker] = [*signals.FAILURE_MARKERS, signals.EFA, signals.SOCKET]
+    if uccl_everywhere or rank == 0:
+        plan += [signals.UCCL_PROXY, signals.UCCL_NIC]
+    if rank == 0:
+        plan += [STEP_TIME, signals.BRIDGE_SKIP]
+    if rank == last:
+        plan.append(ITERATION)
+    if rank in (0, last):
+        plan.append(signals.CONTRACT)
+    if dp0 is None or rank in dp0:
+        plan.append(MEMORY)
+    return plan
+
+
+JOB_PLAN = signals.job_log_markers(
+    (
+        *signals.FAILURE_MARKERS,
+        signals.EFA,
+        signals.SOCKET,
+        signals.UCCL_PROXY,
+        signals.UCCL_NIC,
+        signals.CONTRACT,
+        signals.BRIDGE_SKIP,
+        ITERATION,
+        STEP_TIME,
+        MEMORY,
+    )
+)
+
+
+def scan_training_run(layout: RunLayout, workers: int = 1) -> RunScan:
+    last = layout.last_rank
+    dp0 = dp_rank0_ranks(layout.config, layout.world_size)
+    requested = signals.config_str(layout.config, "dispatcher")
+    uccl_everywhere = requested in (None, "deepep")
+    return scan_run(layout, lambda rank: _rank_plan(rank, last, dp0, uccl_everywhere), JOB_PLAN, workers)
+
+
+def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[list[IterationRecord], str | None]:
+    last = run.layout.last_rank
+    candidates: list[tuple[str, list[LogLine]]] = []
+    if last is not None and last in run.ranks:
+        candidates.append((run.source(run.ranks[last]), list(run.ranks[last].lines(ITERATION.name))))
+    candidates.append(("job logs", run.labelled(ITERATION.name, (None, last))))
+    for source, lines in candidates:
+        records = [r for line in lines for r in parse_iteration_line(line, source)]
+        if records:
+            if source == "job logs":
+                problems.append("iterations_from_job_logs")
+            return records, source
+    return [], None
+
+
+def _dedupe(records: list[IterationRecord], problems: list[str]) -> list[IterationRecord]:
+    """Last occurrence wins (a restarted attempt re-logs its iterations), sorted by iteration."""
+    by_iteration: dict[int, IterationRecord] = {}
+    for record in records:
+        if record.iteration in by_iteration:
+            problems.append("duplicate_iterations")
+        by_iteration[record.iteration] = record
+    return [by_iteration[i] for i in sorted(by_iteration)]
+
+
+def warmup_count(iterations: Sequence[int], warmup: int) -> int:
+    """How many leading records overlap the first ``warmup`` iterations of the run.
+
+    A record logged at iteration ``i`` averages the ``step`` iterations since the previous log (``log_interval``;
+    taken from the first two records, 1 for a single record). The run starts at ``first - step + 1``, which also
+    holds for a run resumed from a checkpoint.
+    """
+    if not iterations or warmup <= 0:
+        return 0
+    step = iterations[1] - iterations[0] if len(iterations) > 1 else 1
+    start = iterations[0] - step + 1
+    return sum(1 for i in iterations if i - step + 1 < start + warmup)
+
+
+def _nan_evidence(records: Sequence[IterationRecord]) -> tuple[list[int], list[int], list[str]]:
+    nan_iters, bad_grad, details = [], [], []
+    loss_seen = False
+    for r in records:
+        reasons = []
+        if r.grad_norm is not None and not math.isfinite(r.grad_norm):
+            bad_grad.append(r.iteration)
+            reasons.append(f"grad norm {r.grad_norm}")
+        if r.lm_loss is not None and not math.isfinite(r.lm_loss):
+            reasons.append(f"lm loss {r.lm_loss}")
+        if r.nan_iterations:
+            reasons.append(f"number of nan iterations {r.nan_iterations}")
+        if r.lm_loss is None and loss_seen and r.complete:
+            reasons.append("lm loss not printed (training_log omits a NaN loss)")
+        loss_seen = loss_seen or r.lm_loss is not None
+        if reasons:
+            nan_iters.append(r.iteration)
+            details.append(f"iteration {r.iteration}: " + ", ".join(reasons))
+    return nan_iters, bad_grad, details
+
+
+def tokens_per_s(record: IterationRecord, gbs: int | None, seq: int | None) -> float | None:
+    """gbs x seq_length / iteration time; the line's own global batch size wins (batch-size ramp-up)."""
+    batch = record.global_batch_size or gbs
+    if batch is None or seq is None or record.elapsed_ms is None or record.elapsed_ms <= 0:
+        return None
+    return batch * seq / (record.elapsed_ms / 1000.0)
+
+
+def parse_training_run(
+    run_dir: Path | str, warmup: int = DEFAULT_WARMUP, stall_factor: float = STALL_FACTOR, workers: int = 1
+) -> TrainingRunMetrics:
+    """Parse one training run folder (see :mod:`.layout`); never raises on bad or missing logs."""
+    layout = load_layout(run_dir)
+    run = scan_training_run(layout, workers=workers)
+    config = layout.config
+    problems: list[str] = []
+    if not layout.rank_logs and not layout.job_logs:
+        problems.append("no_logs")
+    if layout.config_status != "ok":
+        problems.append("missing_config" if layout.config_status == "missing" else "invalid_config")
+
+    raw, source = _collect_iterations(run, problems)
+    records = _dedupe(raw, problems)
+    if not any(r.elapsed_ms is not None for r in records):
+        problems.append("no_iterations")
+
+    rank0 = run.ranks.get(0)
+    step_lines = list(rank0.lines(STEP_TIME.name)) if rank0 else run.labelled(STEP_TIME.name, (None, 0))
+    step_times = [s for line in step_lines for s in parse_step_time_line(line.text)]
+    memory_lines = [line for s in (*run.ranks.values(), *run.jobs) for line in s.lines(MEMORY.name)]
+    memory = sorted(
+        {(m.rank, m.after_iterations): m for line in memory_lines for m in parse_memory_line(line)}.values(),
+        key=lambda m: (m.rank, m.after_iterations),
+    )
+
+    contract_files = [run.ranks[r] for r in (0, layout.last_rank) if r in run.ranks]
+    contract_lines = [line for s in contract_files for line in s.lines(signals.CONTRACT.name)]
+    contract_lines += [line for job in run.jobs for line in job.lines(signals.CONTRACT.name)]
+    bridge_lines = list(rank0.lines(signals.BRIDGE_SKIP.name)) if rank0 else []
+    bridge_lines += run.labelled(signals.BRIDGE_SKIP.name, (None, 0))
+    dispatcher = signals.dispatcher_report(contract_lines, bridge_lines, signals.config_str(config, "dispatcher"))
+
+    nan_iters, bad_grad, nan_details = _nan_evidence(records)
+    skipped = sum(r.skipped_iterations or 0 for r in records)
+    files: list[tuple[int | None, FileScan]] = [*run.ranks.items(), *((None, j) for j in run.jobs)]
+    validity = signals.validity_signals(
+        files,
+        dispatcher,
+        world_size=layout.world_size,
+        nan_iterations=nan_iters,
+        nonfinite_grad_norm_iterations=bad_grad,
+        skipped_iterations=skipped,
+    )
+
+    named = [(run.source(s), r, s) for r, s in files]
+    findings = signals.failure_findings(named, extra_markers=(signals.CONTRACT.name,))
+    if nan_details:
+        findings.append(
+            signals.FailureFinding(
+                "nan", "; ".join(nan_details)[:300], source or "", layout.last_rank, count=len(nan_details)
+            )
+        )
+    if dispatcher.downgraded:
+        detail = "; ".join(dispatcher.bridge_warnings) or (
+            f"requested {dispatcher.wanted}, built {dispatcher.built} backend {dispatcher.backend}"
+        )
+        findings.append(signals.FailureFinding("dispatcher_downgrade", detail[:300], "rank 0 / last rank", 0))
+    last_iteration = records[-1] if records else None
+    complete = last_iteration is not None and last_iteration.iteration >= last_iteration.train_iters
+    failure = signals.failure_report(findings, complete=complete)
+    if failure.status == "failed":
+        problems.append("failed")
+    if records and not complete:
+        problems.append("incomplete")
+
+    if layout.missing_ranks:
+        problems.append("missing_rank_log")
+    truncated = tuple(run.source(s) for s in (*run.ranks.values(), *run.jobs) if s.truncated)
+    if truncated:
+        problems.append("truncated")
+    if any(s.status == "unreadable" for s in (*run.ranks.values(), *run.jobs)):
+        problems.append("unreadable_log")
+    if any(s.status == "empty" for s in run.ranks.values()):
+        problems.append("empty_rank_log")
+
+    n_warm = warmup_count([r.iteration for r in records], warmup)
+    steady = records[n_warm:]
+    iteration_time = steady_state([r.elapsed_ms for r in records], n_warm, stall_factor)
+    if iteration_time.n == 0 and "no_iterations" not in problems:
+        problems.append("no_steady_state")
+    timed = [r for r in steady if r.elapsed_ms is not None and math.isfinite(r.elapsed_ms)]
+    stalls = tuple(timed[p].iteration for p in iteration_time.stall_positions)
+    gbs, seq = config_int(config, "gbs"), config_int(config, "seq_length")
+    if records and seq is None:
+        problems.append("missing_seq_length")
+    step_warm = n_warm if records else warmup
+
+    # Without the last rank's log the iterations were never readable: that is the cause to report.
+    promote = ("missing_rank_log", "no_iterations") if layout.last_rank in layout.missing_ranks else None
+    status, problems_out = signals.order_problems(problems, STATUS_ORDER, promote)
+    return TrainingRunMetrics(
+        run_dir=layout.run_dir,
+        status=status,
+        problems=problems_out,
+        config=config,
+        world_size=layout.world_size,
+        last_rank=layout.last_rank,
+        missing_ranks=layout.missing_ranks,
+        truncated_files=truncated,
+        iteration_source=source,
+        iterations=tuple(records),
+        step_times=tuple(step_times),
+        memory=tuple(memory),
+        warmup=warmup,
+        steady_iterations=tuple(r.iteration for r in steady),
+        stall_iterations=stalls,
+        iteration_time_ms=iteration_time,
+        tflops_per_gpu=steady_state([r.tflops_per_gpu for r in records], n_warm, stall_factor),
+        tokens_per_s=steady_state([tokens_per_s(r, gbs, seq) for r in records], n_warm, stall_factor),
+        step_time_s=steady_state([s.step_time_s for s in step_times], step_warm, stall_factor),
+        step_tflops_per_gpu=steady_state([s.tflops_per_gpu for s in step_times], step_warm, stall_factor),
+        validity=validity,
+        failure=failure,
+    )
