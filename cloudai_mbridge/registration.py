@@ -16,9 +16,13 @@ def register() -> None:
         return
     require_cloudai()
     from cloudai.core import Registry
+    from cloudai.models.scenario import ReportConfig
     from cloudai.systems.slurm import SlurmSystem
 
+    from .reports.ab import ABReportConfig, MBridgeABReport
+    from .reports.refit_table import MBridgeRefitTable
     from .workloads.refit import MBridgeRefitSlurmCommandGenStrategy, MBridgeRefitTestDefinition
+    from .workloads.reporting import MBridgeRefitReport, MBridgeTrainingReport
     from .workloads.training import MBridgeTrainingSlurmCommandGenStrategy, MBridgeTrainingTestDefinition
 
     reg = Registry()
@@ -27,4 +31,8 @@ def register() -> None:
     reg.update_command_gen_strategy(SlurmSystem, MBridgeTrainingTestDefinition, MBridgeTrainingSlurmCommandGenStrategy)
     reg.update_test_definition(REFIT_TEMPLATE, MBridgeRefitTestDefinition)
     reg.update_command_gen_strategy(SlurmSystem, MBridgeRefitTestDefinition, MBridgeRefitSlurmCommandGenStrategy)
+    reg.update_report(MBridgeTrainingTestDefinition, {MBridgeTrainingReport})
+    reg.update_report(MBridgeRefitTestDefinition, {MBridgeRefitReport})
+    reg.update_scenario_report("mbridge_ab", MBridgeABReport, ABReportConfig(enable=True))
+    reg.update_scenario_report("mbridge_refit", MBridgeRefitTable, ReportConfig(enable=True))
     _done = True

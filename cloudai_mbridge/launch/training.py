@@ -22,6 +22,7 @@ def training_config(plan: TrainingPlan, **job: Any) -> dict[str, Any]:
         "task": plan.task,
         "num_nodes": plan.num_nodes,
         "gpus_per_node": plan.gpus_per_node,
+        "network": plan.network,
         "world_size": plan.world_size,
         "rank_order": RANK_ORDER,
         "tp": plan.tp,

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-from cloudai.core import DockerImage, JobStatusResult, System
+from cloudai.core import DockerImage, System
 
 from ..catalog import get_gpu
 from ..rules import Violation
@@ -69,12 +68,3 @@ def container_image(url: str | None, cache: dict[str, DockerImage]) -> DockerIma
     if url not in cache:
         cache[url] = DockerImage(url=url)
     return cache[url]
-
-
-def run_status(output_path: Path) -> JobStatusResult:
-    logs = output_path / "logs"
-    if not logs.is_dir() or not any(logs.iterdir()):
-        return JobStatusResult(
-            is_successful=False, error_message=f"no rank logs in {logs}: the job has not run (dry-run) or did not start"
-        )
-    return JobStatusResult(is_successful=True)

@@ -13,7 +13,8 @@ from ...catalog import MODELS, get_model
 from ...plan.refit import RefitPlan, refit_model
 from ...rules import Violation
 from ...rules.refit import REFIT_RULES
-from ..common import container_image, redact_secret_env, run_status, secret_env_violations, system_env
+from ..common import container_image, redact_secret_env, secret_env_violations, system_env
+from ..reporting import run_status
 
 PosInt = Annotated[int, Field(ge=1)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]

@@ -22,12 +22,12 @@ from ...rules import TRAINING_RULES, Violation
 from ..common import (
     container_image,
     redact_secret_env,
-    run_status,
     secret_env_violations,
     system_env,
     system_gpus_per_node,
     system_network,
 )
+from ..reporting import run_status
 
 PosInt = Annotated[int, Field(ge=1)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
