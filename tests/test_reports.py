@@ -111,9 +111,9 @@ def test_per_test_report_writes_csv_plot_and_metric(ab_results: tuple[Path, Path
 
 def test_refit_metric_is_withheld_when_verification_failed(tmp_path: Path) -> None:
     from cloudai.core import METRIC_ERROR
+    from helpers import slurm_strategy
 
     from cloudai_mbridge.workloads.reporting import MBridgeRefitReport
-    from helpers import slurm_strategy
 
     out = tmp_path / "run"
     strategy = slurm_strategy(CONF / "system" / "local_slurm.toml", CONF / "test" / "refit_cpu_smoke.toml", 2, out,
