@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     from cloudai.cli import cli as cloudai_cli
     from cloudai.cli.handlers import handle_verify_all_configs
 
+    from .launch.payload import ResultsExistError
     from .registration import register
     from .rules import PointRejectedError
 
@@ -71,6 +72,6 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
         group.main(args=_default_tests_dir(args), prog_name="cloudai-mbridge")
-    except PointRejectedError as exc:
+    except (PointRejectedError, ResultsExistError) as exc:
         logging.error("%s", exc)
         raise SystemExit(1) from None

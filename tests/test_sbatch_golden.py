@@ -60,3 +60,16 @@ def test_sft_conversion_step_is_skipped_when_the_checkpoint_exists(tmp_path: Pat
     assert convert < train
     assert "if [ -e /fsx/checkpoints/kimi-k2-base-mcore/latest_checkpointed_iteration.txt ]" in text
     assert "--nodes=1 --ntasks-per-node=1" in text[text.rindex("srun", 0, convert) : convert]
+
+
+def test_generation_never_overwrites_an_earlier_run(tmp_path: Path) -> None:
+    from cloudai_mbridge.launch.payload import ResultsExistError
+
+    out = tmp_path / "run"
+    args = (CONF / "system" / "slurm_b300_efa.toml", CONF / "test" / "kimi_k2_sft.toml", 32, out)
+    slurm_strategy(*args).gen_exec_command()
+    (out / "logs").mkdir()
+    (out / "logs" / "rank-0.log").write_text("precious result\n")
+    with pytest.raises(ResultsExistError, match="refusing to overwrite"):
+        slurm_strategy(*args).gen_exec_command()
+    assert (out / "logs" / "rank-0.log").read_text() == "precious result\n"

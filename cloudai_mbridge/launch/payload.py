@@ -25,6 +25,20 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+class ResultsExistError(FileExistsError):
+    """A run folder already holds a generated job or its results; nothing is overwritten."""
+
+
+def claim_run_dir(output_dir: Path) -> None:
+    """Refuse a folder that an earlier generation already used (CloudAI names results by the second, so two runs of
+    one scenario started within a second would share a folder)."""
+    if (output_dir / CONFIG_NAME).exists() or (output_dir / "logs").exists():
+        raise ResultsExistError(
+            f"{output_dir} already holds a generated job or its results; refusing to overwrite them. "
+            "Fix: start the run again (a new timestamped folder) or pass another --output-dir."
+        )
+
+
 def stage_payload(output_dir: Path) -> Path:
     """Copy payload/*.py into <output_dir>/mbridge_payload (replaced whole, never half-written)."""
     dest = output_dir / PAYLOAD_PACKAGE

@@ -12,7 +12,7 @@ from typing import Any
 
 from cloudai.systems.slurm import SlurmCommandGenStrategy
 
-from ..launch.payload import payload_argv, stage_payload, write_config
+from ..launch.payload import claim_run_dir, payload_argv, stage_payload, write_config
 from ..launch.slurm import SbatchSpec, SrunStep, render_sbatch, srun_line
 from ..rules import PointRejectedError, Violation
 
@@ -97,6 +97,7 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
             raise PointRejectedError(self.test_run.name, problems)
         out = self.test_run.output_path.absolute()
         out.mkdir(parents=True, exist_ok=True)
+        claim_run_dir(out)
         script = render_sbatch(self.sbatch_spec())
         stage_payload(out)
         write_config(out, self.payload_config())
