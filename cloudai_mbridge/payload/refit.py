@@ -1,0 +1,396 @@
+"""Refit payload: reshard a real Megatron-Core GPT MoE model between two layouts, time it, prove it bit-exact.
+
+Run:  python3 -m mbridge_payload.refit --config cfg.json      (in jobs; the package is copied as mbridge_payload)
+      python3 -m cloudai_mbridge.payload.refit --config cfg.json
+Rank, world size and master come from torchrun or Slurm variables (dist_env.resolve()).
+
+Config (JSON; every field can also be given as a flag, which overrides the file: model fields as --hidden-size,
+sides as --src-tp / --dst-ep, the rest as --mode, --transport, --timeout-s ...):
+  {"model": {"name": str, "num_layers": int, "hidden_size": int, "ffn_hidden_size": int,
+             "moe_ffn_hidden_size": int, "num_attention_heads": int, "num_query_groups": int|null,
+             "num_experts": int, "moe_router_topk": int, "moe_shared_expert_intermediate_size": int|null,
+             "vocab_size": int, "seq_length": int},
+   "src": {"tp": 1, "pp": 1, "ep": 1, "etp": 1}, "dst": {...same},
+   "mode": "collocated"|"non-collocated", "transport": "gloo"|"nccl"|"nvshmem",
+   "warmup": int>=1, "iterations": int>=1, "seed": int, "verify": true, "timeout_s": int, "device": "cpu"|"cuda"}
+Optional keys (defaults in brackets):
+  src/dst "etp" [= tp, Megatron's default], src/dst "world" [see layout], "dtype": "bf16"|"fp16"|"fp32" [bf16],
+  "verify_gather_max_bytes" [1 GiB], "dump_shards": dir [none; each rank writes rank<r>.pt with its shards],
+  "_corrupt_after_refit" [false; testing], "_no_adapter" [false; testing: unpatched megatron-core].
+  "seed" only seeds Megatron's CUDA RNG tracker (GPU builds need one; nothing random is drawn): the weights come
+  from crc32(global parameter name), so every run of a model moves and checks the same values.
+
+Layout (ranks and DP):
+  collocated:     both sides span all WORLD_SIZE ranks, dp = WORLD_SIZE / (tp*pp) per side.
+  non-collocated: ranks [0, S) hold the source, [S, S+D) the destination, WORLD_SIZE must be S + D. Per side the
+                  world defaults to pp * lcm(tp, etp*ep), i.e. the smallest valid dp = lcm(tp, etp*ep) / tp (with
+                  etp = tp that is tp*ep*pp ranks, as in Megatron-LM's benchmark_refit); give "world" to use more.
+  Each side: dense grid [tp, cp=1, dp, pp], expert grid [etp, ep, edp, pp] with edp = tp*dp / (etp*ep).
+  The vocabulary is padded to a multiple of 128 * lcm(src.tp, dst.tp) so both sides agree on its size.
+
+Model: Megatron-Core GPTModel, local (non-TE) spec, every layer MoE with SequentialMLP experts, GQA attention
+(no MLA: refit treats every parameter alike, see refit_models), RoPE, RMSNorm, SwiGLU, untied embeddings.
+
+Refit: `megatron.core.resharding.swap_model_weights(src, dst, refit_method=transport)`; `warmup` untimed calls
+(the first builds the plan), then `iterations` timed calls. Before every call every destination parameter is set
+to NaN. time_ms = the slowest rank's wall time from a common barrier to the return of swap_model_weights (CUDA
+synchronised). After every timed call no destination element may be NaN; after the last one the weights are
+verified bit-exactly without trusting the planner (refit_verify). megatron-core bugs and CPU blockers are handled
+by refit_adapter (documented there); layouts the adapter cannot fix are refused with a message.
+
+Output (stdout, rank 0, flushed):
+  REFIT_CONFIG {json}                          resolved config, layouts, versions, world size (first line)
+  then, only when verification passed, one line per timed iteration:
+  REFIT_ITER iter=<i> time_ms=<float>
+  REFIT_STATS bytes_remote=<int> bytes_local=<int> send_ops=<int> recv_ops=<int>
+      counted from the cached reshard plan, summed over ranks; bytes on the receiving side (a "local" op is a
+      copy within one rank); -1 when this megatron-core keeps the plan where we cannot find it
+  REFIT_VERIFY status=<pass|fail|skipped> params=<n_checked> mismatched=<n> detail=<text without spaces>
+      params = global destination parameters checked; "skipped" when "verify" is false (then only the NaN check
+      after every timed refit runs, and it still fails the run)
+  Mean refit time: <x> ms / Min refit time:  <x> ms / Max refit time:  <x> ms / Median refit time: <x> ms
+  Effective bandwidth: <x> GB/s                (bytes_remote + bytes_local) / median time, GB = 1e9 bytes
+  REFIT_RESULT {json}                          all of the above, plus config, layouts, versions, device, world
+      size, "adapter" (installed | not-needed | disabled), "model_bytes" (one full model copy), "held_bytes"
+      ({"src","dst"}: parameter bytes summed over ranks; the plan writes every destination byte once, so
+      bytes_remote + bytes_local == held_bytes.dst), "refit_time_ms" {mean,min,max,median,all}, "bandwidth_gbps",
+      and verify.logits: on CUDA, collocated, pp=1 both sides, the largest |src-dst| logit over the largest |src|
+      logit for the same tokens ("measured", reported only: layouts reduce in different orders, so this is a
+      sanity figure; the weights themselves are compared bit-exactly). Elsewhere "skipped" with the reason (on CPU
+      the MoE router moves its weights to CUDA in forward).
+  On verification failure: REFIT_STATS, REFIT_VERIFY status=fail and REFIT_RESULT with "refit_time_ms": null and
+  "bandwidth_gbps": null; no REFIT_ITER lines, no summary block; exit code 1.
+  Errors: `REFIT_ERROR phase=<phase> rank=<r> message=<json string>`; exit 2 for config/layout errors
+  and refused layouts, 3 for planning/refit errors, 4 when timeout_s (the whole run) expires.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import traceback
+from datetime import timedelta
+
+from . import dist_env
+from .refit_config import (
+    ConfigError,
+    RefitConfig,
+    SideLayout,
+    derive_layouts,
+    load,
+    needs_expert_adapter,
+    padded_vocab_size,
+)
+
+EXIT_VERIFY, EXIT_CONFIG, EXIT_REFIT, EXIT_TIMEOUT = 1, 2, 3, 4
+_state = {"phase": "start", "rank": 0}
+
+
+def _emit(line: str, *, all_ranks: bool = False) -> None:
+    if all_ranks or _state["rank"] == 0:
+        print(line, flush=True)
+
+
+def _error(message: str, code: int, *, all_ranks: bool = True) -> None:
+    """Report and leave at once: peers may be stuck in a collective that will never complete."""
+    text = f"REFIT_ERROR phase={_state['phase']} rank={_state['rank']} message={json.dumps(message)}"
+    _emit(text, all_ranks=all_ranks)
+    print(text, file=sys.stderr, flush=True)
+    os._exit(code)
+
+
+def _start_watchdog(timeout_s: int) -> threading.Timer:
+    """megatron-core 0.16 raises planning errors on rank 0 only; the others wait in a broadcast forever."""
+    timer = threading.Timer(timeout_s, lambda: _error(f"timed out after {timeout_s} s", EXIT_TIMEOUT))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _versions() -> dict[str, str]:
+    import torch
+    from megatron.core import package_info
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "megatron_core": package_info.__version__}
+
+
+def _sync(cfg: RefitConfig) -> None:
+    import torch
+
+    if cfg.device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _reduce(values: list[float], op: str, cfg: RefitConfig) -> list[float]:
+    import torch
+    import torch.distributed as dist
+
+    device = "cuda" if cfg.device == "cuda" else "cpu"
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return tensor.cpu().tolist()
+
+
+def _cached_plan(dst_model):
+    """The reshard plan swap_model_weights cached: on the target (0.16) or module-level (0.17+, one pair here)."""
+    from megatron.core.resharding import refit
+    from megatron.core.utils import unwrap_model
+
+    if dst_model is not None:
+        plan = getattr(unwrap_model(dst_model), "_cached_reshard_plan", None)
+        if plan is not None:
+            return plan
+    cache = getattr(refit, "_plan_cache", None) or {}
+    return next(iter(cache.values())) if len(cache) == 1 else None
+
+
+def _plan_stats(cfg: RefitConfig, dst_model) -> dict[str, int]:
+    import torch.distributed as dist
+
+    plan = _cached_plan(dst_model)
+    found = 0.0 if plan is None else 1.0
+    remote = local = sends = recvs = 0
+    if plan is not None:
+        me = dist.get_rank()
+        params = dict(dst_model.named_parameters()) if dst_model is not None else {}
+        for op in plan.recv_ops:
+            param = params[op.param_name]
+            nbytes = param.data[op.my_slice].numel() * param.element_size()
+            if op.peer_rank == me:
+                local += nbytes
+            else:
+                remote += nbytes
+        sends, recvs = len(plan.send_ops), len(plan.recv_ops)
+    missing, *totals = _reduce([1.0 - found, remote, local, sends, recvs], "sum", cfg)
+    if missing:
+        return {"bytes_remote": -1, "bytes_local": -1, "send_ops": -1, "recv_ops": -1}
+    return dict(zip(("bytes_remote", "bytes_local", "send_ops", "recv_ops"), map(int, totals), strict=True))
+
+
+def _side_model(cfg: RefitConfig, side: SideLayout, pg_collection):
+    from .refit_adapter import accepts_absent_side
+    from .refit_models import absent_side, build_model
+
+    if pg_collection is not None:
+        return build_model(cfg, side, pg_collection), True
+    return (None if accepts_absent_side() else absent_side(cfg, side)), False
+
+
+def _install_adapter(cfg: RefitConfig, src: SideLayout, dst: SideLayout) -> str:
+    from .refit_adapter import install_local_expert_fix
+
+    if not needs_expert_adapter(src, dst):
+        return "not-needed"
+    if cfg._no_adapter:
+        return "disabled"
+    try:
+        return install_local_expert_fix()
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"layout src(tp={src.tp},ep={src.ep},etp={src.etp}) -> dst(tp={dst.tp},ep={dst.ep},etp={dst.etp}) has "
+            f"EP > 1 or ETP != TP, which megatron-core plans wrongly for local-spec experts, and {exc}; use ep=1 "
+            "and etp=tp on both sides, or a megatron-core whose planner names local experts globally"
+        ) from exc
+
+
+def _timed_refits(cfg: RefitConfig, src_model, dst_model, dst_shards) -> tuple[list[float], list[int]]:
+    import torch.distributed as dist
+    from megatron.core.resharding import swap_model_weights
+
+    from .refit_verify import any_nan, poison
+
+    def once() -> float:
+        poison(dst_shards)
+        _sync(cfg)
+        dist.barrier()
+        start = time.perf_counter()
+        swap_model_weights(src_model, dst_model, refit_method=cfg.transport)
+        _sync(cfg)
+        return time.perf_counter() - start
+
+    _state["phase"] = "plan"
+    for i in range(cfg.warmup):
+        once()
+        _state["phase"] = "warmup"
+        print(f"[refit] warm-up {i + 1}/{cfg.warmup} done", file=sys.stderr, flush=True)
+    _state["phase"] = "timed"
+    times_ms, nan_iters = [], []
+    for i in range(cfg.iterations):
+        elapsed = once()
+        slowest, nan_left = _reduce([elapsed, float(any_nan(dst_shards))], "max", cfg)
+        times_ms.append(slowest * 1e3)
+        if nan_left:
+            nan_iters.append(i)
+    return times_ms, nan_iters
+
+
+def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes) -> dict:
+    import torch.distributed as dist
+
+    from .refit_verify import gather_check, shard_mismatches
+
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, sorted({s.name for s in dst_shards}))
+    checked = len({n for names in everyone for n in names})
+    if not cfg.verify:
+        if nan_iters:
+            return {"status": "fail", "params": checked, "mismatched": 0,
+                    "detail": f"verify-disabled;nan-after-iter={','.join(map(str, nan_iters))}"}
+        return {"status": "skipped", "params": 0, "mismatched": 0, "detail": "verify-disabled;nan-each-iter"}
+    bad = shard_mismatches(dst_shards) + [f"src:{n}" for n in shard_mismatches(src_shards)]
+    dist.all_gather_object(everyone, bad)
+    bad_names = {n for names in everyone for n in names}
+    checks = ["nan-each-iter", "shard-ref"]
+    if model_bytes <= cfg.verify_gather_max_bytes:
+        bad_names.update(gather_check(src_shards + dst_shards))
+        checks.append("gather")
+    detail = "+".join(checks)
+    if nan_iters:
+        detail += f";nan-after-iter={','.join(map(str, nan_iters))}"
+    if bad_names:
+        detail += f";first={sorted(bad_names)[0]}"
+    status = "fail" if (bad_names or nan_iters) else "pass"
+    return {"status": status, "params": checked, "mismatched": len(bad_names), "detail": detail}
+
+
+def _logits_check(cfg, src, dst, src_model, src_pg, dst_model, dst_pg, verdict) -> dict:
+    """CUDA-only forward comparison (see refit_verify.logits_difference); reported, it does not gate the verdict."""
+    if verdict["status"] != "pass":
+        return {"status": "skipped", "reason": "weights-not-verified"}
+    if cfg.device != "cuda":
+        return {"status": "skipped", "reason": "cpu: the MoE router moves its weights to CUDA in forward"}
+    if cfg.mode != "collocated" or src.pp != 1 or dst.pp != 1:
+        return {"status": "skipped", "reason": "needs both models on every rank and pp=1 on both sides"}
+    from .refit_verify import logits_difference
+
+    ratio = logits_difference(src_model, src_pg, dst_model, dst_pg, padded_vocab_size(cfg), cfg.model.seq_length)
+    return {"status": "measured", "max_rel_diff": ratio}
+
+
+def _dump_shards(directory: str, rank: int, shards) -> None:
+    import torch
+
+    os.makedirs(directory, exist_ok=True)
+    payload = [{**s.geometry(), "tensor": s.param.data.detach().cpu().clone()} for s in shards]
+    torch.save(payload, os.path.join(directory, f"rank{rank}.pt"))
+
+
+def _report(cfg, header, times_ms, stats, verdict, model_bytes) -> None:
+    passed = verdict["status"] != "fail"
+    if passed:
+        for i, t in enumerate(times_ms):
+            _emit(f"REFIT_ITER iter={i} time_ms={t:.3f}")
+    _emit(" ".join(["REFIT_STATS", *(f"{k}={v}" for k, v in stats.items())]))
+    _emit(f"REFIT_VERIFY status={verdict['status']} params={verdict['params']} mismatched={verdict['mismatched']} "
+          f"detail={verdict['detail']}")
+    result = {**header, **stats, "verify": verdict, "model_bytes": model_bytes,
+              "refit_time_ms": None, "bandwidth_gbps": None}
+    if passed:
+        median = statistics.median(times_ms)
+        moved = stats["bytes_remote"] + stats["bytes_local"] if stats["bytes_remote"] >= 0 else None
+        bandwidth = moved / (median / 1e3) / 1e9 if moved is not None and median > 0 else None
+        summary = {"mean": statistics.fmean(times_ms), "min": min(times_ms), "max": max(times_ms), "median": median,
+                   "all": [round(t, 3) for t in times_ms]}
+        _emit(f"Mean refit time: {summary['mean']:.2f} ms")
+        _emit(f"Min refit time:  {summary['min']:.2f} ms")
+        _emit(f"Max refit time:  {summary['max']:.2f} ms")
+        _emit(f"Median refit time: {summary['median']:.2f} ms")
+        _emit(f"Effective bandwidth: {'n/a' if bandwidth is None else f'{bandwidth:.3f}'} GB/s")
+        result.update(refit_time_ms=summary, bandwidth_gbps=bandwidth)
+    _emit("REFIT_RESULT " + json.dumps(result, sort_keys=True))
+
+
+def run(cfg: RefitConfig, env: dist_env.DistEnv) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from .refit_groups import build_pg_collection
+    from .refit_verify import corrupt_one, describe, fill_reference, model_bytes
+
+    _state["phase"] = "layout"
+    src, dst = derive_layouts(cfg, env.world_size)
+    header = {"config": cfg.to_dict(), "layout": {"src": src.to_dict(), "dst": dst.to_dict()},
+              "padded_vocab_size": padded_vocab_size(cfg), "world_size": env.world_size, "device": cfg.device,
+              "mode": cfg.mode, "transport": cfg.transport, "versions": _versions()}
+    _emit("REFIT_CONFIG " + json.dumps(header, sort_keys=True))
+
+    _state["phase"] = "init"
+    if cfg.device == "cuda":
+        torch.cuda.set_device(env.local_rank)
+    dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo", rank=env.rank, world_size=env.world_size,
+                            timeout=timedelta(seconds=cfg.timeout_s))
+    header["adapter"] = _install_adapter(cfg, src, dst)
+    if cfg.device == "cpu":
+        from .refit_adapter import prepare_cpu_transport
+
+        prepare_cpu_transport(cfg.transport)
+
+    _state["phase"] = "build"
+    if cfg.device == "cuda":
+        from .refit_models import seed_cuda_rng_tracker
+
+        seed_cuda_rng_tracker(cfg.seed)
+    src_pg, dst_pg = build_pg_collection(src), build_pg_collection(dst)
+    src_model, has_src = _side_model(cfg, src, src_pg)
+    dst_model, has_dst = _side_model(cfg, dst, dst_pg)
+    experts = cfg.model.num_experts
+    src_shards = describe(src_model, "src", src_pg, experts) if has_src else []
+    dst_shards = describe(dst_model, "dst", dst_pg, experts) if has_dst else []
+    fill_reference(src_shards)
+    full_bytes = model_bytes(src_shards)
+    held = _reduce([sum(s.param.numel() * s.param.element_size() for s in shards)
+                    for shards in (src_shards, dst_shards)], "sum", cfg)
+    header["held_bytes"] = {"src": int(held[0]), "dst": int(held[1])}
+    if env.rank == 0:
+        print(f"[refit] models built: {full_bytes} bytes per full copy; adapter={header['adapter']}", file=sys.stderr,
+              flush=True)
+
+    times_ms, nan_iters = _timed_refits(cfg, src_model, dst_model, dst_shards)
+    _state["phase"] = "stats"
+    stats = _plan_stats(cfg, dst_model)
+
+    _state["phase"] = "verify"
+    if cfg._corrupt_after_refit and has_dst and env.rank == dst.ranks[-1]:
+        print(f"[refit] testing hook: corrupted {corrupt_one(dst_shards)}", file=sys.stderr, flush=True)
+    verdict = _verify(cfg, src_shards, dst_shards, nan_iters, full_bytes)
+    verdict["logits"] = _logits_check(cfg, src, dst, src_model, src_pg, dst_model, dst_pg, verdict)
+    if cfg.dump_shards:
+        _dump_shards(cfg.dump_shards, env.rank, src_shards + dst_shards)
+    _report(cfg, header, times_ms, stats, verdict, full_bytes)
+    dist.barrier()
+    dist.destroy_process_group()
+    return EXIT_VERIFY if verdict["status"] == "fail" else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        env = dist_env.resolve()
+    except ValueError as exc:
+        _error(str(exc), EXIT_CONFIG)
+    dist_env.export(env)
+    _state["rank"] = env.rank
+    _state["phase"] = "config"
+    try:
+        cfg = load(argv)
+        derive_layouts(cfg, env.world_size)
+    except (ConfigError, OSError, json.JSONDecodeError, TypeError) as exc:
+        _error(str(exc), EXIT_CONFIG, all_ranks=False)
+    timer = _start_watchdog(cfg.timeout_s)
+    try:
+        code = run(cfg, env)
+    except ConfigError as exc:
+        _error(str(exc), EXIT_CONFIG)
+    except Exception as exc:
+        traceback.print_exc()
+        _error(f"{type(exc).__name__}: {exc}", EXIT_REFIT)
+    timer.cancel()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

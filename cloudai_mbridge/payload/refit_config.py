@@ -1,0 +1,329 @@
+"""Refit payload configuration: the JSON schema, CLI overrides, validation and the rank layout of both sides.
+
+Pure stdlib on purpose: the CloudAI side, the tests and the payload can all import it without torch or megatron.
+The schema itself is documented in `refit.py` (the entry point), next to the output contract.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("collocated", "non-collocated")
+TRANSPORTS = ("gloo", "nccl", "nvshmem")
+DEVICES = ("cpu", "cuda")
+DTYPES = ("bf16", "fp16", "fp32")
+# Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times TP; both sides must end
+# up with the same padded size or the embedding cannot be resharded, so we pad with the LCM of both TP sizes.
+VOCAB_DIVISOR = 128
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the field, its value and the fix."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "moe-proxy"
+    num_layers: int = 2
+    hidden_size: int = 128
+    ffn_hidden_size: int = 256
+    moe_ffn_hidden_size: int = 64
+    num_attention_heads: int = 8
+    num_query_groups: int | None = None
+    num_experts: int = 8
+    moe_router_topk: int = 2
+    moe_shared_expert_intermediate_size: int | None = None
+    vocab_size: int = 1024
+    seq_length: int = 128
+
+
+@dataclass
+class ParallelConfig:
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    # None = Megatron's default: expert tensor parallel size equals tp.
+    etp: int | None = None
+    # Ranks this side occupies. Collocated: must be WORLD_SIZE when given. Non-collocated: defaults to the
+    # smallest valid size, pp * lcm(tp, etp * ep) (dp = lcm(tp, etp*ep) / tp).
+    world: int | None = None
+
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
+
+
+@dataclass
+class RefitConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    src: ParallelConfig = field(default_factory=ParallelConfig)
+    dst: ParallelConfig = field(default_factory=ParallelConfig)
+    # The generator tags every payload config with its workload (the metrics parsers read it back).
+    workload: str = "refit"
+    mode: str = "collocated"
+    transport: str = "gloo"
+    warmup: int = 1
+    iterations: int = 5
+    seed: int = 1234
+    verify: bool = True
+    timeout_s: int = 600
+    device: str = "cpu"
+    # Optional keys (defaults keep the lead's schema valid as is).
+    dtype: str = "bf16"
+    # Full-tensor gather check on rank 0 only while one full copy of the model is at most this many bytes;
+    # above it only the per-shard reference check runs (it scales: every rank checks its own shards).
+    verify_gather_max_bytes: int = 1 << 30
+    # Directory where every rank writes its source and destination shards (torch.save) for an outside check.
+    dump_shards: str | None = None
+    # Testing only: corrupt one destination element after the last refit (verification must fail).
+    _corrupt_after_refit: bool = False
+    # Testing only: run megatron-core unpatched (no local-expert adapter) to reproduce its planner bug.
+    _no_adapter: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class SideLayout:
+    """Where one side (source or destination) lives and how it is cut.
+
+    Dense ranks form the grid [tp, cp=1, dp, pp] and expert ranks the grid [etp, ep, edp, pp] over the same ranks
+    (EP is carved out of tp*dp, as in Megatron), both starting at `rank_offset`.
+    """
+
+    name: str
+    tp: int
+    pp: int
+    ep: int
+    etp: int
+    dp: int
+    rank_offset: int
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def edp(self) -> int:
+        return self.tp * self.dp // (self.etp * self.ep)
+
+    @property
+    def ranks(self) -> range:
+        return range(self.rank_offset, self.rank_offset + self.world)
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "tp": self.tp, "pp": self.pp, "ep": self.ep, "etp": self.etp, "dp": self.dp, "edp": self.edp,
+            "world": self.world, "first_rank": self.rank_offset,
+        }
+
+
+def _from_dict(cls, data: dict[str, Any], where: str):
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__} ({data!r})")
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known keys are {sorted(known)}")
+    kwargs = {}
+    for key, value in data.items():
+        if key in ("model", "src", "dst"):
+            sub = ModelConfig if key == "model" else ParallelConfig
+            kwargs[key] = _from_dict(sub, value, key)
+        else:
+            kwargs[key] = value
+    return cls(**kwargs)
+
+
+def from_dict(data: dict[str, Any]) -> RefitConfig:
+    return _from_dict(RefitConfig, data, "config")
+
+
+def to_json(cfg: RefitConfig) -> str:
+    return json.dumps(cfg.to_dict(), sort_keys=True)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.strip("_").replace("_", "-")
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """`--config file.json`, then one flag per field (model fields bare, sides as --src-tp / --dst-ep ...)."""
+    parser = argparse.ArgumentParser(
+        prog="refit", description="Megatron-Core refit (resharding) benchmark with bit-exact verification."
+    )
+    parser.add_argument("--config", help="JSON config (see the module docstring); flags below override it")
+    for f in dataclasses.fields(ModelConfig):
+        parser.add_argument(_flag(f.name), dest=f"model.{f.name}", default=None, help=f"model.{f.name}")
+    for side in ("src", "dst"):
+        for f in dataclasses.fields(ParallelConfig):
+            parser.add_argument(f"--{side}-{f.name}", dest=f"{side}.{f.name}", default=None, help=f"{side}.{f.name}")
+    for f in dataclasses.fields(RefitConfig):
+        if f.name in ("model", "src", "dst") or f.name.startswith("_"):
+            continue
+        parser.add_argument(_flag(f.name), dest=f.name, default=None, help=f.name)
+    return parser
+
+
+def _coerce(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+def load(argv: list[str] | None = None) -> RefitConfig:
+    args = build_arg_parser().parse_args(argv)
+    data: dict[str, Any] = {}
+    if args.config:
+        with open(args.config, encoding="utf-8") as fh:
+            data = json.load(fh)
+    for dest, value in vars(args).items():
+        if dest == "config" or value is None:
+            continue
+        target = data
+        *parents, leaf = dest.split(".")
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[leaf] = _coerce(value)
+    return from_dict(data)
+
+
+def _need_int(value: Any, where: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}={value!r}: must be an integer >= {minimum}")
+    return value
+
+
+def _need_choice(value: Any, where: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"{where}={value!r}: must be one of {list(choices)}")
+    return value
+
+
+def _divides(divisor: int, value: int, what: str, fix: str) -> None:
+    if value % divisor:
+        raise ConfigError(f"{what}: {value} is not divisible by {divisor}; {fix}")
+
+
+def padded_vocab_size(cfg: RefitConfig) -> int:
+    multiple = VOCAB_DIVISOR * math.lcm(cfg.src.tp, cfg.dst.tp)
+    return -(-cfg.model.vocab_size // multiple) * multiple
+
+
+def validate(cfg: RefitConfig) -> None:
+    """Checks that need no world size: types, choices and every divisibility Megatron would assert at build time."""
+    m = cfg.model
+    for name in ("num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_attention_heads",
+                 "num_experts", "moe_router_topk", "vocab_size", "seq_length"):
+        _need_int(getattr(m, name), f"model.{name}")
+    for name in ("num_query_groups", "moe_shared_expert_intermediate_size"):
+        if getattr(m, name) is not None:
+            _need_int(getattr(m, name), f"model.{name}")
+    _need_choice(cfg.workload, "workload", ("refit",))
+    _need_choice(cfg.mode, "mode", MODES)
+    _need_choice(cfg.transport, "transport", TRANSPORTS)
+    _need_choice(cfg.device, "device", DEVICES)
+    _need_choice(cfg.dtype, "dtype", DTYPES)
+    _need_int(cfg.warmup, "warmup", 1)
+    _need_int(cfg.iterations, "iterations", 1)
+    _need_int(cfg.seed, "seed", 0)
+    _need_int(cfg.timeout_s, "timeout_s", 1)
+    _need_int(cfg.verify_gather_max_bytes, "verify_gather_max_bytes", 0)
+    for name in ("verify", "_corrupt_after_refit", "_no_adapter"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ConfigError(f"{name}={getattr(cfg, name)!r}: must be true or false")
+    if cfg.device == "cpu" and cfg.transport != "gloo":
+        raise ConfigError(f"transport={cfg.transport!r} with device='cpu': only 'gloo' runs without GPUs; "
+                          "set transport to 'gloo' or device to 'cuda'")
+    if m.moe_router_topk > m.num_experts:
+        raise ConfigError(f"model.moe_router_topk={m.moe_router_topk} exceeds model.num_experts={m.num_experts}; "
+                          "lower moe_router_topk")
+    _divides(m.num_attention_heads, m.hidden_size, "model.hidden_size",
+             f"hidden_size must be a multiple of num_attention_heads={m.num_attention_heads}")
+    groups = m.num_query_groups or m.num_attention_heads
+    _divides(groups, m.num_attention_heads, "model.num_attention_heads",
+             f"num_attention_heads must be a multiple of num_query_groups={groups}")
+    for side_name in ("src", "dst"):
+        side: ParallelConfig = getattr(cfg, side_name)
+        for name in ("tp", "pp", "ep"):
+            _need_int(getattr(side, name), f"{side_name}.{name}")
+        if side.etp is not None:
+            _need_int(side.etp, f"{side_name}.etp")
+        if side.world is not None:
+            _need_int(side.world, f"{side_name}.world")
+        tp, etp = side.tp, side.expert_tp()
+        fix = f"change {side_name}.tp (or the model size)"
+        _divides(tp, m.num_attention_heads, f"model.num_attention_heads vs {side_name}.tp={tp}", fix)
+        _divides(tp, groups, f"model.num_query_groups ({groups}) vs {side_name}.tp={tp}", fix)
+        _divides(tp, m.ffn_hidden_size, f"model.ffn_hidden_size vs {side_name}.tp={tp}", fix)
+        if m.moe_shared_expert_intermediate_size:
+            _divides(tp, m.moe_shared_expert_intermediate_size,
+                     f"model.moe_shared_expert_intermediate_size vs {side_name}.tp={tp}", fix)
+        _divides(etp, m.moe_ffn_hidden_size, f"model.moe_ffn_hidden_size vs {side_name}.etp={etp}",
+                 f"change {side_name}.etp or model.moe_ffn_hidden_size")
+        _divides(side.ep, m.num_experts, f"model.num_experts vs {side_name}.ep={side.ep}",
+                 f"choose {side_name}.ep dividing num_experts={m.num_experts}")
+        _divides(side.pp, m.num_layers, f"model.num_layers vs {side_name}.pp={side.pp}",
+                 f"choose {side_name}.pp dividing num_layers={m.num_layers}")
+
+
+def _side_dp(cfg: RefitConfig, side_name: str, world_size: int) -> int:
+    side: ParallelConfig = getattr(cfg, side_name)
+    tp, pp, ep, etp = side.tp, side.pp, side.ep, side.expert_tp()
+    if cfg.mode == "collocated":
+        if side.world is not None and side.world != world_size:
+            raise ConfigError(f"{side_name}.world={side.world}: collocated sides use all WORLD_SIZE={world_size} "
+                              f"ranks; drop {side_name}.world or launch {side.world} ranks")
+        world = world_size
+    else:
+        world = side.world if side.world is not None else pp * math.lcm(tp, etp * ep)
+    if world % (tp * pp):
+        raise ConfigError(
+            f"{side_name} world size {world} (WORLD_SIZE={world_size}, mode={cfg.mode}) is not divisible by "
+            f"{side_name}.tp*{side_name}.pp={tp}*{pp}={tp * pp}; launch a multiple of {tp * pp} ranks per side or "
+            f"change {side_name}.tp/{side_name}.pp")
+    dp = world // (tp * pp)
+    if (tp * dp) % (etp * ep):
+        raise ConfigError(
+            f"{side_name}: expert grid etp*ep={etp}*{ep}={etp * ep} must divide tp*dp={tp}*{dp}={tp * dp} (EP is "
+            f"carved out of data parallel ranks); with WORLD_SIZE={world_size} ({cfg.mode}) lower {side_name}.ep/"
+            f"{side_name}.etp or use a world size that is a multiple of {pp * math.lcm(tp, etp * ep)}")
+    return dp
+
+
+def derive_layouts(cfg: RefitConfig, world_size: int) -> tuple[SideLayout, SideLayout]:
+    """Decide which ranks hold each side and the resulting DP sizes.
+
+    collocated:     both sides span all WORLD_SIZE ranks; dp = WORLD_SIZE / (tp*pp) per side.
+    non-collocated: ranks [0, S) hold the source and [S, S+D) the destination; S and D default to
+                    pp * lcm(tp, etp*ep) (the smallest valid size) unless `world` is given per side, and
+                    WORLD_SIZE must be exactly S + D.
+    """
+    validate(cfg)
+    src_dp = _side_dp(cfg, "src", world_size)
+    dst_dp = _side_dp(cfg, "dst", world_size)
+    src = SideLayout("src", cfg.src.tp, cfg.src.pp, cfg.src.ep, cfg.src.expert_tp(), src_dp, 0)
+    dst_offset = 0 if cfg.mode == "collocated" else src.world
+    dst = SideLayout("dst", cfg.dst.tp, cfg.dst.pp, cfg.dst.ep, cfg.dst.expert_tp(), dst_dp, dst_offset)
+    if cfg.mode == "non-collocated" and src.world + dst.world != world_size:
+        raise ConfigError(
+            f"WORLD_SIZE={world_size}: non-collocated mode needs src.world + dst.world = {src.world} + {dst.world} "
+            f"= {src.world + dst.world} ranks (src: tp*pp*dp={src.tp}*{src.pp}*{src.dp}, dst: "
+            f"tp*pp*dp={dst.tp}*{dst.pp}*{dst.dp}); launch {src.world + dst.world} ranks or set src.world/dst.world")
+    return src, dst
+
+
+def needs_expert_adapter(src: SideLayout, dst: SideLayout) -> bool:
+    """Layouts hit by the megatron-core planner bugs for local-spec experts (see refit_adapter)."""
+    return any(side.ep > 1 or side.etp != side.tp for side in (src, dst))

@@ -1,0 +1,96 @@
+"""Refit config and layout rules, and the errors a user sees for a bad world size (no distributed run needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cloudai_mbridge.payload import refit_config as rc
+from cloudai_mbridge.payload.refit_local import parse
+
+pytestmark = pytest.mark.payload
+
+MODEL = {"num_layers": 4, "hidden_size": 64, "ffn_hidden_size": 128, "moe_ffn_hidden_size": 32,
+         "num_attention_heads": 4, "num_experts": 8, "vocab_size": 200, "seq_length": 64}
+
+
+def cfg(**kw) -> rc.RefitConfig:
+    return rc.from_dict({"model": MODEL, **kw})
+
+
+def test_collocated_layout_uses_all_ranks_per_side():
+    src, dst = rc.derive_layouts(cfg(src={"tp": 2, "ep": 2, "etp": 1}, dst={"tp": 1, "pp": 2, "ep": 4}), 8)
+    assert (src.dp, src.edp, src.world, src.rank_offset) == (4, 4, 8, 0)
+    assert (dst.dp, dst.edp, dst.etp, dst.world, dst.rank_offset) == (4, 1, 1, 8, 0)
+
+
+def test_non_collocated_layout_defaults_to_smallest_valid_worlds():
+    # etp defaults to tp (Megatron): tp8 ep8 -> 64 ranks, as in Megatron-LM's Kimi-K2 refit benchmark.
+    src, dst = rc.derive_layouts(
+        cfg(mode="non-collocated", src={"tp": 8, "ep": 8}, dst={"tp": 8, "ep": 4}, model={**MODEL, "num_experts": 384,
+            "num_attention_heads": 64, "hidden_size": 7168, "moe_ffn_hidden_size": 2048, "ffn_hidden_size": 18432}),
+        96,
+    )
+    assert (src.world, src.dp, dst.world, dst.rank_offset) == (64, 8, 32, 64)
+    src, dst = rc.derive_layouts(cfg(mode="non-collocated", src={"tp": 2, "ep": 2, "etp": 1, "world": 4},
+                                     dst={"tp": 1, "ep": 2}), 6)
+    assert (src.world, src.edp, dst.world, dst.rank_offset) == (4, 2, 2, 4)
+
+
+def test_padded_vocab_is_shared_by_both_sides():
+    assert rc.padded_vocab_size(cfg(src={"tp": 2}, dst={"tp": 4})) == 512
+    assert rc.padded_vocab_size(cfg(src={"tp": 1}, dst={"tp": 1})) == 256
+
+
+@pytest.mark.parametrize(
+    ("kw", "world", "needles"),
+    [
+        ({"src": {"tp": 2}, "dst": {"tp": 1}}, 3, ["src", "tp*", "WORLD_SIZE=3"]),
+        ({"mode": "non-collocated", "src": {"tp": 2}, "dst": {"tp": 2}}, 3, ["WORLD_SIZE=3", "2 + 2", "launch 4"]),
+        ({"src": {"tp": 1, "ep": 4}, "dst": {"tp": 1}}, 2, ["src", "etp*ep", "ep"]),
+        ({"src": {"ep": 3}, "dst": {}}, 3, ["model.num_experts", "src.ep=3"]),
+        ({"src": {}, "dst": {"tp": 3}}, 3, ["model.num_attention_heads", "dst.tp=3"]),
+        ({"device": "cpu", "transport": "nccl"}, 1, ["transport='nccl'", "gloo"]),
+        ({"src": {"tp": 1, "ep": 1, "world": 2}, "dst": {}}, 4, ["src.world=2", "collocated"]),
+        ({"iterations": 0}, 1, ["iterations=0"]),
+    ],
+)
+def test_config_errors_name_field_value_and_fix(kw, world, needles):
+    with pytest.raises(rc.ConfigError) as err:
+        rc.derive_layouts(cfg(**kw), world)
+    for needle in needles:
+        assert needle in str(err.value), str(err.value)
+
+
+def test_unknown_keys_are_rejected():
+    with pytest.raises(rc.ConfigError, match="unknown key"):
+        rc.from_dict({"model": {**MODEL, "hidden": 3}})
+
+
+def test_cli_flags_override_the_file(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"model": MODEL, "src": {"tp": 2}, "verify": True}))
+    loaded = rc.load(["--config", str(path), "--src-tp", "1", "--dst-ep", "2", "--hidden-size", "128",
+                      "--verify", "false", "--num-query-groups", "null"])
+    assert (loaded.src.tp, loaded.dst.ep, loaded.model.hidden_size, loaded.verify) == (1, 2, 128, False)
+    assert loaded.model.num_query_groups is None and loaded.model.num_layers == 4
+
+
+def test_bad_world_size_exits_with_a_message_naming_the_field(tmp_path):
+    """The real entry point, one process claiming WORLD_SIZE=3: it must refuse before any rendezvous."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"model": MODEL, "src": {"tp": 2}, "dst": {"tp": 1}, "mode": "collocated"}))
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudai_mbridge.payload.refit", "--config", str(path)],
+        env={**os.environ, "RANK": "0", "WORLD_SIZE": "3", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    error = parse(proc.stdout)["refit_error"]
+    assert error["phase"] == "config"
+    assert "src.tp*src.pp" in proc.stdout and "WORLD_SIZE=3" in proc.stdout
+    assert "REFIT_RESULT" not in proc.stdout
