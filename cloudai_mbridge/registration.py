@@ -23,6 +23,7 @@ def register() -> None:
     from .reports.refit_table import MBridgeRefitTable
     from .workloads.refit import MBridgeRefitSlurmCommandGenStrategy, MBridgeRefitTestDefinition
     from .workloads.reporting import MBridgeRefitReport, MBridgeTrainingReport
+    from .workloads.slurm_installer import MBridgeSlurmInstaller
     from .workloads.training import MBridgeTrainingSlurmCommandGenStrategy, MBridgeTrainingTestDefinition
 
     reg = Registry()
@@ -31,6 +32,7 @@ def register() -> None:
     reg.update_command_gen_strategy(SlurmSystem, MBridgeTrainingTestDefinition, MBridgeTrainingSlurmCommandGenStrategy)
     reg.update_test_definition(REFIT_TEMPLATE, MBridgeRefitTestDefinition)
     reg.update_command_gen_strategy(SlurmSystem, MBridgeRefitTestDefinition, MBridgeRefitSlurmCommandGenStrategy)
+    reg.update_installer("slurm", MBridgeSlurmInstaller)
     reg.update_report(MBridgeTrainingTestDefinition, {MBridgeTrainingReport})
     reg.update_report(MBridgeRefitTestDefinition, {MBridgeRefitReport})
     reg.update_scenario_report("mbridge_ab", MBridgeABReport, ABReportConfig(enable=True))

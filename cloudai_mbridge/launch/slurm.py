@@ -50,6 +50,8 @@ def _directives(spec: SbatchSpec) -> list[str]:
         f"#SBATCH --output={single_line(str(out / 'stdout.txt'), 'output path')}",
         f"#SBATCH --error={single_line(str(out / 'stderr.txt'), 'output path')}",
         f"#SBATCH --nodes={spec.num_nodes}",
+        # The allocation must hold the widest step: srun cannot start more tasks per node than the job was given.
+        f"#SBATCH --ntasks-per-node={max((s.ntasks_per_node for s in spec.steps), default=1)}",
     ]
     if spec.partition:
         lines.append(f"#SBATCH --partition={single_line(spec.partition, 'partition')}")

@@ -4,6 +4,7 @@
 #SBATCH --output=__OUTPUT_DIR__/stdout.txt
 #SBATCH --error=__OUTPUT_DIR__/stderr.txt
 #SBATCH --nodes=32
+#SBATCH --ntasks-per-node=8
 #SBATCH --partition=b300
 #SBATCH --gpus-per-node=8
 #SBATCH --time=01:00:00
