@@ -38,7 +38,7 @@ from ..launch.kubernetes import (
     render_objects,
     time_limit_seconds,
 )
-from ..launch.payload import payload_argv, stage_payload, write_config
+from ..launch.payload import claim_run_dir, payload_argv, stage_payload, write_config
 from ..rules import PointRejectedError, Violation
 from .common import system_env, system_network
 
@@ -194,6 +194,7 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
             raise PointRejectedError(self.test_run.name, problems)
         out = self.test_run.output_path.absolute()
         out.mkdir(parents=True, exist_ok=True)
+        claim_run_dir(out)
         payload_dir = stage_payload(out)
         config_path = write_config(out, self.payload_config(RESULTS_DIR))
         try:

@@ -20,6 +20,7 @@ What CloudAI's own KubernetesSystem/KubernetesRunner (1.6) cannot do for us, and
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -49,6 +50,10 @@ RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 class MBridgeKubernetesSystem(KubernetesSystem):
     """KubernetesSystem that connects on first use (not at parse time) and drives MBridgeKubernetesJob."""
 
+    # Optional, so system files can leave it out: given as "~/.kube/config", CloudAI's verify-configs writes its dummy
+    # kubeconfig under a folder literally named "~" in the working directory.
+    kube_config_path: Path = Path("~/.kube/config")
+
     @field_validator("global_env_vars")
     @classmethod
     def _settings(cls, v: dict[str, Any]) -> dict[str, Any]:
@@ -69,17 +74,20 @@ class MBridgeKubernetesSystem(KubernetesSystem):
     def _connect(self) -> None:
         if self._core_v1 is not None:
             return
-        path = Path(self.kube_config_path).expanduser()
-        if not path.is_file():
-            path = Path.home() / ".kube" / "config"  # CloudAI's own fallback
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"Kube config file '{self.kube_config_path}' not found, nor {path}: a run needs the cluster's "
-                "kubeconfig (aws eks update-kubeconfig ... writes ~/.kube/config); dry-run does not."
-            )
         from kubernetes import client, config
 
-        config.load_kube_config(config_file=str(path))
+        path = Path(self.kube_config_path).expanduser()
+        if path.is_file():
+            config.load_kube_config(config_file=str(path))
+        elif os.environ.get("KUBECONFIG"):
+            config.load_kube_config()  # the client reads KUBECONFIG (a list of files) itself
+        elif (Path.home() / ".kube" / "config").is_file():
+            config.load_kube_config(config_file=str(Path.home() / ".kube" / "config"))
+        else:
+            raise FileNotFoundError(
+                f"Kube config file '{self.kube_config_path}' not found, KUBECONFIG unset, no ~/.kube/config: a run "
+                "needs the cluster's kubeconfig (aws eks update-kubeconfig writes ~/.kube/config); dry-run does not."
+            )
         self._core_v1 = client.CoreV1Api()
         self._batch_v1 = client.BatchV1Api()
         self._custom_objects_api = client.CustomObjectsApi()
@@ -350,7 +358,7 @@ class MBridgeKubernetesRunner(KubernetesRunner):
             logging.info(
                 "%s: %d Kubernetes objects written to %s/k8s (not created)", tr.name, len(objects), tr.output_path
             )
-            job.state = SUCCEEDED
+            job.state, job.finished = SUCCEEDED, True  # nothing exists on a cluster: nothing to collect or delete
             return job
         cluster = Cluster(cast(KubernetesSystem, self.system))
         try:

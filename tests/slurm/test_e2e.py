@@ -70,7 +70,7 @@ def test_refit_cpu_smoke_sweep_runs_tracks_and_reports(slurm_cluster: SlurmClust
 def test_a_failing_job_is_reported_failed_with_its_reason(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     # A whole-run timeout of 1 s: the payload gives up (exit 4) with a REFIT_ERROR line, srun fails the job.
     scenario = refit_case(tmp_path, {"timeout_s": 1, "dst": {"tp": 1, "ep": 4}})
-    rc, output, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
+    _, _, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
     run = root / "case" / "0"
     job = toml.load(run / "slurm-job.toml")
     assert job["state"] == "FAILED", job
@@ -92,7 +92,7 @@ def test_hostile_strings_do_not_execute_on_a_real_slurm(slurm_cluster: SlurmClus
         {"python": f"python3; touch {pwn}/python", "dst": {"tp": 1, "ep": 4}},
         extra_env={"HOSTILE": f"$(touch {pwn}/env) `touch {pwn}/tick`; touch {pwn}/semi"},
     )
-    rc, output, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
+    _, _, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
     job = toml.load(root / "case" / "0" / "slurm-job.toml")
     assert job["state"] == "FAILED", "the hostile interpreter name is one argv word, which does not exist"
     assert list(pwn.iterdir()) == []
@@ -110,6 +110,7 @@ def test_two_runs_of_one_scenario_never_overwrite_each_other(slurm_cluster: Slur
     assert rc1 == 0, output1
     logs_before = _digest(first / "case")
     rc2, output2, second = cloudai_run(scenario, tmp_path, out)
+    assert rc2 == 0, output2
     assert second != first
     assert _digest(first / "case") == logs_before
     assert (second / "case" / "0" / "logs" / "rank-0.log").is_file()
