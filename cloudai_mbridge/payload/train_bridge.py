@@ -1,0 +1,251 @@
+"""Engine "bridge": Megatron-Bridge's recipe ConfigContainer with every field of the sweep point applied, then
+pretrain() or finetune() with Bridge's GPT forward step.
+
+The recipe is the model family's (recipes/deepseek/deepseek_v3.py); Kimi-K2 uses recipes/kimi/kimi_k2.py where
+Bridge ships it, otherwise its provider comes from AutoBridge (hf_model_id, trust_remote_code) grafted onto the
+DeepSeek-V3 recipe's scaffolding, as the seed benchmark did. Proxies take the DeepSeek-V3 recipe with the catalog's
+shapes. What is set is `train_config.bridge_overrides(cfg)` plus the pieces that need Bridge's own functions: the
+flex dispatcher backend (apply_flex_dispatcher_backend, which knows Bridge's GPU allowlist), the recipe's mtp-aware
+(PP, VP) layout table, the mixed-precision preset and the dataset object.
+
+After the model is built (the on_train_start callback) rank 0 prints MBRIDGE_DISPATCHER / MBRIDGE_DEEP_EP and every
+rank stops if the built dispatcher is not the requested one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from typing import Any
+
+from . import dist_env
+from .train_config import (
+    BRIDGE_PRECISION_RECIPES,
+    IDENTITY_FIELDS,
+    ConfigError,
+    bridge_overrides,
+    bridge_recipe,
+    catalog_shape,
+    missing_echo_fields,
+    pipeline_layout,
+    trust_remote_code,
+)
+from .train_log import (
+    built_backend,
+    check_deep_ep,
+    check_dispatcher,
+    deep_ep_line,
+    dispatcher_class_name,
+    dispatcher_line,
+    first_dispatcher_class,
+    import_deep_ep,
+)
+
+KIMI_RECIPE = "megatron.bridge.recipes.kimi.kimi_k2"
+# DeepSeek-V3 recipe settings that are not architecture: kept when Kimi-K2's AutoBridge provider replaces the model.
+GRAFT_FIELDS = (
+    "pipeline_dtype", "init_method_std", "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
+    "moe_hybridep_num_sms", "transformer_impl", "cuda_graph_warmup_steps", "attention_backend", "moe_router_fusion",
+    "moe_permute_fusion", "moe_grouped_gemm", "cross_entropy_loss_fusion", "cross_entropy_fusion_impl",
+    "fine_grained_activation_offloading", "offload_modules", "moe_router_padding_for_fp8", "mtp_loss_scaling_factor",
+)
+
+
+def available() -> bool:
+    try:
+        return importlib.util.find_spec("megatron.bridge") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _kimi_recipe_available() -> bool:
+    try:
+        return importlib.util.find_spec(KIMI_RECIPE) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def set_fields(container: Any, overrides: dict[str, Any]) -> None:
+    """Set dotted fields on the ConfigContainer; a field the installed Bridge does not have is an error, not a new
+    attribute nobody reads (its dataclasses would accept one silently)."""
+    for path, value in overrides.items():
+        *parents, leaf = path.split(".")
+        owner = container
+        for name in parents:
+            owner = getattr(owner, name, None)
+            if owner is None:
+                raise ConfigError(f"cannot set {path}: the ConfigContainer has no {name!r} section here")
+        if not hasattr(owner, leaf):
+            raise ConfigError(f"cannot set {path}: the installed Megatron-Bridge has no field {leaf!r} there")
+        setattr(owner, leaf, value)
+
+
+def _recipe_container(cfg: dict[str, Any]):
+    recipe = bridge_recipe(cfg, _kimi_recipe_available())
+    if recipe == "kimi_k2":
+        kimi = importlib.import_module(KIMI_RECIPE)
+        build = kimi.kimi_k2_pretrain_config
+        if "optimizer_type" in inspect.signature(build).parameters:
+            return recipe, build(optimizer_type=cfg["optimizer"])
+        if cfg["optimizer"] != "adam":
+            raise ConfigError(f"optimizer = {cfg['optimizer']!r}: this Bridge's Kimi-K2 recipe takes no optimizer_type")
+        return recipe, build()
+    if cfg["optimizer"] != "adam":
+        raise ConfigError(
+            f"optimizer = {cfg['optimizer']!r}: the DeepSeek-V3 recipe trains with Adam; Muon is wired through "
+            "Megatron-Bridge's Kimi-K2 recipe (model kimi_k2) only"
+        )
+    from megatron.bridge.recipes.deepseek.deepseek_v3 import deepseek_v3_pretrain_config
+
+    container = deepseek_v3_pretrain_config()
+    if recipe == "deepseek_v3+autobridge":
+        if not cfg["hf_model_id"]:
+            raise ConfigError("model kimi_k2 without Bridge's Kimi recipe needs hf_model_id "
+                              "(e.g. moonshotai/Kimi-K2-Base)")
+        from megatron.bridge import AutoBridge
+
+        scaffold = container.model
+        provider = AutoBridge.from_hf_pretrained(
+            cfg["hf_model_id"], trust_remote_code=trust_remote_code(cfg)
+        ).to_megatron_provider(
+            load_weights=False
+        )
+        for name in GRAFT_FIELDS:
+            if hasattr(scaffold, name):
+                setattr(provider, name, getattr(scaffold, name))
+        container.model = provider
+    return recipe, container
+
+
+def _check_identity(cfg: dict[str, Any], model_cfg: Any) -> None:
+    """A full model's provider comes from its Hugging Face config: it must be the model the catalog (and so the plan's
+    rules and memory estimate) describes."""
+    expected = catalog_shape(cfg["model"])
+    wrong = {k: (getattr(model_cfg, k, None), expected[k]) for k in IDENTITY_FIELDS
+             if getattr(model_cfg, k, None) != expected[k]}
+    if wrong:
+        detail = ", ".join(f"{k} = {got} (catalog {want})" for k, (got, want) in wrong.items())
+        raise ConfigError(f"the recipe's provider is not {cfg['model']['name']}: {detail}")
+
+
+def _apply_layout(cfg: dict[str, Any], model_cfg: Any) -> None:
+    source, layout = pipeline_layout(cfg)
+    model_cfg.pipeline_model_parallel_layout = None
+    if source in ("explicit", "derived"):
+        model_cfg.pipeline_model_parallel_layout = layout
+    elif source == "recipe":
+        from megatron.bridge.recipes.deepseek.deepseek_v3 import set_deepseek_v3_pipeline_model_parallel_layout
+
+        set_deepseek_v3_pipeline_model_parallel_layout(model_cfg)
+        if model_cfg.pipeline_model_parallel_layout is None:
+            raise ConfigError(
+                f"the DeepSeek-V3 recipe has no pipeline layout for (pp, vp) = ({cfg['pp']}, {cfg['vp'] or 1}); "
+                "give an explicit pipeline_layout"
+            )
+
+
+def _apply_dispatcher(cfg: dict[str, Any], model_cfg: Any) -> None:
+    """Start from all-to-all so that a backend Bridge refuses shows up as a downgrade, not as the recipe's default."""
+    model_cfg.moe_token_dispatcher_type = "alltoall"
+    if cfg["dispatcher"] != "alltoall":
+        from megatron.bridge.training.flex_dispatcher_backend import apply_flex_dispatcher_backend
+
+        apply_flex_dispatcher_backend(model_cfg, cfg["dispatcher"])
+
+
+def _apply_precision(cfg: dict[str, Any], container: Any) -> None:
+    preset = BRIDGE_PRECISION_RECIPES[cfg["precision"]]
+    if preset is None:
+        return
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    mixed = get_mixed_precision_config(preset)
+    recipe_mixed = container.mixed_precision
+    if hasattr(recipe_mixed, "grad_reduce_in_fp32"):
+        # Only the number format changes: gradient reduction stays as the recipe tuned it.
+        mixed.grad_reduce_in_fp32 = recipe_mixed.grad_reduce_in_fp32
+    container.mixed_precision = mixed
+
+
+def _apply_data(cfg: dict[str, Any], container: Any) -> None:
+    """mock: the recipe's GPTDatasetConfig with no blend (Megatron's mock dataset); pretrain: an indexed-dataset
+    prefix (path without .bin/.idx) as the blend; SFT: a FinetuningDatasetConfig on the JSONL folder."""
+    data, seq, seed = cfg["data"], cfg["seq_length"], cfg["seed"]
+    if cfg["task"] == "sft" and data != "mock":
+        from megatron.bridge.training.config import FinetuningDatasetConfig
+
+        if not cfg["hf_model_id"]:
+            raise ConfigError("SFT on real data needs hf_model_id: its tokenizer turns the JSONL text into tokens")
+        container.dataset = FinetuningDatasetConfig(
+            dataset_root=data, seq_length=seq, seed=seed, do_validation=False, do_test=False,
+            num_workers=container.dataset.num_workers,
+        )
+        container.tokenizer.tokenizer_type = "HuggingFaceTokenizer"
+        container.tokenizer.tokenizer_model = cfg["hf_model_id"]
+        container.tokenizer.hf_tokenizer_kwargs = {"trust_remote_code": trust_remote_code(cfg)}
+        return
+    ds = container.dataset
+    ds.blend = None if data == "mock" else ([data], None)
+    ds.blend_per_split = None
+    if hasattr(ds, "data_path"):
+        ds.data_path = None
+    ds.seq_length = seq
+    ds.random_seed = seed
+
+
+def _fit_warmup(container: Any, train_iters: int) -> None:
+    """Recipes warm up over 2000 iterations; Megatron-Core asserts warmup < decay, and a benchmark runs ~20."""
+    sched = container.scheduler
+    decay = sched.lr_decay_iters or train_iters
+    if sched.lr_warmup_iters >= decay:
+        sched.lr_warmup_iters = max(0, decay - 1)
+
+
+def build_container(cfg: dict[str, Any]):
+    recipe, container = _recipe_container(cfg)
+    model_cfg = container.model
+    if not cfg["model"]["is_proxy"]:
+        _check_identity(cfg, model_cfg)
+    if cfg["echo"] is not None:
+        import megatron.core
+
+        missing_echo_fields(cfg, set(dir(model_cfg)), f"megatron-core {getattr(megatron.core, '__version__', '?')}")
+    if container.comm_overlap is None:
+        from megatron.bridge.training.comm_overlap import CommOverlapConfig
+
+        container.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
+    set_fields(container, bridge_overrides(cfg))
+    _apply_dispatcher(cfg, model_cfg)
+    _apply_layout(cfg, model_cfg)
+    _apply_precision(cfg, container)
+    _apply_data(cfg, container)
+    _fit_warmup(container, cfg["train_iters"])
+    return recipe, container
+
+
+def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
+    deep_ep, deep_ep_error = import_deep_ep()
+    check_deep_ep(cfg["dispatcher"], cfg["deepep_impl"], deep_ep, deep_ep_error)
+
+    from megatron.bridge.training.callbacks import Callback
+    from megatron.bridge.training.finetune import finetune
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    recipe, container = build_container(cfg)
+    if dist.rank == 0:
+        print(f"MBRIDGE_RECIPE {recipe} task={cfg['task']}", flush=True)
+
+    class DispatcherReport(Callback):
+        def on_train_start(self, context) -> None:
+            model_cfg = context.state.cfg.model
+            built = dispatcher_class_name(first_dispatcher_class(*context.model), model_cfg.moe_token_dispatcher_type)
+            backend = built_backend(built, model_cfg.moe_flex_dispatcher_backend)
+            if dist.rank == 0:
+                print(dispatcher_line(cfg["dispatcher"], built, backend), flush=True)
+                print(deep_ep_line(deep_ep), flush=True)
+            check_dispatcher(cfg["dispatcher"], built, backend)
+
+    entry = finetune if cfg["task"] == "sft" else pretrain
+    entry(container, forward_step, callbacks=[DispatcherReport()])

@@ -1,0 +1,353 @@
+"""Training payload configuration: load and check the JSON that launch/training.py writes, and turn it into the field
+overrides each engine applies. Pure stdlib, so the tests (and the generator side) can call it with literals.
+
+The config's keys are `training_config()`'s (launch/training.py); the enumerations below mirror plan/training.py,
+which the payload cannot import (it is copied alone into the run folder), and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
+DEEPEP_IMPLS = ("uccl", "nvidia")
+PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8")
+RECOMPUTE = ("none", "selective", "full")
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
+TASKS = ("pretrain", "sft")
+ENGINES = ("auto", "bridge", "mcore")
+OPTIMIZERS = ("adam", "muon")
+
+REQUIRED_KEYS = (
+    "model", "task", "tp", "pp", "vp", "cp", "ep", "etp", "mbs", "gbs", "seq_length", "train_iters", "dispatcher",
+    "moe_a2a_overlap", "recompute", "recompute_modules", "precision", "cuda_graph_impl", "cuda_graph_scope",
+    "force_balanced_routing", "echo", "pipeline_layout", "mtp_num_layers", "sequence_parallel", "optimizer", "data",
+    "seed", "log_interval",
+)
+# Keys the payload reads when present; absent ones take these values.
+OPTIONAL_KEYS: dict[str, Any] = {
+    "engine": "auto",
+    "deepep_impl": None,
+    "hf_model_id": None,
+    "checkpoint_dir": None,
+    "output_dir": None,
+    "world_size": None,
+    "rank_order": "tp-cp-ep-dp-pp",
+    "use_distributed_optimizer": None,  # None: the recipe's choice (Bridge), on (mcore)
+}
+MODEL_KEYS = (
+    "name", "family", "num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_attention_heads",
+    "num_experts", "moe_router_topk", "shared_expert_intermediate_size", "first_k_dense", "vocab_size",
+    "router_num_groups", "router_group_topk", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+    "v_head_dim", "is_proxy",
+)
+_POSITIVE = ("tp", "pp", "cp", "ep", "etp", "mbs", "gbs", "seq_length", "train_iters", "log_interval")
+_CHOICES = {
+    "task": TASKS, "dispatcher": DISPATCHERS, "precision": PRECISIONS, "recompute": RECOMPUTE,
+    "cuda_graph_impl": CUDA_GRAPH_IMPLS, "engine": ENGINES, "optimizer": OPTIMIZERS,
+}
+
+# Megatron-Bridge training/mixed_precision.py registered recipes; bf16 keeps the model recipe's own config.
+BRIDGE_PRECISION_RECIPES = {
+    "bf16": None,
+    "fp8_delayed": "bf16_with_fp8_delayed_scaling_mixed",
+    "fp8_tensorwise": "bf16_with_fp8_current_scaling_mixed",
+    "fp8_blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the key, its value and the fix."""
+
+
+def check_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """The config with optional keys filled in; raises ConfigError naming every missing or bad key."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"the training config must be a JSON object, got {type(raw).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in raw]
+    if missing:
+        raise ConfigError(f"training config is missing key(s) {', '.join(missing)} (launch/training.py writes them)")
+    cfg = {**OPTIONAL_KEYS, **raw}
+    model = cfg["model"]
+    if not isinstance(model, dict):
+        raise ConfigError(f"model must be an object of model facts (catalog/models.py), got {model!r}")
+    missing = [k for k in MODEL_KEYS if k not in model]
+    if missing:
+        raise ConfigError(f"model is missing key(s) {', '.join(missing)} (catalog/models.py ModelSpec fields)")
+    errors = []
+    for key, allowed in _CHOICES.items():
+        if cfg[key] not in allowed:
+            errors.append(f"{key} = {cfg[key]!r} is not one of {', '.join(allowed)}")
+    if cfg["deepep_impl"] not in (None, *DEEPEP_IMPLS):
+        errors.append(f"deepep_impl = {cfg['deepep_impl']!r} is not one of {', '.join(DEEPEP_IMPLS)}")
+    for key in _POSITIVE:
+        if not _is_int(cfg[key]) or cfg[key] < 1:
+            errors.append(f"{key} = {cfg[key]!r} must be a positive integer")
+    if cfg["vp"] is not None and (not _is_int(cfg["vp"]) or cfg["vp"] < 1):
+        errors.append(f"vp = {cfg['vp']!r} must be null or a positive integer")
+    mtp = cfg["mtp_num_layers"]
+    if mtp is not None and (not _is_int(mtp) or mtp < 0):
+        errors.append(f"mtp_num_layers = {mtp!r} must be null or an integer >= 0")
+    if cfg["task"] == "sft" and not cfg["checkpoint_dir"]:
+        errors.append("task = 'sft' needs checkpoint_dir (the Megatron checkpoint to fine-tune from)")
+    if cfg["echo"] is not None and not (isinstance(cfg["echo"], dict) and "num_echo_experts" in cfg["echo"]):
+        errors.append(f"echo = {cfg['echo']!r} must be null or an object with num_echo_experts")
+    if errors:
+        raise ConfigError("bad training config: " + "; ".join(errors))
+    return cfg
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read the training config {path}: {e.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON: {e}") from None
+    return check_config(raw)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def select_engine(requested: str, bridge_available: bool) -> str:
+    """"auto" runs Megatron-Bridge where it is installed and the Megatron-Core-only loop elsewhere."""
+    if requested == "auto":
+        return "bridge" if bridge_available else "mcore"
+    if requested == "bridge" and not bridge_available:
+        raise ConfigError(
+            "engine = 'bridge' but megatron.bridge cannot be imported in this container; "
+            "use a Megatron-Bridge image (e.g. NGC nemo) or engine = 'mcore' for a proxy model"
+        )
+    if requested not in ("bridge", "mcore"):
+        raise ConfigError(f"engine = {requested!r} is not one of {', '.join(ENGINES)}")
+    return requested
+
+
+def megatron_mtp_layers(cfg: dict[str, Any]) -> int | None:
+    """MTP layers as Megatron should see them: 0 means no MTP, which Megatron spells None.
+
+    Megatron-Core / Bridge's a2a-overlap check accepts only None or 1 ("MTP layernum only supports 1"), so an int 0
+    for a model without MTP (Kimi-K2) would abort an overlap run; None means the same thing everywhere else.
+    """
+    return cfg["mtp_num_layers"] or None
+
+
+def virtual_pipeline(cfg: dict[str, Any]) -> int | None:
+    """Megatron's virtual_pipeline_model_parallel_size: None unless there really are several chunks per stage."""
+    vp = cfg["vp"]
+    return vp if vp is not None and vp > 1 else None
+
+
+def moe_layer_freq(model: dict[str, Any]) -> list[int]:
+    """Dense first k layers, then MoE: Megatron's moe_layer_freq list (DeepSeek-V3's first_k_dense_replace)."""
+    return [0] * model["first_k_dense"] + [1] * (model["num_layers"] - model["first_k_dense"])
+
+
+def derived_pipeline_layout(num_layers: int, stages: int, mtp_layers: int | None) -> list[list[str]]:
+    """The Megatron-Bridge DeepSeek-V3 table's rule for any layer count: ceil(L/S) decoders per (virtual) stage,
+    the remainder on the last one, embedding first, MTP layers and the loss last.
+
+    For 61 layers this reproduces recipes/deepseek/deepseek_v3.py's table entry for entry; the proxies (a few
+    layers) need it because that table is written for 61.
+    """
+    per_stage = math.ceil(num_layers / stages)
+    last = num_layers - per_stage * (stages - 1)
+    if stages < 2 or last < 0:
+        raise ConfigError(
+            f"{num_layers} decoder layers cannot be split over {stages} pipeline stages (pp*vp); "
+            "use fewer stages or give an explicit pipeline_layout"
+        )
+    tail = ["mtp"] * (mtp_layers or 0) + ["loss"]
+    middle = [["decoder"] * per_stage for _ in range(stages - 2)]
+    return [["embedding"] + ["decoder"] * per_stage, *middle, ["decoder"] * last + tail]
+
+
+def pipeline_layout(cfg: dict[str, Any]) -> tuple[str, Any]:
+    """Where the pipeline layout comes from: ("explicit", str) from the config, ("none", None) without pipelining,
+    ("derived", layout) for a proxy, or ("recipe", None) for a full model (the recipe's mtp-aware (PP, VP) table)."""
+    if cfg["pipeline_layout"]:
+        return "explicit", cfg["pipeline_layout"]
+    stages = cfg["pp"] * (cfg["vp"] or 1)
+    if stages == 1:
+        return "none", None
+    if cfg["model"]["is_proxy"]:
+        return "derived", derived_pipeline_layout(cfg["model"]["num_layers"], stages, megatron_mtp_layers(cfg))
+    return "recipe", None
+
+
+def recompute_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Megatron recompute fields; full recompute as the DeepSeek-V3 32-node recipe sets it (uniform, 1 layer)."""
+    kind = cfg["recompute"]
+    if kind == "none":
+        return {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None,
+                "recompute_modules": None}
+    if kind == "selective":
+        return {"recompute_granularity": "selective", "recompute_method": None, "recompute_num_layers": None,
+                "recompute_modules": list(cfg["recompute_modules"]) or None}
+    return {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1,
+            "recompute_modules": None}
+
+
+def echo_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """MoE Echo's TransformerConfig fields (Victarry/Megatron-MoE-Echo); empty when echo is off.
+
+    Only HybridEP dispatches echo experts sync-free, so the echo expert dispatcher follows the token dispatcher.
+    """
+    echo = cfg["echo"]
+    if echo is None:
+        return {}
+    fields: dict[str, Any] = {
+        "moe_enable_echo": True,
+        "moe_num_echo_experts": echo["num_echo_experts"],
+        "moe_echo_expert_dispatcher_type": "hybridep" if cfg["dispatcher"] == "hybridep" else "alltoall",
+        "moe_use_device_initiated_grouped_gemm": bool(echo.get("device_initiated_grouped_gemm", False)),
+        "moe_echo_recompute_expert_dispatch": bool(echo.get("recompute_expert_dispatch", False)),
+    }
+    if echo.get("received_token_capacity") is not None:
+        fields["moe_received_token_capacity"] = echo["received_token_capacity"]
+    return fields
+
+
+def missing_echo_fields(cfg: dict[str, Any], available: set[str], where: str) -> None:
+    """Echo was asked for: every one of its fields must exist in the installed Megatron, or we stop."""
+    missing = sorted(k for k in echo_fields(cfg) if k not in available)
+    if missing:
+        raise ConfigError(
+            f"echo is requested but the installed {where} has no field(s) {', '.join(missing)}; MoE Echo needs a "
+            "Megatron-Core build that carries it (Victarry/Megatron-MoE-Echo). Remove echo or change the image."
+        )
+
+
+def catalog_shape(model: dict[str, Any]) -> dict[str, Any]:
+    """The catalog's architecture as Megatron provider fields (applied to proxies, checked against full models)."""
+    return {
+        "num_layers": model["num_layers"],
+        "hidden_size": model["hidden_size"],
+        "ffn_hidden_size": model["ffn_hidden_size"],
+        "moe_ffn_hidden_size": model["moe_ffn_hidden_size"],
+        "num_attention_heads": model["num_attention_heads"],
+        "num_moe_experts": model["num_experts"],
+        "moe_router_topk": model["moe_router_topk"],
+        "moe_shared_expert_intermediate_size": model["shared_expert_intermediate_size"] or None,
+        "moe_layer_freq": moe_layer_freq(model),
+        "moe_router_num_groups": model["router_num_groups"],
+        "moe_router_group_topk": model["router_group_topk"],
+        "q_lora_rank": model["q_lora_rank"],
+        "kv_lora_rank": model["kv_lora_rank"],
+        "qk_head_dim": model["qk_head_dim"],
+        "qk_pos_emb_head_dim": model["qk_pos_emb_head_dim"],
+        "v_head_dim": model["v_head_dim"],
+        "vocab_size": model["vocab_size"],
+    }
+
+
+# Facts a full model's provider (built from its Hugging Face config) must agree with the catalog on.
+IDENTITY_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_moe_experts", "moe_router_topk")
+
+
+def bridge_recipe(cfg: dict[str, Any], kimi_recipe_available: bool) -> str:
+    """Which Megatron-Bridge recipe builds the ConfigContainer: Kimi-K2's own where Bridge ships it, else DeepSeek-V3's
+    (Kimi-K2 then gets its provider from AutoBridge and hf_model_id, grafted on; proxies take DSV3's plus shapes)."""
+    if cfg["model"]["name"] == "kimi_k2":
+        return "kimi_k2" if kimi_recipe_available else "deepseek_v3+autobridge"
+    return "deepseek_v3"
+
+
+def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Every ConfigContainer field the run sets, as dotted paths ("model.tensor_model_parallel_size": 8).
+
+    What needs a function rather than a value (the dispatcher backend, the recipe's layout table, the dataset
+    object, the mixed-precision preset) is decided by `bridge_recipe`, `pipeline_layout`, the dispatcher and
+    BRIDGE_PRECISION_RECIPES and applied by train_bridge.py.
+    """
+    overlap = bool(cfg["moe_a2a_overlap"])
+    model: dict[str, Any] = {
+        "tensor_model_parallel_size": cfg["tp"],
+        "pipeline_model_parallel_size": cfg["pp"],
+        "virtual_pipeline_model_parallel_size": virtual_pipeline(cfg),
+        "context_parallel_size": cfg["cp"],
+        "expert_model_parallel_size": cfg["ep"],
+        "expert_tensor_parallel_size": cfg["etp"],
+        "sequence_parallel": bool(cfg["sequence_parallel"]) and cfg["tp"] > 1,
+        "seq_length": cfg["seq_length"],
+        "mtp_num_layers": megatron_mtp_layers(cfg),
+        "moe_router_force_load_balancing": bool(cfg["force_balanced_routing"]),
+        # Shared-expert overlap runs only with the all-to-all dispatcher and is incompatible with a2a overlap.
+        "moe_shared_expert_overlap": cfg["dispatcher"] == "alltoall" and not overlap,
+        "overlap_moe_expert_parallel_comm": overlap,
+        # Off: the only setting the seed benchmark validated (on, it also needs TE >= 2.7).
+        "delay_wgrad_compute": False,
+        "cuda_graph_impl": cfg["cuda_graph_impl"],
+        "cuda_graph_scope": list(cfg["cuda_graph_scope"]),
+        **recompute_fields(cfg),
+        **echo_fields(cfg),
+    }
+    if cfg["model"]["is_proxy"]:
+        model.update(catalog_shape(cfg["model"]))
+    out = {f"model.{k}": v for k, v in model.items()}
+    out.update({
+        "comm_overlap.overlap_moe_expert_parallel_comm": overlap,
+        "comm_overlap.delay_wgrad_compute": False,
+        "train.micro_batch_size": cfg["mbs"],
+        "train.global_batch_size": cfg["gbs"],
+        "train.train_iters": cfg["train_iters"],
+        # Benchmarks: no evaluation pass, no checkpoint written, nothing resumed from a stale directory.
+        "validation.eval_iters": 0,
+        "checkpoint.save": None,
+        "checkpoint.load": None,
+        "checkpoint.pretrained_checkpoint": cfg["checkpoint_dir"] if cfg["task"] == "sft" else None,
+        "rng.seed": cfg["seed"],
+        "logger.log_interval": cfg["log_interval"],
+        "logger.log_throughput": True,
+        "logger.tensorboard_dir": None,
+    })
+    if cfg["use_distributed_optimizer"] is not None:
+        out["ddp.use_distributed_optimizer"] = bool(cfg["use_distributed_optimizer"])
+    if cfg["model"]["is_proxy"]:
+        out["tokenizer.vocab_size"] = cfg["model"]["vocab_size"]
+    return out
+
+
+def mcore_unsupported(cfg: dict[str, Any]) -> list[str]:
+    """What the Megatron-Core-only loop does not do; each entry names the key, the value and the way out."""
+    bridge = "use engine = 'bridge' (a Megatron-Bridge image)"
+    checks = [
+        (cfg["pp"] > 1, f"pp = {cfg['pp']}: the mcore engine runs one pipeline stage (pp = 1); {bridge}"),
+        ((cfg["vp"] or 1) > 1, f"vp = {cfg['vp']}: virtual pipelining needs pp > 1; {bridge}"),
+        (bool(cfg["pipeline_layout"]), f"pipeline_layout = {cfg['pipeline_layout']!r} needs pp > 1; {bridge}"),
+        (cfg["cp"] > 1, f"cp = {cfg['cp']}: context parallelism needs Transformer Engine attention; {bridge}"),
+        # Megatron-Core refuses MoE with tp > 1 unless sequence parallel is on, and the local spec's torch RMSNorm
+        # cannot do sequence parallelism (both seen on megatron-core 0.16.1 on GPUs).
+        (cfg["tp"] > 1, f"tp = {cfg['tp']}: MoE with tensor parallelism needs sequence parallelism, which the "
+                        f"local (non-TE) RMSNorm cannot do; {bridge}"),
+        (cfg["precision"] != "bf16", f"precision = {cfg['precision']!r}: FP8 needs Transformer Engine; {bridge}"),
+        (cfg["cuda_graph_impl"] != "none",
+         f"cuda_graph_impl = {cfg['cuda_graph_impl']!r}: the mcore loop captures no CUDA graphs; {bridge}"),
+        (bool(cfg["moe_a2a_overlap"]), f"moe_a2a_overlap = true needs the combined-1F1B schedule; {bridge}"),
+        (cfg["task"] != "pretrain", f"task = {cfg['task']!r}: the mcore loop loads no checkpoint; {bridge}"),
+        (cfg["data"] != "mock", f"data = {cfg['data']!r}: the mcore loop trains on mock tokens only; {bridge}"),
+        (cfg["optimizer"] != "adam", f"optimizer = {cfg['optimizer']!r}: the mcore loop uses Adam; {bridge}"),
+    ]
+    return [msg for bad, msg in checks if bad]
+
+
+def trust_remote_code(cfg: dict[str, Any]) -> bool:
+    """Kimi-K2's Hugging Face config and tokenizer are custom code (auto_map -> configuration_deepseek), so
+    AutoBridge and the tokenizer must run it; DeepSeek-V3's are in transformers. A config key may say otherwise."""
+    if "trust_remote_code" in cfg:
+        return bool(cfg["trust_remote_code"])
+    return str(cfg["model"].get("name", "")).startswith("kimi")
+
+
+def padded_vocab_size(vocab_size: int, tp: int, divisible_by: int = 128) -> int:
+    """Megatron-LM's vocabulary padding (make-vocab-size-divisible-by times TP)."""
+    multiple = divisible_by * tp
+    return math.ceil(vocab_size / multiple) * multiple

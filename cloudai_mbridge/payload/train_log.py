@@ -1,0 +1,155 @@
+"""The lines the training payload prints that other code reads: Megatron-LM's per-iteration and memory lines, and our
+own MBRIDGE_DISPATCHER / MBRIDGE_DEEP_EP lines that make a dispatcher A/B self-verifying. Pure stdlib.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from datetime import datetime
+from types import ModuleType
+from typing import Any
+
+MEGABYTES = 1024.0 * 1024.0
+
+# (moe_token_dispatcher_type, flex backend) each requested dispatcher must end up as in the built model.
+EXPECTED_DISPATCH = {"alltoall": ("alltoall", "none"), "deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep")}
+DISPATCHER_CLASSES = {
+    "MoEAlltoAllTokenDispatcher": "alltoall",
+    "MoEFlexTokenDispatcher": "flex",
+    "MoEAllGatherTokenDispatcher": "allgather",
+}
+
+
+class DispatcherError(RuntimeError):
+    """The run would not measure the dispatcher it asked for: downgraded, or its DeepEP missing or of another kind."""
+
+
+def iteration_line(*, timestamp: datetime, iteration: int, train_iters: int, consumed_samples: int,
+                   elapsed_time_per_iteration: float, throughput: float | None, learning_rate: float,
+                   batch_size: int, losses: dict[str, float], loss_scale: float, grad_norm: float | None,
+                   skipped_iterations: int, nan_iterations: int, skipped_samples: int = 0) -> str:
+    """Megatron-LM core_v0.16.1 training_log's stdout line, statement for statement (elapsed time in seconds).
+
+    As there, a loss whose average is not positive (an untouched MoE tracker entry) is left out.
+    """
+    s = f" [{timestamp.strftime('%Y-%m-%d %H:%M:%S.%f')}]"
+    s += f' iteration {iteration:8d}/{train_iters:8d} |'
+    s += f' consumed samples: {consumed_samples:12d} |'
+    if skipped_samples > 0:
+        s += f' skipped samples: {skipped_samples:12d} |'
+    s += f' elapsed time per iteration (ms): {elapsed_time_per_iteration * 1000.0:.1f} |'
+    if throughput is not None:
+        s += f' throughput per GPU (TFLOP/s/GPU): {throughput:.1f} |'
+    s += f' learning rate: {learning_rate:.6E} |'
+    s += f' global batch size: {batch_size:5d} |'
+    for key, avg in losses.items():
+        if avg > 0.0:
+            s += f' {key}: {avg:.6E} |'
+    s += f' loss scale: {loss_scale:.1f} |'
+    if grad_norm is not None:
+        s += f' grad norm: {grad_norm:.3f} |'
+    s += f' number of skipped iterations: {skipped_iterations:3d} |'
+    s += f' number of nan iterations: {nan_iterations:3d} |'
+    return s
+
+
+def memory_line(*, rank: int, iteration: int, allocated: int, max_allocated: int, reserved: int,
+                max_reserved: int) -> str:
+    """Megatron-LM megatron/training/utils.py report_memory(f'(after {iteration} iterations)'), sizes in bytes."""
+    s = f'(after {iteration} iterations)' + ' memory (MB)'
+    s += f" | allocated: {allocated / MEGABYTES:.2f}"
+    s += f" | max allocated: {max_allocated / MEGABYTES:.2f}"
+    s += f" | reserved: {reserved / MEGABYTES:.2f}"
+    s += f" | max reserved: {max_reserved / MEGABYTES:.2f}"
+    return f"[Rank {rank}] {s}"
+
+
+def deep_ep_provider(module: ModuleType | None) -> str:
+    """Which DeepEP answers `import deep_ep`: UCCL-EP's drop-in shadow, NVIDIA's DeepEP, or none.
+
+    UCCL's shadow (uccl-project/uccl ep/deep_ep_wrapper) re-exports `Config` from `uccl.ep` and adds
+    `initialize_uccl`/`destroy_uccl`; its install path need not contain "uccl" (setup.py installs package deep_ep).
+    NVIDIA's has `Buffer` (and `HybridEPBuffer` on its hybrid-ep builds). Anything else is "unknown".
+    """
+    if module is None:
+        return "none"
+    path = (getattr(module, "__file__", None) or "").lower()
+    config_module = getattr(getattr(module, "Config", None), "__module__", "") or ""
+    if hasattr(module, "initialize_uccl") or config_module.startswith("uccl") or "uccl" in path:
+        return "uccl"
+    if hasattr(module, "Buffer") or hasattr(module, "HybridEPBuffer"):
+        return "nvidia"
+    return "unknown"
+
+
+def import_deep_ep() -> tuple[ModuleType | None, str | None]:
+    """The deep_ep module Megatron's fused all-to-all would use, and why it is missing if it is."""
+    if "deep_ep" in sys.modules:
+        return sys.modules["deep_ep"], None
+    try:
+        return importlib.import_module("deep_ep"), None
+    except Exception as e:  # a broken build fails with anything from ImportError to a CUDA error
+        return None, f"{type(e).__name__}: {e}"
+
+
+def deep_ep_line(module: ModuleType | None) -> str:
+    path = getattr(module, "__file__", None) if module is not None else None
+    return f"MBRIDGE_DEEP_EP module={path or 'none'} provider={deep_ep_provider(module)}"
+
+
+def check_deep_ep(dispatcher: str, deepep_impl: str | None, module: ModuleType | None, error: str | None) -> None:
+    """Before building anything: the requested flex backend has the DeepEP it needs, of the kind the plan expects."""
+    if dispatcher == "alltoall":
+        return
+    if module is None:
+        raise DispatcherError(
+            f"dispatcher = {dispatcher!r} needs the deep_ep module, which does not import here ({error}); "
+            "use an image with UCCL-EP or NVIDIA DeepEP installed, or dispatcher = 'alltoall'"
+        )
+    provider = deep_ep_provider(module)
+    if dispatcher == "hybridep" and not hasattr(module, "HybridEPBuffer"):
+        raise DispatcherError(
+            f"dispatcher = 'hybridep' needs NVIDIA DeepEP's hybrid-ep build (deep_ep.HybridEPBuffer); the deep_ep "
+            f"here ({provider}, {module.__file__}) has none"
+        )
+    if dispatcher == "deepep" and deepep_impl is not None and provider != deepep_impl:
+        raise DispatcherError(
+            f"deepep_impl = {deepep_impl!r} but `import deep_ep` gives the {provider} one ({module.__file__}); "
+            "an A/B labelled with the wrong DeepEP is invalid: fix the image or deepep_impl"
+        )
+
+
+def dispatcher_class_name(cls_name: str | None, config_type: str) -> str:
+    """The built dispatcher from the first MoE layer's token_dispatcher class, else from the config's type."""
+    if cls_name is None:
+        return config_type
+    return DISPATCHER_CLASSES.get(cls_name, cls_name)
+
+
+def first_dispatcher_class(*modules: Any) -> str | None:
+    """Class name of the first MoE layer's token_dispatcher in these torch modules (None without MoE layers)."""
+    for root in modules:
+        for module in root.modules():
+            dispatcher = getattr(module, "token_dispatcher", None)
+            if dispatcher is not None:
+                return type(dispatcher).__name__
+    return None
+
+
+def dispatcher_line(requested: str, built: str, backend: str) -> str:
+    return f"MBRIDGE_DISPATCHER requested={requested} built={built} backend={backend}"
+
+
+def built_backend(built: str, flex_backend: Any) -> str:
+    return str(flex_backend) if built == "flex" and flex_backend else "none"
+
+
+def check_dispatcher(requested: str, built: str, backend: str) -> None:
+    expected = EXPECTED_DISPATCH[requested]
+    if (built, backend) != expected:
+        raise DispatcherError(
+            f"dispatcher downgraded: requested {requested} (expects {expected[0]}/{expected[1]}) but the built model "
+            f"uses {built}/{backend}; a dispatcher A/B with a silently changed dispatcher is invalid. Megatron-Bridge "
+            "falls back when the GPU is not on its DeepEP/HybridEP allowlist or deep_ep is missing."
+        )
