@@ -134,3 +134,16 @@ def test_refit_world_size_mismatch_is_rejected(tmp_path: Path) -> None:
     assert res.returncode == 0, res.output
     assert len(sbatch_scripts(res.output_dir)) == 1
     assert "[refit-layout] WORLD_SIZE=96: non-collocated mode needs src.world + dst.world = 32 + 32" in res.output
+
+
+def test_mcore_engine_limits_are_checked_at_dry_run(tmp_path: Path) -> None:
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+        'model = "kimi_k2_proxy"\ngpu = "h100"\nengine = "mcore"\ntp = [1, 2]\nep = 4\ngbs = 16\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 1\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp_path)
+    assert len(sbatch_scripts(res.output_dir)) == 1
+    assert "[mcore-engine] tp = 2: MoE with tensor parallelism needs sequence parallelism" in res.output
+    assert "Fix: use engine = 'bridge'" in res.output

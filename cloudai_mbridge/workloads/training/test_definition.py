@@ -16,6 +16,8 @@ from cloudai.models.workload import CmdArgs, TestDefinition
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
+from ...launch.training import training_config
+from ...payload.train_config import mcore_unsupported
 from ...plan import EchoOptions, TrainingPlan
 from ...plan.memory import estimate_memory
 from ...rules import TRAINING_RULES, Violation
@@ -194,11 +196,24 @@ class MBridgeTrainingTestDefinition(TestDefinition):
         )
 
     def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        plan = self.plan(tr, system)
         return [
             *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
             *secret_env_violations(system_env(system), "global_env_vars"),
-            *TRAINING_RULES.check(self.plan(tr, system)),
+            *TRAINING_RULES.check(plan),
+            *self._engine_violations(plan),
         ]
+
+    def _engine_violations(self, plan: TrainingPlan) -> list[Violation]:
+        """The payload's own list of what its Megatron-Core-only engine cannot do, checked before the queue."""
+        if self.cmd_args.engine != "mcore":
+            return []
+        config = training_config(plan, data=self.cmd_args.data)
+        found = []
+        for message in mcore_unsupported(config):
+            what, _, fix = message.partition("; ")
+            found.append(Violation("mcore-engine", {"engine": "mcore"}, what, fix))
+        return found
 
     def constraint_check(self, tr: TestRun, system: System | None) -> bool:
         found = self.violations(tr, system)
