@@ -15,6 +15,7 @@ SCENARIOS = {
     "dsv3_sft": ("slurm_b300_efa", 1),
     "kimi_k2_refit": ("slurm_b300_efa", 7),
     "refit_cpu_smoke": ("local_slurm", 3),
+    "seed001_refit_mappings": ("slurm_b300_efa", 3),
 }
 
 
