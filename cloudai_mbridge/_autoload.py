@@ -28,6 +28,8 @@ class _AfterCloudAI(importlib.abc.MetaPathFinder):
 
         def exec_then_register(module):
             original(module)
+            if _plugin_import_in_progress():
+                return  # code that imports our modules first registers explicitly (register() is idempotent)
             try:
                 from cloudai_mbridge.registration import register
 
@@ -37,6 +39,14 @@ class _AfterCloudAI(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_then_register
         return spec
+
+
+def _plugin_import_in_progress() -> bool:
+    """True while one of our own modules is half-imported (it imported cloudai); registering now would be circular."""
+    return any(
+        name.startswith("cloudai_mbridge.") and getattr(getattr(mod, "__spec__", None), "_initializing", False)
+        for name, mod in list(sys.modules.items())
+    )
 
 
 def install() -> None:

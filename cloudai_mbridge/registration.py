@@ -21,7 +21,12 @@ def register() -> None:
 
     from .reports.ab import ABReportConfig, MBridgeABReport
     from .reports.refit_table import MBridgeRefitTable
-    from .workloads.refit import MBridgeRefitSlurmCommandGenStrategy, MBridgeRefitTestDefinition
+    from .workloads.k8s_runner import add_kubernetes_strategy, register_kubernetes
+    from .workloads.refit import (
+        MBridgeRefitKubernetesJsonGenStrategy,
+        MBridgeRefitSlurmCommandGenStrategy,
+        MBridgeRefitTestDefinition,
+    )
     from .workloads.reporting import MBridgeRefitReport, MBridgeTrainingReport
     from .workloads.slurm_installer import MBridgeSlurmInstaller
     from .workloads.training import MBridgeTrainingSlurmCommandGenStrategy, MBridgeTrainingTestDefinition
@@ -37,4 +42,6 @@ def register() -> None:
     reg.update_report(MBridgeRefitTestDefinition, {MBridgeRefitReport})
     reg.update_scenario_report("mbridge_ab", MBridgeABReport, ABReportConfig(enable=True))
     reg.update_scenario_report("mbridge_refit", MBridgeRefitTable, ReportConfig(enable=True))
+    register_kubernetes(reg)
+    add_kubernetes_strategy(reg, MBridgeRefitTestDefinition, MBridgeRefitKubernetesJsonGenStrategy)
     _done = True

@@ -47,12 +47,11 @@ def test_ab_points_differ_only_in_swept_fields(tmp_path: Path) -> None:
     for c in configs:
         assert (c["tp"], c["pp"], c["vp"], c["ep"], c["world_size"], c["dp"]) == (8, 8, 2, 32, 256, 4)
         assert c["model"]["num_experts"] == 384 and c["model"]["mtp_num_layers"] is None
+    from cloudai_mbridge.reports.ab import VOLATILE_KEYS
+
+    swept = {"dispatcher", "mbs", "moe_a2a_overlap"}
     stripped = {
-        json.dumps(
-            {k: v for k, v in c.items() if k not in ("dispatcher", "mbs", "moe_a2a_overlap", "output_dir")},
-            sort_keys=True,
-        )
-        for c in configs
+        json.dumps({k: v for k, v in c.items() if k not in swept | VOLATILE_KEYS}, sort_keys=True) for c in configs
     }
     assert len(stripped) == 1, "A/B arms must be identical apart from the swept fields"
 

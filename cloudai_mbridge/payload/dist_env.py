@@ -24,15 +24,21 @@ def _first(env: dict[str, str], *names: str) -> str | None:
 
 
 def resolve(env: dict[str, str] | None = None) -> DistEnv:
-    """Read rank/world/master from torchrun variables first, then Slurm's, then a single-process default.
+    """Read rank/world/master from the launcher that started this process.
 
-    Slurm gives SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID per task; MASTER_ADDR is exported by the sbatch script
-    (first host of the allocation) and MASTER_PORT derived from the job id so two jobs on one node don't collide.
+    torchrun (TORCHELASTIC_RUN_ID set) wins; inside an srun step (SLURM_STEP_ID set) Slurm's SLURM_PROCID /
+    SLURM_NTASKS / SLURM_LOCALID win over any RANK/WORLD_SIZE inherited from the submitting shell (sbatch forwards
+    its environment); otherwise RANK/WORLD_SIZE, else a single process. MASTER_ADDR is exported by the sbatch script
+    (the first node's address); MASTER_PORT, when unset, is derived from the job id so two jobs on one node differ.
     """
     env = dict(os.environ if env is None else env)
-    rank = int(_first(env, "RANK", "SLURM_PROCID") or 0)
-    world = int(_first(env, "WORLD_SIZE", "SLURM_NTASKS") or 1)
-    local = int(_first(env, "LOCAL_RANK", "SLURM_LOCALID") or 0)
+    if "TORCHELASTIC_RUN_ID" not in env and "SLURM_STEP_ID" in env and "SLURM_PROCID" in env:
+        names = (("SLURM_PROCID",), ("SLURM_NTASKS",), ("SLURM_LOCALID",))
+    else:
+        names = (("RANK", "SLURM_PROCID"), ("WORLD_SIZE", "SLURM_NTASKS"), ("LOCAL_RANK", "SLURM_LOCALID"))
+    rank = int(_first(env, *names[0]) or 0)
+    world = int(_first(env, *names[1]) or 1)
+    local = int(_first(env, *names[2]) or 0)
     addr = _first(env, "MASTER_ADDR") or "127.0.0.1"
     port_text = _first(env, "MASTER_PORT")
     if port_text is None:

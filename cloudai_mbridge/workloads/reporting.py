@@ -115,5 +115,9 @@ class MBridgeRefitReport(MBridgeReport):
         refit_frame(m).to_csv(out / "mbridge_refit_iterations.csv", index=False)
         self.write_summary(m)
         if m.iterations:
-            series_plot(out / "mbridge_refit_iterations.png", f"{self.test_run.name}: {m.status}",
-                        [("refit time (ms)", {"time": list(m.iterations)})], "timed iteration")
+            series_plot(
+                out / "mbridge_refit_iterations.png",
+                f"{self.test_run.name}: {m.status}",
+                [("refit time (ms)", {"time": list(m.iterations)})],
+                "timed iteration",
+            )

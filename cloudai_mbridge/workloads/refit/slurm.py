@@ -6,6 +6,7 @@ from typing import Any, cast
 
 from ...rules import Violation
 from ..slurm_base import MBridgeSlurmStrategy
+from .kubernetes import refit_env
 from .test_definition import MBridgeRefitTestDefinition
 
 
@@ -27,8 +28,7 @@ class MBridgeRefitSlurmCommandGenStrategy(MBridgeSlurmStrategy):
         return self.tdef.plan(self.test_run, self.system).tasks_per_node
 
     def base_env(self) -> dict[str, str]:
-        # gloo on CPU: one thread per rank keeps several ranks per node from oversubscribing the cores.
-        return {"OMP_NUM_THREADS": "1"} if self.tdef.cmd_args.device == "cpu" else {"NCCL_DEBUG": "WARN"}
+        return refit_env(self.tdef)
 
     def payload_config(self) -> dict[str, Any]:
         return {"workload": "refit", **self.tdef.payload_config()}

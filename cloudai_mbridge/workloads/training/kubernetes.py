@@ -7,7 +7,7 @@ from typing import Any, cast
 
 from ...launch.kubernetes import CONFIG_PATH, K8sConfigError, PodStep
 from ...launch.payload import payload_argv
-from ...launch.training import network_env, training_config
+from ...launch.training import network_env
 from ...plan import TrainingPlan
 from ...rules import Violation
 from ..k8s_base import MBridgeKubernetesStrategy
@@ -37,18 +37,7 @@ class MBridgeTrainingKubernetesJsonGenStrategy(MBridgeKubernetesStrategy):
         return network_env(self.plan())
 
     def payload_config(self, output_dir: str) -> dict[str, Any]:
-        a = self.tdef.cmd_args
-        plan = self.plan()
-        return training_config(
-            plan,
-            engine=a.engine,
-            data=a.data,
-            hf_model_id=a.hf_model_id or plan.model.hf_id,
-            checkpoint_dir=a.checkpoint_dir,
-            seed=a.seed,
-            log_interval=a.log_interval,
-            output_dir=output_dir,
-        )
+        return self.tdef.payload_config(self.test_run, self.system, output_dir)
 
     def _converts(self) -> bool:
         a = self.tdef.cmd_args

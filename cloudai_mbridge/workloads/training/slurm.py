@@ -7,9 +7,8 @@ from typing import Any, cast
 
 from ...launch.payload import payload_argv
 from ...launch.slurm import SrunStep
-from ...launch.training import network_env, training_config
+from ...launch.training import network_env
 from ...plan import TrainingPlan
-from ...plan.memory import estimate_memory
 from ...rules import Violation
 from ..slurm_base import MBridgeSlurmStrategy
 from .test_definition import MBridgeTrainingTestDefinition
@@ -40,20 +39,7 @@ class MBridgeTrainingSlurmCommandGenStrategy(MBridgeSlurmStrategy):
         return [f"{p}:{p}" for p in paths]
 
     def payload_config(self) -> dict[str, Any]:
-        a = self.tdef.cmd_args
-        plan = self.plan()
-        estimate = estimate_memory(plan)
-        return training_config(
-            plan,
-            memory_estimate_bytes={**estimate.terms(), "total": estimate.total, "capacity": estimate.capacity},
-            engine=a.engine,
-            data=a.data,
-            hf_model_id=a.hf_model_id or plan.model.hf_id,
-            checkpoint_dir=a.checkpoint_dir,
-            seed=a.seed,
-            log_interval=a.log_interval,
-            output_dir=str(self.test_run.output_path.absolute()),
-        )
+        return self.tdef.payload_config(self.test_run, self.system, str(self.test_run.output_path.absolute()))
 
     def pre_steps(self) -> list[SrunStep]:
         a = self.tdef.cmd_args

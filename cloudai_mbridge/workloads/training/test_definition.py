@@ -195,6 +195,23 @@ class MBridgeTrainingTestDefinition(TestDefinition):
             optimizer=a.optimizer,
         )
 
+    def payload_config(self, tr: TestRun, system: System | None, output_dir: str) -> dict[str, Any]:
+        """The JSON the training payload reads (same on Slurm and Kubernetes)."""
+        a = self.cmd_args
+        plan = self.plan(tr, system)
+        estimate = estimate_memory(plan)
+        return training_config(
+            plan,
+            memory_estimate_bytes={**estimate.terms(), "total": estimate.total, "capacity": estimate.capacity},
+            engine=a.engine,
+            data=a.data,
+            hf_model_id=a.hf_model_id or plan.model.hf_id,
+            checkpoint_dir=a.checkpoint_dir,
+            seed=a.seed,
+            log_interval=a.log_interval,
+            output_dir=output_dir,
+        )
+
     def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
         plan = self.plan(tr, system)
         return [
