@@ -1,0 +1,262 @@
+"""Per-GPU memory: the rules' estimate (plan/memory.py) against the measured peak of the training payload on GPUs.
+
+Method: for each config below a TrainingPlan is built from the catalog (model, H200) with the same settings the
+payload gets; ``launch/training.py training_config(plan, ...)`` writes the payload's JSON (engine "mcore": the
+Megatron-Core-only loop, local non-TE layer specs, Megatron DDP + its distributed optimizer, Adam, bf16, no
+recompute, alltoall dispatcher, mock data). The payload runs as one process per GPU (``payload/refit_local.launch``,
+torchrun-style variables, module ``cloudai_mbridge.payload.train``) for ``--iters`` iterations; its rank logs are
+written as a run folder (``<out>/runs/<config>/mbridge_config.json`` + ``logs/rank-<R>.log``) and read back with
+``cloudai_mbridge.metrics.parse_training_run``. Measured = the largest ``max allocated`` of the payload's Megatron
+memory lines (``torch.cuda.max_memory_allocated``, printed after iterations 1 and 2, i.e. including the optimizer
+state and a full step with it); also shown: ``allocated`` after iteration 2 (what stays: weights, gradients,
+optimizer state) and ``max reserved``. Units: MiB (2^20 B), as Megatron prints them.
+
+Error % = (estimate total - measured max allocated) / measured max allocated * 100. The estimate's ``runtime`` term
+(CUDA context, NCCL, workspaces) is not in ``max_memory_allocated``; the table also gives the error without it and
+against ``max reserved``. The constants in plan/memory.py CALIBRATION are not changed here.
+
+Run (GPU host, megatron-core importable): python3 benchmarks/gpu_memory.py --out /tmp/mem [--configs k2_1gpu ...]
+          [--dry-run: print plans, payload configs and estimates; no GPU needed]
+Prints a table and ``RESULT memory_error_pct_<config>=<x> %`` lines; writes ``<out>/gpu_memory.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cloudai_mbridge.catalog import get_gpu, get_model  # noqa: E402
+from cloudai_mbridge.launch.training import training_config  # noqa: E402
+from cloudai_mbridge.plan import TrainingPlan  # noqa: E402
+from cloudai_mbridge.plan.memory import GIB, MemoryEstimate, estimate_memory  # noqa: E402
+
+MIB = 1 << 20
+
+# name -> plan settings. The mcore engine runs tp = pp = cp = 1 (payload/train_config.py mcore_unsupported).
+CONFIGS: dict[str, dict] = {
+    "k2_1gpu": {"model": "kimi_k2_proxy", "gpus": 1, "ep": 1, "mbs": 1, "gbs": 4, "seq": 4096, "balanced": False},
+    "k2_ep2": {"model": "kimi_k2_proxy", "gpus": 2, "ep": 2, "mbs": 1, "gbs": 8, "seq": 4096, "balanced": True},
+    # Same tokens per micro-batch as k2_1gpu (the estimate is identical), half the sequence: isolates the s^2 term.
+    "k2_1gpu_s2048": {"model": "kimi_k2_proxy", "gpus": 1, "ep": 1, "mbs": 2, "gbs": 8, "seq": 2048,
+                      "balanced": False},
+    "dsv3_ep2": {"model": "deepseek_v3_proxy", "gpus": 2, "ep": 2, "mbs": 1, "gbs": 8, "seq": 4096,
+                 "balanced": True},
+}
+USE_DISTRIBUTED_OPTIMIZER = True  # train_mcore.py: on unless the config says use_distributed_optimizer = false
+
+
+def make_plan(name: str, iters: int) -> TrainingPlan:
+    c = CONFIGS[name]
+    return TrainingPlan(
+        model=get_model(c["model"]), gpu=get_gpu("h200"), num_nodes=1, gpus_per_node=c["gpus"], tp=1, pp=1, cp=1,
+        ep=c["ep"], etp=1, mbs=c["mbs"], gbs=c["gbs"], seq_length=c["seq"], train_iters=iters,
+        dispatcher="alltoall", recompute="none", precision="bf16", force_balanced_routing=c["balanced"],
+        sequence_parallel=False, use_distributed_optimizer=USE_DISTRIBUTED_OPTIMIZER, optimizer="adam",
+    )
+
+
+def payload_config(plan: TrainingPlan, output_dir: str) -> dict:
+    return training_config(plan, data="mock", seed=1234, log_interval=1, engine="mcore", output_dir=output_dir,
+                           checkpoint_dir=None, hf_model_id=None, use_distributed_optimizer=USE_DISTRIBUTED_OPTIMIZER)
+
+
+def diagnostics(plan: TrainingPlan, est: MemoryEstimate) -> dict:
+    """Sizes of what the mcore engine does that the estimate does not model (reported, never added to it)."""
+    m = plan.model
+    h, a, dv = m.hidden_size, m.num_attention_heads, m.v_head_dim
+    from cloudai_mbridge.plan.memory import _attention_params  # the estimate's own MLA count
+
+    mha = 4 * h * a * dv + h  # linear_qkv (3 a dv h) + linear_proj (a dv h), no biases, input norm
+    mla = _attention_params(plan)
+    shards = max(plan.dp * plan.cp, 1) if plan.use_distributed_optimizer else 1
+    return {
+        # Megatron's distributed optimizer sets main_param.grad = model_grad_shard.float(): fp32 grads of the shard,
+        # alive from the step until the next zero_grad (so in "allocated" after the step): 4 of Adam's 12 B/param.
+        "fp32_main_grads_bytes": est.optimizer // 3,
+        # MLA needs TE's core attention; the mcore engine builds standard MHA with v_head_dim channels per head.
+        # Dense parameters: bf16 weight + bf16 grad + fp32 main param, 2 moments (and fp32 grad) over DP shards.
+        "mha_minus_mla_static_bytes": int((mha - mla) * m.num_layers * (4 + 16 / shards)),
+        # The local (unfused) DotProductAttention materialises b*a*s^2 scores per layer (bf16), the estimate
+        # assumes flash attention (no s^2 term).
+        "attention_scores_bytes_per_layer": plan.mbs * a * plan.seq_length**2 * 2,
+    }
+
+
+def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
+    from cloudai_mbridge.metrics import parse_training_run
+    from cloudai_mbridge.payload.refit_local import launch
+
+    plan = make_plan(name, args.iters)
+    folder = out / "runs" / name
+    (folder / "logs").mkdir(parents=True, exist_ok=True)
+    cfg = payload_config(plan, str(folder))
+    (folder / "mbridge_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    start = time.perf_counter()
+    run = launch(cfg, plan.world_size, timeout=args.timeout_s, module="cloudai_mbridge.payload.train", cwd=ROOT,
+                 env={"PYTHONUNBUFFERED": "1"})
+    wall = time.perf_counter() - start
+    for rank, (stdout, stderr) in enumerate(zip(run.stdout, run.stderr, strict=True)):
+        (folder / "logs" / f"rank-{rank}.log").write_text(stdout + stderr)
+    m = parse_training_run(folder)
+    est = estimate_memory(plan)
+    row: dict = {"name": name, "settings": CONFIGS[name], "world_size": plan.world_size, "returncodes": run.returncodes,
+                 "wall_s": wall, "status": m.status, "problems": list(m.problems), "run_folder": str(folder),
+                 "estimate": {**est.terms(), "total": est.total, "in_flight": est.in_flight},
+                 "diagnostics": diagnostics(plan, est),
+                 "memory_reports": [{"rank": r.rank, "after": r.after_iterations, "allocated": r.allocated_bytes,
+                                     "max_allocated": r.max_allocated_bytes, "reserved": r.reserved_bytes,
+                                     "max_reserved": r.max_reserved_bytes} for r in m.memory],
+                 "iteration_ms_median": m.iteration_time_ms.median}
+    peak = m.peak_allocated_bytes
+    if peak:
+        top = max(m.memory, key=lambda r: (r.max_allocated_bytes or 0, r.after_iterations))
+        last = max((r for r in m.memory if r.rank == top.rank), key=lambda r: r.after_iterations)
+        static = last.allocated_bytes or 0
+        est_static = est.weights + est.gradients + est.optimizer
+        est_dynamic = est.activations + est.dispatcher
+        row["measured"] = {"max_allocated": peak, "allocated_after_last_report": static,
+                           "max_reserved": m.peak_reserved_bytes, "rank": top.rank}
+        row["error_pct"] = 100 * (est.total - peak) / peak
+        row["error_pct_without_runtime"] = 100 * (est.total - est.runtime - peak) / peak
+        row["error_pct_vs_max_reserved"] = (100 * (est.total - m.peak_reserved_bytes) / m.peak_reserved_bytes
+                                            if m.peak_reserved_bytes else None)
+        row["static_error_pct"] = 100 * (est_static - static) / static if static else None
+        row["dynamic_error_pct"] = 100 * (est_dynamic - (peak - static)) / (peak - static) if peak > static else None
+    else:
+        row["tail"] = run.describe()[-4000:]
+    return row
+
+
+def _mib(x: float | None) -> str:
+    return "-" if x is None else f"{x / MIB:.0f}"
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\nEstimate terms (MiB): weights grads optim activ disp runtime = total; measured (MiB): static = allocated "
+          "after it. 2, peak = max allocated, resv = max reserved; err = (est - peak) / peak")
+    print(f"{'config':>14} {'wts':>6} {'grads':>6} {'optim':>6} {'activ':>6} {'disp':>5} {'rt':>5} {'EST':>6} | "
+          f"{'static':>6} {'peak':>6} {'resv':>6} | {'err%':>6} {'err-rt%':>7} {'err/resv%':>9} {'stat%':>6} "
+          f"{'dyn%':>6} {'status':>8}")
+    for r in rows:
+        e, mm = r["estimate"], r.get("measured", {})
+        print(f"{r['name']:>14} {_mib(e['weights']):>6} {_mib(e['gradients']):>6} {_mib(e['optimizer']):>6} "
+              f"{_mib(e['activations']):>6} {_mib(e['dispatcher']):>5} {_mib(e['runtime']):>5} {_mib(e['total']):>6} | "
+              f"{_mib(mm.get('allocated_after_last_report')):>6} {_mib(mm.get('max_allocated')):>6} "
+              f"{_mib(mm.get('max_reserved')):>6} | {_pct(r.get('error_pct')):>6} "
+              f"{_pct(r.get('error_pct_without_runtime')):>7} {_pct(r.get('error_pct_vs_max_reserved')):>9} "
+              f"{_pct(r.get('static_error_pct')):>6} {_pct(r.get('dynamic_error_pct')):>6} {r['status']:>8}",
+              flush=True)
+    print("\nNot modelled by the estimate, sized for these runs (MiB): fp32 main grads of the distributed optimizer "
+          "(4 B/param/shard), standard attention built instead of MLA (static: 4 + 16/dp B/param), unfused attention "
+          "scores per layer (b*a*s^2*2 B)")
+    for r in rows:
+        d = r["diagnostics"]
+        print(f"{r['name']:>14} fp32_main_grads {_mib(d['fp32_main_grads_bytes']):>6}  mha-mla "
+              f"{_mib(d['mha_minus_mla_static_bytes']):>6}  "
+              f"scores/layer {_mib(d['attention_scores_bytes_per_layer']):>6}")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}"
+
+
+def provenance(argv: list[str]) -> dict:
+    info = {"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
+            "python": platform.python_version(), "command": " ".join(["python3", *argv])}
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, cuda=torch.version.cuda,
+                    gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+    except Exception as exc:
+        info["torch_error"] = repr(exc)
+    try:
+        from megatron.core import package_info
+
+        info["megatron_core"] = package_info.__version__
+    except Exception as exc:
+        info["megatron_core_error"] = repr(exc)
+    info["env"] = {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("NCCL_", "PYTORCH_CUDA"))}
+    return info
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--configs", nargs="+", default=["k2_1gpu", "k2_ep2"], choices=sorted(CONFIGS))
+    parser.add_argument("--iters", type=int, default=4)
+    parser.add_argument("--timeout-s", type=int, default=180, help="per config")
+    parser.add_argument("--dry-run", action="store_true", help="print plans, payload configs, estimates; no GPU")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.dry_run:
+        from cloudai_mbridge.payload.train_config import check_config, mcore_unsupported
+
+        for name in args.configs:
+            plan = make_plan(name, args.iters)
+            cfg = check_config(payload_config(plan, "/tmp/run"))
+            problems = mcore_unsupported(cfg)
+            print(f"{name}: world {plan.world_size} dp {plan.dp} edp {plan.expert_dp} microbatches "
+                  f"{plan.num_microbatches}; estimate {estimate_memory(plan).summary()}; mcore problems {problems}")
+        return 0
+    need = max(CONFIGS[n]["gpus"] for n in args.configs)
+    try:
+        import torch
+
+        problem = None if torch.cuda.is_available() and torch.cuda.device_count() >= need else (
+            f"{need} CUDA GPU(s) needed, torch sees {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+    except ImportError as exc:
+        problem = f"torch does not import ({exc})"
+    if problem:
+        print(f"error: {problem}: run this on a GPU host", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    info = provenance([f"benchmarks/{Path(__file__).name}", *argv])
+    print(f"device: {info.get('gpus')} torch {info.get('torch')} megatron-core {info.get('megatron_core')}")
+    print("method: payload train.py engine mcore, one process per GPU; measured = max of the Megatron memory lines' "
+          "'max allocated' (torch.cuda.max_memory_allocated, after iterations 1 and 2); estimate = "
+          "plan.memory.estimate_memory(plan) for the same plan; units MiB", flush=True)
+    result: dict = {"experiment": "gpu_memory", "provenance": info, "calibration": _calibration(), "configs": []}
+    for name in args.configs:
+        row = run_config(name, args, args.out)
+        result["configs"].append(row)
+        print(f"[{name}] status={row['status']} rc={row['returncodes']} wall_s={row['wall_s']:.1f} "
+              f"peak_MiB={_mib(row.get('measured', {}).get('max_allocated'))} "
+              f"est_MiB={_mib(row['estimate']['total'])}", flush=True)
+        if "tail" in row:
+            print(row["tail"][-1500:], flush=True)
+        (args.out / "gpu_memory.json").write_text(json.dumps(result, indent=1, sort_keys=True))
+    print_table(result["configs"])
+    failed = False
+    for r in result["configs"]:
+        if "error_pct" not in r:
+            failed = True
+            print(f"RESULT memory_status_{r['name']}={r['status']}")
+            continue
+        print(f"RESULT memory_measured_max_allocated_{r['name']}={r['measured']['max_allocated'] / MIB:.0f} MiB")
+        print(f"RESULT memory_estimate_{r['name']}={r['estimate']['total'] / MIB:.0f} MiB")
+        print(f"RESULT memory_error_pct_{r['name']}={r['error_pct']:+.1f} %")
+    return 1 if failed else 0
+
+
+def _calibration() -> dict:
+    from cloudai_mbridge.plan.memory import CALIBRATION
+
+    return {**CALIBRATION, "gib": GIB}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Real GPU run folders (tests/fixtures/logs/gpu, see SOURCES.md there) parse to the numbers benchmarks/results holds.
+
+The fixtures are the trimmed rank logs of benchmarks/gpu_run.sh on an H200x2 (refit over NCCL, training payload
+engine "mcore"); the JSON files in benchmarks/results were written from the same runs by the benchmark scripts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cloudai_mbridge.metrics import parse_refit_run, parse_run, parse_training_run
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+GPU_FIXTURES = ROOT / "tests" / "fixtures" / "logs" / "gpu"
+RESULTS = ROOT / "benchmarks" / "results"
+MIB = 1 << 20
+
+
+def _results(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+REFIT_ROWS = {r["name"]: r for r in _results("gpu_refit_nccl")["refit"]}
+MEMORY_ROWS = {r["name"]: r for r in _results("gpu_memory")["configs"]}
+
+
+def test_every_result_row_has_its_fixture_and_a_sources_line() -> None:
+    sources = (GPU_FIXTURES / "SOURCES.md").read_text()
+    rows = [*REFIT_ROWS.values(), *MEMORY_ROWS.values()]
+    assert len(rows) == 7
+    for row in rows:
+        folder = ROOT / row["fixture"]
+        assert (folder / "mbridge_config.json").is_file()
+        assert (folder / "logs" / "rank-0.log").is_file()
+        assert f"`{folder.name}/`" in sources, folder.name
+
+
+@pytest.mark.parametrize("name", sorted(REFIT_ROWS))
+def test_refit_fixture_parses_to_the_recorded_numbers(name: str) -> None:
+    row = REFIT_ROWS[name]
+    folder = ROOT / row["fixture"]
+    m = parse_refit_run(folder)
+    assert m.status == "ok", m.problems
+    assert m.failure.status == "ok"
+    assert parse_run(folder) == m  # workload "refit" in mbridge_config.json routes to the refit parser
+    assert m.world_size == 2  # from the rank logs: the payload's config has no world_size key
+    assert [ms for _, ms in m.iterations] == row["times_ms"]
+    assert m.time_ms.median == pytest.approx(row["median_ms"])
+    assert (m.time_ms.min, m.time_ms.max) == (pytest.approx(row["min_ms"]), pytest.approx(row["max_ms"]))
+    assert (m.bytes_remote, m.bytes_local, m.send_ops, m.recv_ops) == (
+        row["bytes_remote"], row["bytes_local"], row["send_ops"], row["recv_ops"])
+    assert m.bandwidth_gbps == pytest.approx(row["payload_bandwidth_gbps"], abs=5e-4)  # printed with 3 decimals
+    assert (m.verify.status, m.verify.mismatched, m.verify.detail) == ("pass", 0, row["verify_detail"])
+    assert m.result["model_bytes"] == row["model_bytes"]
+    assert m.result["held_bytes"] == row["held_bytes"]
+    # The plan writes every destination byte once.
+    assert m.bytes_remote + m.bytes_local == row["held_bytes"]["dst"]
+    # The per-GPU figure of the report, recomputed from what the extractor read.
+    remote_per_gpu = m.bytes_remote / m.world_size / (m.time_ms.median / 1e3) / 1e9
+    assert remote_per_gpu == pytest.approx(row["remote_gbps_per_gpu"])
+    assert m.result["versions"]["megatron_core"] == "0.17.1"
+
+
+def test_refit_headline_numbers() -> None:
+    """The numbers the report quotes, so a regenerated results file cannot drift from them unnoticed."""
+    two = REFIT_ROWS["refit_tp2-ep2_2l"]
+    assert two["median_ms"] == pytest.approx(339.446)
+    assert two["pct_of_p2p"] == pytest.approx(16.06, abs=0.01)
+    ceiling = max((r for r in _results("gpu_refit_nccl")["p2p"] if r["ops"] == 1 and r["mode"] == "exchange"),
+                  key=lambda r: r["bytes"])
+    assert ceiling["bytes"] == 4 << 30 and ceiling["gbps_per_gpu"] == pytest.approx(359.3, abs=0.05)
+    assert all(r.get("data_check", "pass") == "pass" for r in _results("gpu_refit_nccl")["p2p"])
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_ROWS))
+def test_training_fixture_parses_to_the_recorded_memory(name: str) -> None:
+    row = MEMORY_ROWS[name]
+    folder = ROOT / row["fixture"]
+    m = parse_training_run(folder)
+    # 4 iterations and the default 4 warm-up iterations leave no steady state; nothing else is wrong.
+    assert m.status == "no_steady_state" and m.problems == ("no_steady_state",)
+    assert m.failure.status == "ok"
+    assert [r.iteration for r in m.iterations] == [1, 2, 3, 4]
+    assert all(r.elapsed_ms and r.elapsed_ms > 0 for r in m.iterations)
+    assert m.validity.dispatcher.built == "alltoall" and not m.validity.dispatcher.downgraded
+    measured = row["measured"]
+    assert m.peak_allocated_bytes == pytest.approx(measured["max_allocated"])
+    assert m.peak_reserved_bytes == pytest.approx(measured["max_reserved"])
+    last = max(m.memory, key=lambda r: r.after_iterations)
+    assert (last.rank, last.after_iterations) == (0, 2)
+    assert last.allocated_bytes == pytest.approx(measured["allocated_after_last_report"])
+    # Megatron prints MiB with two decimals: the bytes are exactly that many MiB.
+    assert round(m.peak_allocated_bytes / MIB, 2) == pytest.approx(m.peak_allocated_bytes / MIB)
+    est = row["estimate"]
+    assert row["error_pct"] == pytest.approx(100 * (est["total"] - m.peak_allocated_bytes) / m.peak_allocated_bytes)
+    # With one warm-up iteration the same logs have a steady state.
+    steady = parse_training_run(folder, warmup=1)
+    assert steady.status == "ok" and steady.iteration_time_ms.n == 3
+
+
+def test_memory_headline_numbers() -> None:
+    expect = {"k2_1gpu": (22047.44, -17.9), "k2_ep2": (17094.68, -21.7), "k2_1gpu_s2048": (17458.25, 3.7),
+              "dsv3_ep2": (29902.34, -54.5)}
+    for name, (peak_mib, error) in expect.items():
+        row = MEMORY_ROWS[name]
+        assert row["measured"]["max_allocated"] / MIB == pytest.approx(peak_mib)
+        assert row["error_pct"] == pytest.approx(error, abs=0.05)
