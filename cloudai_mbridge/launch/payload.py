@@ -14,7 +14,7 @@ CONFIG_NAME = "mbridge_config.json"
 _PAYLOAD_SRC = Path(__file__).resolve().parent.parent / "payload"
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
@@ -57,7 +57,7 @@ def stage_payload(output_dir: Path) -> Path:
 
 def write_config(output_dir: Path, config: dict[str, Any]) -> Path:
     path = output_dir / CONFIG_NAME
-    _atomic_write(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return path
 
 

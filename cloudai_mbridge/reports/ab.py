@@ -19,8 +19,9 @@ from cloudai.core import Reporter
 from cloudai.models.scenario import ReportConfig
 from pydantic import Field
 
+from ..launch.payload import write_atomic
 from ..metrics import TrainingRunMetrics, loss_equivalence, parse_training_run
-from .common import html_page, html_table, runs_of, write_atomic
+from .common import html_page, html_table, runs_of
 from .plots import bar_plot, inline_png, series_plot
 
 # Keys that describe where/when a run happened or what we predicted, not the work it did.

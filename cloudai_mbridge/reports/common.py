@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from cloudai.core import Reporter, TestRun
@@ -25,17 +22,6 @@ def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str
             except (OSError, json.JSONDecodeError):
                 continue
     return found
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def fmt(value: Any, digits: int = 3) -> str:

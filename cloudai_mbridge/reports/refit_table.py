@@ -8,8 +8,9 @@ from typing import Any
 
 from cloudai.core import Reporter
 
+from ..launch.payload import write_atomic
 from ..metrics import parse_refit_run
-from .common import html_page, html_table, runs_of, write_atomic
+from .common import html_page, html_table, runs_of
 from .plots import bar_plot, inline_png
 
 

@@ -32,9 +32,9 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
     @abstractmethod
     def base_env(self) -> dict[str, str]: ...
 
-    @abstractmethod
     def check(self) -> list[Violation]:
         """Rule violations of this point; generation refuses to write a job that Megatron rejects."""
+        return self.test_run.test.violations(self.test_run, self.system)
 
     def image_url(self) -> str | None:
         image = getattr(self.test_run.test, "docker_image", None)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ...rules import Violation
 from ..k8s_base import MBridgeKubernetesStrategy
 from .test_definition import MBridgeRefitTestDefinition
 
@@ -18,9 +17,6 @@ class MBridgeRefitKubernetesJsonGenStrategy(MBridgeKubernetesStrategy):
 
     def python(self) -> str:
         return self.tdef.cmd_args.python
-
-    def check(self) -> list[Violation]:
-        return self.tdef.violations(self.test_run, self.system)
 
     def nproc_per_node(self) -> int:
         return self.tdef.plan(self.test_run, self.system).tasks_per_node

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ...rules import Violation
 from ..slurm_base import MBridgeSlurmStrategy
 from .kubernetes import refit_env
 from .test_definition import MBridgeRefitTestDefinition
@@ -20,9 +19,6 @@ class MBridgeRefitSlurmCommandGenStrategy(MBridgeSlurmStrategy):
     @property
     def python(self) -> str:  # type: ignore[override]
         return self.tdef.cmd_args.python
-
-    def check(self) -> list[Violation]:
-        return self.tdef.violations(self.test_run, self.system)
 
     def ntasks_per_node(self) -> int:
         return self.tdef.plan(self.test_run, self.system).tasks_per_node

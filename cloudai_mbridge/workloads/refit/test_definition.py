@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated, Any, Literal
 
-from cloudai.core import DockerImage, Installable, JobStatusResult, System, TestRun
-from cloudai.models.workload import CmdArgs, TestDefinition
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from cloudai.core import System, TestRun
+from cloudai.models.workload import CmdArgs
+from pydantic import BaseModel, ConfigDict, Field
 
 from ...catalog import MODELS, get_model
 from ...plan.refit import RefitPlan, refit_model
 from ...rules import Violation
 from ...rules.refit import REFIT_RULES
-from ..common import container_image, redact_secret_env, secret_env_violations, system_env
-from ..reporting import run_status
+from ..base import MBridgeTestDefinition
 
 PosInt = Annotated[int, Field(ge=1)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
@@ -55,25 +53,10 @@ class MBridgeRefitCmdArgs(CmdArgs):
     python: str = "python3"
 
 
-class MBridgeRefitTestDefinition(TestDefinition):
+class MBridgeRefitTestDefinition(MBridgeTestDefinition):
     """Megatron-Core refit benchmark (template name ``MBridgeRefit``)."""
 
     cmd_args: MBridgeRefitCmdArgs
-    _images: dict[str, DockerImage] = PrivateAttr(default_factory=dict)
-
-    @field_validator("extra_env_vars", mode="before")
-    @classmethod
-    def _redact_secrets(cls, v: Any) -> Any:
-        return redact_secret_env(v)
-
-    @property
-    def docker_image(self) -> DockerImage | None:
-        return container_image(self.cmd_args.container_image, self._images)
-
-    @property
-    def installables(self) -> list[Installable]:
-        image = self.docker_image
-        return [*([image] if image else []), *self.git_repos]
 
     def payload_config(self) -> dict[str, Any]:
         a = self.cmd_args
@@ -98,18 +81,5 @@ class MBridgeRefitTestDefinition(TestDefinition):
         tasks = gpus or getattr(system, "ntasks_per_node", None) or 1
         return RefitPlan(self.payload_config(), tr.nnodes, tasks, system_has_gpus=bool(gpus))
 
-    def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
-        return [
-            *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
-            *secret_env_violations(system_env(system), "global_env_vars"),
-            *REFIT_RULES.check(self.plan(tr, system)),
-        ]
-
-    def constraint_check(self, tr: TestRun, system: System | None) -> bool:
-        found = self.violations(tr, system)
-        for v in found:
-            logging.error("%s: rejected: %s", tr.name, v)
-        return not found
-
-    def was_run_successful(self, tr: TestRun) -> JobStatusResult:
-        return run_status(tr.output_path)
+    def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        return REFIT_RULES.check(self.plan(tr, system))

@@ -9,7 +9,6 @@ from ...launch.kubernetes import CONFIG_PATH, K8sConfigError, PodStep
 from ...launch.payload import payload_argv
 from ...launch.training import network_env
 from ...plan import TrainingPlan
-from ...rules import Violation
 from ..k8s_base import MBridgeKubernetesStrategy
 from .test_definition import MBridgeTrainingTestDefinition
 
@@ -23,9 +22,6 @@ class MBridgeTrainingKubernetesJsonGenStrategy(MBridgeKubernetesStrategy):
 
     def plan(self) -> TrainingPlan:
         return self.tdef.plan(self.test_run, self.system)
-
-    def check(self) -> list[Violation]:
-        return self.tdef.violations(self.test_run, self.system)
 
     def gpus_per_node(self) -> int:
         return self.plan().gpus_per_node

@@ -9,7 +9,6 @@ from ...launch.payload import payload_argv
 from ...launch.slurm import SrunStep
 from ...launch.training import network_env
 from ...plan import TrainingPlan
-from ...rules import Violation
 from ..slurm_base import MBridgeSlurmStrategy
 from .test_definition import MBridgeTrainingTestDefinition
 
@@ -23,9 +22,6 @@ class MBridgeTrainingSlurmCommandGenStrategy(MBridgeSlurmStrategy):
 
     def plan(self) -> TrainingPlan:
         return self.tdef.plan(self.test_run, self.system)
-
-    def check(self) -> list[Violation]:
-        return self.tdef.violations(self.test_run, self.system)
 
     def ntasks_per_node(self) -> int:
         return self.plan().gpus_per_node

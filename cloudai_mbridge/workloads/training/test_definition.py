@@ -7,13 +7,12 @@ a list of them stays a sweep.
 
 from __future__ import annotations
 
-import logging
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from cloudai.core import DockerImage, Installable, JobStatusResult, System, TestRun
-from cloudai.models.workload import CmdArgs, TestDefinition
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from cloudai.core import System, TestRun
+from cloudai.models.workload import CmdArgs
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...launch.training import training_config
@@ -21,15 +20,11 @@ from ...payload.train_config import mcore_unsupported
 from ...plan import EchoOptions, TrainingPlan
 from ...plan.memory import estimate_memory
 from ...rules import TRAINING_RULES, Violation
+from ..base import MBridgeTestDefinition
 from ..common import (
-    container_image,
-    redact_secret_env,
-    secret_env_violations,
-    system_env,
     system_gpus_per_node,
     system_network,
 )
-from ..reporting import run_status
 
 PosInt = Annotated[int, Field(ge=1)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
@@ -129,25 +124,10 @@ class MBridgeTrainingCmdArgs(CmdArgs):
         return v
 
 
-class MBridgeTrainingTestDefinition(TestDefinition):
+class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
     """Megatron-Bridge MoE training run (template name ``MBridgeTraining``)."""
 
     cmd_args: MBridgeTrainingCmdArgs
-    _images: dict[str, DockerImage] = PrivateAttr(default_factory=dict)
-
-    @field_validator("extra_env_vars", mode="before")
-    @classmethod
-    def _redact_secrets(cls, v: Any) -> Any:
-        return redact_secret_env(v)
-
-    @property
-    def docker_image(self) -> DockerImage | None:
-        return container_image(self.cmd_args.container_image, self._images)
-
-    @property
-    def installables(self) -> list[Installable]:
-        image = self.docker_image
-        return [*([image] if image else []), *self.git_repos]
 
     def plan(self, tr: TestRun, system: System | None) -> TrainingPlan:
         """The sweep point as a TrainingPlan; needs an unrolled test run (no list values left)."""
@@ -212,14 +192,12 @@ class MBridgeTrainingTestDefinition(TestDefinition):
             output_dir=output_dir,
         )
 
-    def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+    def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
         plan = self.plan(tr, system)
-        return [
-            *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
-            *secret_env_violations(system_env(system), "global_env_vars"),
-            *TRAINING_RULES.check(plan),
-            *self._engine_violations(plan),
-        ]
+        return [*TRAINING_RULES.check(plan), *self._engine_violations(plan)]
+
+    def describe(self, tr: TestRun, system: System | None) -> str | None:
+        return f"memory estimate per GPU: {estimate_memory(self.plan(tr, system)).summary()}"
 
     def _engine_violations(self, plan: TrainingPlan) -> list[Violation]:
         """The payload's own list of what its Megatron-Core-only engine cannot do, checked before the queue."""
@@ -231,13 +209,3 @@ class MBridgeTrainingTestDefinition(TestDefinition):
             what, _, fix = message.partition("; ")
             found.append(Violation("mcore-engine", {"engine": "mcore"}, what, fix))
         return found
-
-    def constraint_check(self, tr: TestRun, system: System | None) -> bool:
-        found = self.violations(tr, system)
-        logging.info("%s: memory estimate per GPU: %s", tr.name, estimate_memory(self.plan(tr, system)).summary())
-        for v in found:
-            logging.error("%s: rejected: %s", tr.name, v)
-        return not found
-
-    def was_run_successful(self, tr: TestRun) -> JobStatusResult:
-        return run_status(tr.output_path)

@@ -1,0 +1,60 @@
+"""What the training and refit test definitions share: credentials, the container image, checking, run status."""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from typing import Any
+
+from cloudai.core import DockerImage, Installable, JobStatusResult, System, TestRun
+from cloudai.models.workload import TestDefinition
+from pydantic import PrivateAttr, field_validator
+
+from ..rules import Violation
+from .common import container_image, redact_secret_env, secret_env_violations, system_env
+from .reporting import run_status
+
+
+class MBridgeTestDefinition(TestDefinition):
+    _images: dict[str, DockerImage] = PrivateAttr(default_factory=dict)
+
+    @field_validator("extra_env_vars", mode="before")
+    @classmethod
+    def _redact_secrets(cls, v: Any) -> Any:
+        return redact_secret_env(v)
+
+    @property
+    def docker_image(self) -> DockerImage | None:
+        return container_image(self.cmd_args.container_image, self._images)
+
+    @property
+    def installables(self) -> list[Installable]:
+        image = self.docker_image
+        return [*([image] if image else []), *self.git_repos]
+
+    @abstractmethod
+    def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        """What Megatron / the payload would reject at this (unrolled) sweep point."""
+
+    def describe(self, tr: TestRun, system: System | None) -> str | None:
+        """A line worth seeing at dry-run for every point (e.g. the memory estimate)."""
+        return None
+
+    def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        return [
+            *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
+            *secret_env_violations(system_env(system), "global_env_vars"),
+            *self.rule_violations(tr, system),
+        ]
+
+    def constraint_check(self, tr: TestRun, system: System | None) -> bool:
+        found = self.violations(tr, system)
+        note = self.describe(tr, system)
+        if note:
+            logging.info("%s: %s", tr.name, note)
+        for v in found:
+            logging.error("%s: rejected: %s", tr.name, v)
+        return not found
+
+    def was_run_successful(self, tr: TestRun) -> JobStatusResult:
+        return run_status(tr.output_path)
