@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ...launch.kubernetes import CONFIG_PATH, K8sConfigError, PodStep
 from ...launch.payload import payload_argv
-from ...launch.training import network_env
-from ...plan import TrainingPlan
 from ..k8s_base import MBridgeKubernetesStrategy
-from .test_definition import MBridgeTrainingTestDefinition
+from .job import TrainingJob
 
 
-class MBridgeTrainingKubernetesJsonGenStrategy(MBridgeKubernetesStrategy):
-    entry = "train"
-
-    @property
-    def tdef(self) -> MBridgeTrainingTestDefinition:
-        return cast(MBridgeTrainingTestDefinition, self.test_run.test)
-
-    def plan(self) -> TrainingPlan:
-        return self.tdef.plan(self.test_run, self.system)
-
+class MBridgeTrainingKubernetesJsonGenStrategy(TrainingJob, MBridgeKubernetesStrategy):
     def gpus_per_node(self) -> int:
         return self.plan().gpus_per_node
 
     def network(self) -> str:
         return self.plan().network
-
-    def base_env(self) -> dict[str, str]:
-        return network_env(self.plan())
 
     def payload_config(self, output_dir: str) -> dict[str, Any]:
         return self.tdef.payload_config(self.test_run, self.system, output_dir)

@@ -3,31 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ...launch.payload import payload_argv
 from ...launch.slurm import SrunStep
-from ...launch.training import network_env
-from ...plan import TrainingPlan
 from ..slurm_base import MBridgeSlurmStrategy
-from .test_definition import MBridgeTrainingTestDefinition
+from .job import TrainingJob
 
 
-class MBridgeTrainingSlurmCommandGenStrategy(MBridgeSlurmStrategy):
-    entry = "train"
-
-    @property
-    def tdef(self) -> MBridgeTrainingTestDefinition:
-        return cast(MBridgeTrainingTestDefinition, self.test_run.test)
-
-    def plan(self) -> TrainingPlan:
-        return self.tdef.plan(self.test_run, self.system)
-
+class MBridgeTrainingSlurmCommandGenStrategy(TrainingJob, MBridgeSlurmStrategy):
     def ntasks_per_node(self) -> int:
         return self.plan().gpus_per_node
-
-    def base_env(self) -> dict[str, str]:
-        return network_env(self.plan())
 
     def extra_mounts(self) -> list[str]:
         a = self.tdef.cmd_args
