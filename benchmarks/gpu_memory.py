@@ -13,11 +13,20 @@ optimizer state) and ``max reserved``. Units: MiB (2^20 B), as Megatron prints t
 
 Error % = (estimate total - measured max allocated) / measured max allocated * 100. The estimate's ``runtime`` term
 (CUDA context, NCCL, workspaces) is not in ``max_memory_allocated``; the table also gives the error without it and
-against ``max reserved``. The constants in plan/memory.py CALIBRATION are not changed here.
+against ``max reserved``. The constants in plan/memory.py CALIBRATION are not changed here. The plan says
+``transformer_impl="local"``: the mcore engine's layers (standard unfused attention, unfused SwiGLU, torch AdamW).
+
+Phases: the allocated memory after a step holds weights, gradients, optimizer state, the persistent workspace and
+the distributed optimizer's fp32 main grads (freed by the next ``zero_grad``, before the forward passes), so
+static % = (weights + gradients + optimizer + workspace + fp32 main grads - allocated after the last report) / that,
+and dynamic % compares activations + dispatcher with max allocated - (allocated after - fp32 main grads).
 
 Run (GPU host, megatron-core importable): python3 benchmarks/gpu_memory.py --out /tmp/mem [--configs k2_1gpu ...]
           [--dry-run: print plans, payload configs and estimates; no GPU needed]
-Prints a table and ``RESULT memory_error_pct_<config>=<x> %`` lines; writes ``<out>/gpu_memory.json``.
+          [--offline results.json: recompute the estimates for the configs recorded there against their recorded
+           measurements (max allocated, allocated, max reserved); no GPU, nothing is run; --out optional]
+Prints a table and ``RESULT memory_error_pct_<config>=<x> %`` lines; writes ``<out>/gpu_memory.json``
+(``<out>/gpu_memory_offline.json`` with --offline).
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ def make_plan(name: str, iters: int) -> TrainingPlan:
         ep=c["ep"], etp=1, mbs=c["mbs"], gbs=c["gbs"], seq_length=c["seq"], train_iters=iters,
         dispatcher="alltoall", recompute="none", precision="bf16", force_balanced_routing=c["balanced"],
         sequence_parallel=False, use_distributed_optimizer=USE_DISTRIBUTED_OPTIMIZER, optimizer="adam",
+        transformer_impl="local",  # engine "mcore" (what test_definition.plan() sets for it)
     )
 
 
@@ -110,7 +120,7 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     est = estimate_memory(plan)
     row: dict = {"name": name, "settings": CONFIGS[name], "world_size": plan.world_size, "returncodes": run.returncodes,
                  "wall_s": wall, "status": m.status, "problems": list(m.problems), "run_folder": str(folder),
-                 "estimate": {**est.terms(), "total": est.total, "in_flight": est.in_flight},
+                 "estimate": estimate_row(est),
                  "diagnostics": diagnostics(plan, est),
                  "memory_reports": [{"rank": r.rank, "after": r.after_iterations, "allocated": r.allocated_bytes,
                                      "max_allocated": r.max_allocated_bytes, "reserved": r.reserved_bytes,
@@ -120,20 +130,41 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     if peak:
         top = max(m.memory, key=lambda r: (r.max_allocated_bytes or 0, r.after_iterations))
         last = max((r for r in m.memory if r.rank == top.rank), key=lambda r: r.after_iterations)
-        static = last.allocated_bytes or 0
-        est_static = est.weights + est.gradients + est.optimizer
-        est_dynamic = est.activations + est.dispatcher
-        row["measured"] = {"max_allocated": peak, "allocated_after_last_report": static,
+        row["measured"] = {"max_allocated": peak, "allocated_after_last_report": last.allocated_bytes or 0,
                            "max_reserved": m.peak_reserved_bytes, "rank": top.rank}
-        row["error_pct"] = 100 * (est.total - peak) / peak
-        row["error_pct_without_runtime"] = 100 * (est.total - est.runtime - peak) / peak
-        row["error_pct_vs_max_reserved"] = (100 * (est.total - m.peak_reserved_bytes) / m.peak_reserved_bytes
-                                            if m.peak_reserved_bytes else None)
-        row["static_error_pct"] = 100 * (est_static - static) / static if static else None
-        row["dynamic_error_pct"] = 100 * (est_dynamic - (peak - static)) / (peak - static) if peak > static else None
+        row.update(compare(plan, est, row["measured"]))
     else:
         row["tail"] = run.describe()[-4000:]
     return row
+
+
+def estimate_row(est: MemoryEstimate) -> dict:
+    return {**est.terms(), "total": est.total, "in_flight": est.in_flight}
+
+
+def fp32_main_grad_bytes(plan: TrainingPlan, est: MemoryEstimate) -> float:
+    """The part of ``est.step`` that survives the step: with the local engine's torch AdamW the step is 4 B (fp32
+    main grads) + 4 B (foreach temporary) per parameter of the shard (plan/memory.py docstring, term 4)."""
+    return est.step / 2 if plan.transformer_impl == "local" and plan.optimizer == "adam" else est.step
+
+
+def compare(plan: TrainingPlan, est: MemoryEstimate, measured: dict) -> dict:
+    """Error metrics of ``est`` against one run's measured peaks (module docstring); the same for a GPU run and
+    for --offline."""
+    peak, static = measured["max_allocated"], measured["allocated_after_last_report"]
+    reserved = measured.get("max_reserved")
+    main_grads = fp32_main_grad_bytes(plan, est)
+    est_static = est.weights + est.gradients + est.optimizer + est.workspace + main_grads
+    est_dynamic = est.activations + est.dispatcher
+    measured_dynamic = peak - (static - main_grads)
+    return {
+        "error_pct": 100 * (est.total - peak) / peak,
+        "error_pct_without_runtime": 100 * (est.total - est.runtime - peak) / peak,
+        "error_pct_vs_max_reserved": 100 * (est.total - reserved) / reserved if reserved else None,
+        "static_error_pct": 100 * (est_static - static) / static if static else None,
+        "dynamic_error_pct": (100 * (est_dynamic - measured_dynamic) / measured_dynamic
+                              if measured_dynamic > 0 else None),
+    }
 
 
 def _mib(x: float | None) -> str:
@@ -143,21 +174,25 @@ def _mib(x: float | None) -> str:
 def print_table(rows: list[dict]) -> None:
     print("\nEstimate terms (MiB): weights grads optim activ disp runtime = total; measured (MiB): static = allocated "
           "after it. 2, peak = max allocated, resv = max reserved; err = (est - peak) / peak")
-    print(f"{'config':>14} {'wts':>6} {'grads':>6} {'optim':>6} {'activ':>6} {'disp':>5} {'rt':>5} {'EST':>6} | "
-          f"{'static':>6} {'peak':>6} {'resv':>6} | {'err%':>6} {'err-rt%':>7} {'err/resv%':>9} {'stat%':>6} "
-          f"{'dyn%':>6} {'status':>8}")
+    print("total = wts + grads + optim + ws + disp + rt + max(activ, step)")
+    print(f"{'config':>14} {'wts':>6} {'grads':>6} {'optim':>6} {'activ':>6} {'step':>5} {'ws':>5} {'disp':>5} "
+          f"{'rt':>5} {'EST':>6} | {'static':>6} {'peak':>6} {'resv':>6} | {'err%':>6} {'err-rt%':>7} "
+          f"{'err/resv%':>9} {'stat%':>6} {'dyn%':>6} {'status':>8}")
     for r in rows:
         e, mm = r["estimate"], r.get("measured", {})
         print(f"{r['name']:>14} {_mib(e['weights']):>6} {_mib(e['gradients']):>6} {_mib(e['optimizer']):>6} "
-              f"{_mib(e['activations']):>6} {_mib(e['dispatcher']):>5} {_mib(e['runtime']):>5} {_mib(e['total']):>6} | "
+              f"{_mib(e['activations']):>6} {_mib(e.get('step', 0)):>5} {_mib(e.get('workspace', 0)):>5} "
+              f"{_mib(e['dispatcher']):>5} {_mib(e['runtime']):>5} {_mib(e['total']):>6} | "
               f"{_mib(mm.get('allocated_after_last_report')):>6} {_mib(mm.get('max_allocated')):>6} "
               f"{_mib(mm.get('max_reserved')):>6} | {_pct(r.get('error_pct')):>6} "
               f"{_pct(r.get('error_pct_without_runtime')):>7} {_pct(r.get('error_pct_vs_max_reserved')):>9} "
               f"{_pct(r.get('static_error_pct')):>6} {_pct(r.get('dynamic_error_pct')):>6} {r['status']:>8}",
               flush=True)
-    print("\nNot modelled by the estimate, sized for these runs (MiB): fp32 main grads of the distributed optimizer "
-          "(4 B/param/shard), standard attention built instead of MLA (static: 4 + 16/dp B/param), unfused attention "
-          "scores per layer (b*a*s^2*2 B)")
+    if not all("diagnostics" in r for r in rows):
+        return
+    print("\nSized for these runs (MiB; modelled by the estimate since its 'local' terms): fp32 main grads of the "
+          "distributed optimizer (4 B/param/shard), standard attention built instead of MLA (static: 4 + 16/dp "
+          "B/param), unfused attention scores per layer (b*a*s^2*2 B)")
     for r in rows:
         d = r["diagnostics"]
         print(f"{r['name']:>14} fp32_main_grads {_mib(d['fp32_main_grads_bytes']):>6}  mha-mla "
@@ -191,17 +226,75 @@ def provenance(argv: list[str]) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="output folder (required unless --offline)")
     parser.add_argument("--configs", nargs="+", default=["k2_1gpu", "k2_ep2"], choices=sorted(CONFIGS))
     parser.add_argument("--iters", type=int, default=4)
     parser.add_argument("--timeout-s", type=int, default=180, help="per config")
     parser.add_argument("--dry-run", action="store_true", help="print plans, payload configs, estimates; no GPU")
-    return parser.parse_args(argv)
+    parser.add_argument("--offline", type=Path, metavar="RESULTS_JSON",
+                        help="recompute the estimates for a results file's configs against its measurements; no GPU")
+    args = parser.parse_args(argv)
+    if args.out is None and args.offline is None:
+        parser.error("--out is required unless --offline")
+    return args
+
+
+def offline(results_path: Path, out: Path | None, argv: list[str]) -> int:
+    """Today's estimate for every config a GPU run recorded, against that run's measured peaks (nothing runs)."""
+    recorded = json.loads(results_path.read_text())
+    rows = []
+    for old in recorded["configs"]:
+        if "measured" not in old:
+            continue
+        plan = make_plan(old["name"], 4)
+        assert old["settings"] == CONFIGS[old["name"]], f"{old['name']}: recorded settings differ from CONFIGS"
+        est = estimate_memory(plan)
+        rows.append({"name": old["name"], "status": old["status"], "estimate": estimate_row(est),
+                     "measured": old["measured"], "reports": old.get("memory_reports", []),
+                     **compare(plan, est, old["measured"]),
+                     "previous": {k: old[k] for k in ("estimate", "error_pct", "error_pct_without_runtime",
+                                                      "error_pct_vs_max_reserved", "static_error_pct",
+                                                      "dynamic_error_pct")}})
+    print(f"offline: estimates recomputed by plan/memory.py for the configs of {results_path}, against its recorded "
+          "measurements (the same peaks); units MiB")
+    print_table(rows)
+    print("\nprevious estimate (as recorded) -> now: total MiB, error % vs max allocated")
+    for r in rows:
+        print(f"{r['name']:>14} {_mib(r['previous']['estimate']['total']):>6} -> {_mib(r['estimate']['total']):>6}   "
+              f"{_pct(r['previous']['error_pct']):>6} -> {_pct(r['error_pct']):>6}")
+    print("\nphases (MiB): step = wts + grads + optim + ws + step vs the first report's max allocated (1 GPU: the "
+          "first step, before which no Adam moments exist; 2 GPUs: that iteration's forward/backward); activations per "
+          "layer and micro-batch as plan/memory.py sums them (working = the extra layer + 4 B/score element)")
+    from cloudai_mbridge.plan.memory import _activations
+
+    for r in rows:
+        plan, e = make_plan(r["name"], 4), r["estimate"]
+        act = _activations(plan, plan.recompute)
+        first = [m["max_allocated"] for m in r["reports"] if m["after"] == 1]
+        step_phase = e["weights"] + e["gradients"] + e["optimizer"] + e["workspace"] + e["step"]
+        print(f"{r['name']:>14} step phase {_mib(step_phase):>6} vs {_mib(max(first) if first else None):>6} | "
+              f"dense {_mib(act.dense)}, "
+              f"moe {_mib(act.moe)}, loss {_mib(act.loss)}, mtp {_mib(act.mtp) if plan.effective_mtp_layers else '-'}, "
+              f"working {_mib(max(act.moe, act.dense) + 4 * act.scores)}, score elements/layer {act.scores:.0f}")
+    for r in rows:
+        print(f"RESULT memory_estimate_{r['name']}={r['estimate']['total'] / MIB:.0f} MiB")
+        print(f"RESULT memory_error_pct_{r['name']}={r['error_pct']:+.1f} %")
+        print(f"RESULT memory_error_pct_without_runtime_{r['name']}={r['error_pct_without_runtime']:+.1f} %")
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        result = {"experiment": "gpu_memory_offline", "source": str(results_path),
+                  "date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "command": " ".join(["python3", f"benchmarks/{Path(__file__).name}", *argv]),
+                  "calibration": _calibration(), "configs": rows}
+        (out / "gpu_memory_offline.json").write_text(json.dumps(result, indent=1, sort_keys=True))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.offline is not None:
+        return offline(args.offline, args.out, argv)
     if args.dry_run:
         from cloudai_mbridge.payload.train_config import check_config, mcore_unsupported
 

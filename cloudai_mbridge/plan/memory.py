@@ -17,6 +17,11 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
          TP-split    (ql·a·(dq + dr) + kl·a·(dq + dv) + a·dv·h) / t  (q_up, kv_up, linear_proj)
 
      (without ``q_lora_rank``: ``h·a·(dq + dr) / t`` for linear_q_proj instead of q_down/q_up).
+   - standard attention instead (``transformer_impl`` "local", the payload's mcore engine: megatron-core 0.16/0.17's
+     local ``DotProductAttention`` takes no separate k/v head sizes, so payload/train_mcore.py builds multi-head
+     attention with ``kv_channels = dv`` and ``num_query_groups = a``, and says so in its ``MBRIDGE_ATTENTION``
+     line): ``linear_qkv`` ``h·3a·dv / t`` + ``linear_proj`` ``a·dv·h / t`` + input norm ``h`` (no biases, no
+     q/k norms; attention.py SelfAttention ``linear_qkv_out_dim = query_projection_size + 2·kv_projection_size``).
    - dense MLP (the first ``first_k_dense`` layers): ``3·h·F / t + h`` (SwiGLU fc1 is 2·h·F, fc2 F·h).
    - MoE MLP: router ``E·h + E`` (replicated, expert bias), shared expert ``3·h·fs / t``, pre-MLP norm ``h``, and
      the routed experts ``(E / e)·3·h·f / et`` -- the only *expert* parameters. MoE Echo adds
@@ -43,8 +48,26 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
    state by expert-DP; ``num_distributed_optimizer_instances`` replicates the shard that many times. Without a
    distributed optimizer every rank holds all of it.
 
+   Optimizer step (``step``, transient): at the step the mixed-precision optimizer copies the bf16 gradient of its
+   shard into fp32 ``.grad`` tensors of the main params, ``4`` bytes per parameter of the shard
+   (megatron/core/optimizer/distrib_optimizer.py ``_copy_model_grads_to_main_grads``:
+   ``shard_main_param.grad = shard_model_grad.float()``, L2419 in megatron-core 0.16.1, L2476 in 0.17.1; the
+   non-distributed Float16OptimizerWithFloat16Params, also under Muon's layer-wise optimizer, does
+   ``main_param.grad = model_param.main_grad.float()``, optimizer.py L759 in 0.16.1, over all of its params; Megatron
+   FSDP returns before the copy). They live until the next ``optimizer.zero_grad()`` (``set_to_none=True``), which
+   the training step calls *before* its forward passes (payload/train_mcore.py ``_train``, as Megatron-LM and
+   Megatron-Bridge ``train_step`` do), so they never meet the activations: they are in the ``allocated`` after a
+   step, not in the forward/backward peak. Without TE and apex (the local engine) Megatron falls back to
+   ``torch.optim.AdamW`` (megatron/core/optimizer/__init__.py L32), whose default foreach step allocates one more
+   fp32 temporary per parameter of the group (torch/optim/adam.py ``_multi_tensor_adam``: ``exp_avg_sq_sqrt =
+   torch._foreach_sqrt(device_exp_avg_sqs)``): another ``4`` bytes per parameter of the shard. TE's FusedAdam
+   updates in place. Measured (benchmarks/results/gpu_memory.md): the first iteration's peak, which is its step
+   (the Adam moments do not exist before it), exceeds the ``allocated`` after it by 2694.6 MiB on k2_1gpu and
+   2695.3 MiB on k2_1gpu_s2048, i.e. 4.0 B per parameter of the 706.4 M the rank holds -- the foreach temporary.
+
 5. Activations, bf16, saved for backward per layer and micro-batch, with sequence parallelism (``T = s·b / c``
-   tokens, ``T / t`` per rank in the sequence-parallel regions) and fused/flash attention (no s² term):
+   tokens, ``T / t`` per rank in the sequence-parallel regions) and, for Transformer Engine layers, fused/flash
+   attention (no s² term; the local layers' terms follow the loss stage):
 
    - attention: ``2·(T/t)·(2h + 2ql + (kl + dr) + 2kl)`` for the norm inputs, the down-projection inputs and
      outputs, plus ``2·T·(a/t)·(2(dq + dr) + (dq + dv) + dv)`` for q, k, the kv up-projection (alive through v) and
@@ -57,6 +80,45 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
    - loss stage: the logits, ``T·V/t`` in bf16 plus the fp32 softmax the vocab-parallel cross entropy keeps:
      ``6·T·V/t``; the MTP layer adds its own MoE layer, the eh_proj input ``2·(T/t)·2h`` and another set of
      logits.
+   - local layers (``transformer_impl`` "local", megatron-core's non-TE specs as the mcore engine builds them;
+     counted on a CPU autograd saved-tensor audit of megatron-core 0.16.1's layers and checked on CUDA):
+
+     - attention, standard and unfused: the norm input and output ``2·(T/t)·2h`` (torch's fused RMSNorm on CUDA
+       saves its input and an fp32 rstd per token), the ``linear_qkv`` output ``2·T·3a·dv/t`` (``value`` is a
+       ``torch.split`` view of it, attention.py get_query_key_value_tensors, and the context ``bmm`` saves it, so
+       the whole output stays), the rotated q and k ``2·T·2a·dv/t`` (rope_utils.py ``_apply_rotary_pos_emb_bshd``
+       makes new tensors; ``baddbmm`` saves them) and the context ``2·T·a·dv/t`` (``linear_proj``'s input). Then the
+       score tensors of transformer/dot_product_attention.py ``forward`` (L142-L251, identical in 0.17.1), per
+       element of ``b·(a/t)·s²`` (``(s/c)·s`` with CP): ``baddbmm`` writes bf16 scores (2 B, L194, not saved:
+       baddbmm's backward needs only q and k), ``FusedScaleMaskSoftmax.forward_torch_softmax`` (no fused kernel:
+       fusions are off without TE/apex) makes an fp32 copy (4 B, fusions/fused_softmax.py L314, masked in place),
+       ``torch.softmax`` an fp32 output (4 B, **saved**: softmax's backward uses its result) and ``.bfloat16()`` a
+       bf16 copy (2 B, L340, **saved** by the context ``bmm``, L239); dropout with p = 0 returns its input. So
+       **6 B per score element stay saved** per layer and micro-batch (fp32 softmax output + bf16 probabilities);
+       the forward peaks at 12 B inside the softmax. Measured on one H200 with megatron-core 0.17.1 (b 1, a 16,
+       s 4096, dv 128; benchmarks/results/gpu_memory.md): +6.06 B per element after the forward (with the 16 MiB
+       output), a forward peak of +12.0 B and a backward peak of +16.1 B over the state before the forward.
+       Flash attention's fp32 softmax statistics (``4·T·a/t``) are not kept. ``core_attn`` recompute drops the 6 B
+       (q, k and the qkv output stay: they are the checkpoint's inputs); ``mla_up_proj`` does not apply.
+     - backward working space: the one extra layer counted below holds 6 of the score tensors' 16 B backward
+       peak; the unfused attention adds the other ``4·b·(a/t)·s²`` (its backward holds the saved fp32 output, the
+       incoming fp32 gradient, softmax's fp32 gradient and the masked-fill gradient at once: we count 12 B of the
+       measured 16 op by op, see "Not explained" in the results).
+     - workspace: the scores' ``baddbmm`` input is a persistent buffer, ``get_global_memory_buffer().get_tensor(
+       (b·a/t, s, s), bf16, "mpu")`` (dot_product_attention.py L189), allocated once and kept: ``2·b·(a/t)·s²``
+       per rank, in every phase (``workspace``).
+     - dense MLP, unfused SwiGLU (``bias_activation_fusion`` off, mlp.py ``glu`` L219-L225 in 0.16.1): norm input
+       and output ``2·(T/t)·2h``, the fc1 output ``2·T·2F/t``, ``silu(x_glu)`` ``2·T·F/t``, ``x_linear +
+       glu_linear_offset`` (a new tensor even at offset 0) ``2·T·F/t`` and their product (fc2's input)
+       ``2·T·F/t``: ``2·T·5F/t`` in place of TE's ``2·T·3F/t``.
+     - MoE: routed experts are SequentialMLP (no grouped GEMM) with the probabilities applied inside each expert
+       (mlp.py ``per_token_scale``, L232-L235): per routed token copy the expert input ``2h`` (the permuted tokens;
+       index_select / scatter_add save only indices, so no expert output is kept for the combine), fc1 output
+       ``4f``, ``silu`` ``2f``, the offset copy ``2f``, the GLU product ``2f`` (saved by the scale multiply), the
+       scaled bf16 fc2 input ``2f`` and the fp32 probability ``4``: ``2h + 12f + 4`` bytes. SequentialMLP ignores
+       ``moe_act`` recompute (only the grouped MLPs read it, experts.py L102/L588). The shared expert with
+       ``moe_shared_expert_overlap`` runs shared_experts.py ``linear_fc1_forward_and_act`` (its own ``glu``
+       without the offset, L216-L218 in 0.16.1): ``2·T·4fs/t``; without overlap it is an MLP: ``2·T·5fs/t``.
    - recompute: ``full`` keeps only each layer's input ``2·(T/t)·h`` and rebuilds one layer at a time;
      ``selective`` drops what its modules recompute (core_attn: attention output; mla_up_proj: q, k, kv;
      moe_act: the expert activation output; mlp: the dense MLP; moe: the whole MoE block; shared_experts: the
@@ -78,11 +140,17 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
    - runtime: CUDA context, NCCL communicators, cuBLAS/TE workspaces and allocator fragmentation
      (``CALIBRATION``).
 
+Peak: the forward/backward passes and the optimizer step do not overlap (see 4.), so ``total`` = weights +
+gradients + optimizer + workspace + dispatcher + runtime + max(activations, step).
+
 Calibration: the constants in ``CALIBRATION`` are engineering guesses, not fits. The per-token activation terms are
 derived from the saved tensors of Megatron-Core 0.16.1's MLA/MoE layers with Transformer Engine and may be off by
-the tensors TE keeps that we do not see (FP8 casts, fused-kernel workspaces); the DeepEP/UCCL/HybridEP sizes follow
-their default configs. The GPU issue holds this estimate against measured ``torch.cuda.max_memory_reserved`` peaks
-(target: within 15 %); fit ``runtime_gib`` and ``activation_factor`` there, not the derivation.
+the tensors TE keeps that we do not see (FP8 casts, fused-kernel workspaces); the local layers' terms were counted
+on their saved tensors and, walked phase by phase, land within 1.2 % of the Kimi proxy runs' measured
+forward/backward peaks, so the "one extra layer" working space on top of all saved layers and the logits is an
+upper bound (+20 % there). The DeepEP/UCCL/HybridEP sizes follow their default configs. The GPU issue holds this
+estimate against measured ``torch.cuda.max_memory_reserved`` peaks (target: within 15 %); fit ``runtime_gib`` and
+``activation_factor`` there, not the derivation.
 """
 
 from __future__ import annotations
@@ -119,23 +187,32 @@ class MemoryEstimate:
     capacity: int
     pp_rank: int
     in_flight: int  # model chunks (micro-batch x virtual stage) whose activations the rank holds at its peak
+    step: int = 0  # optimizer step transient (fp32 main-grad shard + optimizer temporaries), never with activations
+    workspace: int = 0  # persistent non-parameter buffers (the local attention's score buffer)
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.dispatcher + self.runtime
+        return (self.weights + self.gradients + self.optimizer + self.workspace + self.dispatcher + self.runtime
+                + max(self.activations, self.step))
 
     @property
     def fits(self) -> bool:
         return self.total <= self.capacity
 
     def terms(self) -> dict[str, int]:
+        """Every term; ``total`` is their sum with ``activations`` and ``step`` replaced by the larger of the two."""
         return {"weights": self.weights, "gradients": self.gradients, "optimizer": self.optimizer,
-                "activations": self.activations, "dispatcher": self.dispatcher, "runtime": self.runtime}
+                "activations": self.activations, "dispatcher": self.dispatcher, "runtime": self.runtime,
+                "step": self.step, "workspace": self.workspace}
 
     def summary(self) -> str:
-        parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in self.terms().items())
+        terms = self.terms()
+        if not self.workspace:
+            del terms["workspace"]
+        parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in terms.items())
+        phase = "step" if self.step > self.activations else "forward/backward"
         return (f"{self.total / GIB:.1f} of {self.capacity / GIB:.1f} GiB on pp rank {self.pp_rank} "
-                f"({parts}; {self.in_flight} chunks in flight)")
+                f"({parts}; peak in the {phase}; {self.in_flight} chunks in flight)")
 
 
 @dataclass(frozen=True)
@@ -153,6 +230,8 @@ def _padded_vocab(vocab: int, tp: int) -> int:
 def _attention_params(p: TrainingPlan) -> int:
     m, t = p.model, p.tp
     h, a = m.hidden_size, m.num_attention_heads
+    if p.transformer_impl == "local":  # standard attention, kv_channels = v_head_dim, num_query_groups = heads
+        return (3 * a * m.v_head_dim * h + a * m.v_head_dim * h) // t + h
     kv = h * (m.kv_lora_rank + m.qk_pos_emb_head_dim) + m.kv_lora_rank + h
     split = m.kv_lora_rank * a * (m.qk_head_dim + m.v_head_dim) + a * m.v_head_dim * h
     if m.q_lora_rank:
@@ -211,6 +290,7 @@ class _Activations:
     embedding: float
     loss: float
     mtp: float
+    scores: float = 0.0  # elements of one layer's unfused attention score tensor, b·(a/t)·(s/c)·s; 0 with flash
 
 
 def _activations(p: TrainingPlan, recompute: str) -> _Activations:
@@ -221,39 +301,50 @@ def _activations(p: TrainingPlan, recompute: str) -> _Activations:
     heads = m.num_attention_heads / t
     dq, dr, dv = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
     ql, kl = m.q_lora_rank or 0, m.kv_lora_rank
+    te = p.transformer_impl != "local"
     mods = set(p.recompute_modules) if recompute == "selective" else set()
     if recompute == "selective" and not mods:
         mods = {"core_attn"}  # transformer_config.py L1200: Megatron's default recompute_modules
 
     norm_out = 0 if "layernorm" in mods else 2 * local * h
-    attn = 2 * local * h + norm_out + 2 * local * (2 * ql + (kl + dr) + 2 * kl)
-    if "mla_up_proj" not in mods:
-        attn += 2 * tokens * heads * (2 * (dq + dr) + (dq + dv))
-    if "core_attn" not in mods:
-        attn += 2 * tokens * heads * dv + 4 * tokens * heads
-    else:
-        attn += 2 * tokens * heads * dv  # the recomputed block's output is still linear_proj's input
+    scores = 0.0
+    if te:  # MLA with fused/flash attention
+        attn = 2 * local * h + norm_out + 2 * local * (2 * ql + (kl + dr) + 2 * kl)
+        if "mla_up_proj" not in mods:
+            attn += 2 * tokens * heads * (2 * (dq + dr) + (dq + dv))
+        if "core_attn" not in mods:
+            attn += 2 * tokens * heads * dv + 4 * tokens * heads
+        else:
+            attn += 2 * tokens * heads * dv  # the recomputed block's output is still linear_proj's input
+    else:  # standard attention, unfused local DotProductAttention: qkv output, rotated q and k, context
+        scores = p.mbs * heads * (p.seq_length / p.cp) * p.seq_length
+        attn = 2 * local * h + norm_out + 2 * tokens * heads * dv * (3 + 2 + 1)
+        if "core_attn" not in mods:
+            attn += 6 * scores  # fp32 softmax output + bf16 probabilities
 
     moe = 2 * local * h + norm_out + 8 * local * m.num_experts
+    fs = m.shared_expert_intermediate_size
     if "shared_experts" not in mods:
-        moe += 2 * tokens * 3 * m.shared_expert_intermediate_size / t
+        moe += 2 * tokens * (3 if te else 4 if p.shared_expert_overlap else 5) * fs / t
     f = m.moe_ffn_hidden_size
-    per_copy = 2 * (2 * h + (2 * f if "moe_act" in mods else 3 * f))
+    # TE: input, fc1 and activation outputs, expert output; local: SequentialMLP (ignores moe_act), see docstring
+    per_copy = 2 * (2 * h + (2 * f if "moe_act" in mods else 3 * f)) if te else 2 * h + 12 * f + 4
     moe += local * k * per_copy
     if "moe" in mods:
         moe = 2 * local * h
     dense_mlp = 2 * local * h + norm_out
     if "mlp" not in mods:
-        dense_mlp += 2 * tokens * 3 * m.ffn_hidden_size / t
+        dense_mlp += 2 * tokens * (3 if te else 5) * m.ffn_hidden_size / t
 
     vocab = _padded_vocab(m.vocab_size, t) / t
     logits = 6 * tokens * vocab
     layer_input = 2 * local * h
     scale = CALIBRATION["activation_factor"]
     if recompute == "full":
-        return _Activations(layer_input * scale, layer_input * scale, layer_input, logits, layer_input + logits)
+        return _Activations(layer_input * scale, layer_input * scale, layer_input, logits, layer_input + logits,
+                            scores)
     return _Activations((attn + dense_mlp) * scale, (attn + moe) * scale, layer_input, logits,
-                        (attn + moe + 2 * local * 2 * h) * scale + logits)
+                        (attn + moe + 2 * local * 2 * h) * scale + logits, scores)
 
 
 def _chunk_bytes(c: tuple[int, int, int, int, int], act: _Activations) -> float:
@@ -305,6 +396,15 @@ def _optimizer_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards
     return (params.embedding * 12 + params.dense * per_matrix) / dp_shards + params.expert * per_matrix / ep_shards
 
 
+def _step_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards: int) -> float:
+    """The optimizer step's transient: fp32 main grads of the shard, plus torch AdamW's foreach temporary."""
+    if p.use_megatron_fsdp:
+        return 0.0  # distrib_optimizer.py _copy_model_grads_to_main_grads returns before the copy
+    shard = (params.embedding + params.dense) / dp_shards + params.expert / ep_shards
+    per_param = 4 + (4 if p.transformer_impl == "local" and p.optimizer == "adam" else 0)
+    return per_param * shard
+
+
 def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     """The per-GPU memory of ``plan`` on its busiest pipeline rank (see the module docstring for every term).
 
@@ -332,6 +432,9 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     dispatcher = _dispatcher_bytes(p)
     runtime = int(CALIBRATION["runtime_gib"] * GIB)
     rebuilt = _activations(p, "none") if p.recompute == "full" else act
+    # unfused attention: the extra layer below holds 6 of the 16 B its backward peaks at; the global score buffer
+    working = max(rebuilt.moe, rebuilt.dense) + 4 * act.scores
+    workspace = int(2 * act.scores)
     counts_by_rank = _stage_counts(layout, p.model.first_k_dense)
     best: MemoryEstimate | None = None
     for rank in range(p.pp):
@@ -346,16 +449,17 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
             weights = 2 * (n_dense + params.expert)
             grads = grad_bytes * (n_dense + params.expert)
         optimizer = _optimizer_bytes(p, params, dp_shards, ep_shards)
+        step = _step_bytes(p, params, dp_shards, ep_shards)
         in_flight = in_flight_chunks(p.pp, rank, layout.vp, p.num_microbatches, p.moe_a2a_overlap)
         activations = sum(n * _chunk_bytes(c, act) for n, c in zip(in_flight, stages, strict=True))
         if p.cpu_offloading:
             activations -= min(p.cpu_offloading_num_layers, sum(c[0] + c[1] for c in stages)) * act.moe
         # backward working space: one layer rebuilt or being differentiated
-        activations += max(rebuilt.moe, rebuilt.dense)
+        activations += working
         est = MemoryEstimate(
             weights=int(weights), gradients=int(grads), optimizer=int(optimizer), activations=int(activations),
             dispatcher=dispatcher, runtime=runtime, capacity=int(p.gpu.memory_gib * GIB), pp_rank=rank,
-            in_flight=sum(in_flight),
+            in_flight=sum(in_flight), step=int(step), workspace=workspace,
         )
         if best is None or est.total > best.total:
             best = est

@@ -69,6 +69,10 @@ class TrainingPlan:
     delay_wgrad_compute: bool = False
     moe_shared_expert_overlap: bool | None = None  # None: as the payload sets it, see shared_expert_overlap
     grad_reduce_in_fp32: bool = False  # DSV3 recipe: False (bf16 main grads)
+    # Megatron's TransformerConfig.transformer_impl. "transformer_engine": fused/flash attention, MLA, fused SwiGLU,
+    # TE's FusedAdam (engine bridge / auto); "local": unfused DotProductAttention, standard attention instead of MLA,
+    # unfused SwiGLU, torch AdamW (engine mcore, payload/train_mcore.py). Only plan/memory.py reads it.
+    transformer_impl: str = "transformer_engine"
 
     @property
     def world_size(self) -> int:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from rules_support import seed_plan, small_plan, with_
 
+from cloudai_mbridge.catalog import get_gpu, get_model
+from cloudai_mbridge.plan import TrainingPlan
 from cloudai_mbridge.plan.layout import PipelineLayout
 from cloudai_mbridge.plan.memory import (
     GIB,
     MemoryEstimate,
+    _activations,
     _attention_params,
     _rank_params,
     _stage_counts,
@@ -95,3 +101,92 @@ def test_summary_and_rule_message_carry_the_breakdown() -> None:
         assert word in line
     (v,) = TRAINING_RULES.check(seed_plan(mbs=16, gbs=512))
     assert v.rule == "memory" and "does not fit" in v.message and "activations" in v.message and "268.0 GiB" in str(v)
+
+
+# A tiny MoE model on one GPU for hand-computed bytes: h 64, 4 heads of dv 16, dense ffn 96, 8 experts top-2 of
+# f 32, one shared expert of 32, vocab 1000 (padded to 1024), 2 layers (one dense, one MoE); seq 128, mbs 2.
+TINY = replace(get_model("kimi_k2_proxy"), name="tiny", num_layers=2, hidden_size=64, num_attention_heads=4,
+               v_head_dim=16, qk_head_dim=16, qk_pos_emb_head_dim=8, q_lora_rank=32, kv_lora_rank=16,
+               ffn_hidden_size=96, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=32,
+               shared_expert_intermediate_size=32, vocab_size=1000, recipe_pp_vp=frozenset({(1, 1)}))
+
+
+def tiny_plan(**overrides) -> TrainingPlan:
+    fields = {"num_nodes": 1, "gpus_per_node": 1, "mbs": 2, "gbs": 2, "seq_length": 128, "sequence_parallel": False,
+              "transformer_impl": "local", **overrides}
+    return TrainingPlan(model=TINY, gpu=get_gpu("h200"), **fields)
+
+
+def test_local_engine_builds_standard_attention_parameters() -> None:
+    # linear_qkv h x 3·a·dv + linear_proj a·dv x h + input norm h (payload/train_mcore.py: kv_channels = dv, MHA)
+    assert _attention_params(tiny_plan()) == 64 * 3 * 64 + 64 * 64 + 64 == 16448
+    assert _attention_params(tiny_plan(transformer_impl="transformer_engine")) != 16448  # MLA
+
+
+def test_local_engine_activations_by_hand() -> None:
+    act = _activations(tiny_plan(), "none")
+    tokens, scores = 2 * 128, 2 * 4 * 128 * 128  # T = b·s; one layer's score tensor: b·a·s² elements
+    assert act.scores == scores
+    # attention: norm in/out 2·T·2h, qkv output + rotated q, k + context 2·T·a·dv·6, fp32 softmax + bf16 probs 6 B
+    attn = 2 * tokens * 2 * 64 + 2 * tokens * 64 * 6 + 6 * scores
+    assert attn == 65536 + 196608 + 786432
+    # dense MLP: norm in/out + unfused SwiGLU (fc1 out 2F, silu F, offset copy F, product F) 2·T·5F
+    assert act.dense == attn + 2 * tokens * 2 * 64 + 2 * tokens * 5 * 96
+    # MoE: norm in/out, fp32 router 8·T·E, overlapped shared expert 2·T·4fs, per copy 2h + 12f + 4
+    moe = 2 * tokens * 2 * 64 + 8 * tokens * 8 + 2 * tokens * 4 * 32 + tokens * 2 * (2 * 64 + 12 * 32 + 4)
+    assert moe == 65536 + 16384 + 65536 + 264192
+    assert act.moe == attn + moe
+    # core_attn recompute drops exactly the 6 B per score element; moe_act does nothing to SequentialMLP
+    assert _activations(tiny_plan(recompute="selective", recompute_modules=("core_attn",)), "selective").moe == (
+        act.moe - 6 * scores)
+    assert _activations(tiny_plan(recompute="selective", recompute_modules=("moe_act",)), "selective").moe == act.moe
+
+
+def test_local_engine_estimate_by_hand() -> None:
+    plan = tiny_plan()
+    est = estimate_memory(plan)
+    act = _activations(plan, "none")
+    scores = 2 * 4 * 128 * 128
+    assert est.workspace == 2 * scores  # the persistent bf16 "mpu" buffer baddbmm is given
+    # embedding + dense layer + MoE layer + loss, plus one MoE layer and 4 B per score element of backward space
+    assert est.activations == int(act.embedding + act.dense + act.moe + act.loss + act.moe + 4 * scores)
+    counts = _stage_counts(PipelineLayout.from_stages([["embedding", "decoder", "decoder", "loss"]], 1), 1)[0]
+    params = _rank_params(plan, counts)
+    held = params.dense + params.expert + params.embedding
+    # dp = edp = 1: fp32 main grads 4 B + torch AdamW's foreach sqrt temporary 4 B per parameter
+    assert est.step == 8 * held
+    assert est.total == (est.weights + est.gradients + est.optimizer + est.workspace + est.dispatcher + est.runtime
+                         + max(est.activations, est.step))
+
+
+def test_step_term_follows_the_optimizer() -> None:
+    plan = small_plan(model="kimi_k2_proxy", ep=2)  # dp 8, expert-dp 4
+    te = estimate_memory(plan)
+    local = estimate_memory(with_(plan, transformer_impl="local"))
+    assert te.workspace == 0 and local.workspace > 0
+    # TE's FusedAdam steps in place: only the fp32 main grads, a third of Adam's 12 B/param over the same shard
+    assert te.step == pytest.approx(te.optimizer / 3, rel=1e-6)
+    assert estimate_memory(with_(plan, use_megatron_fsdp=True)).step == 0  # FSDP skips the main-grad copy
+    full = estimate_memory(with_(plan, use_distributed_optimizer=False))
+    assert full.step > 4 * te.step  # Float16Optimizer: main grads for every parameter of the rank
+    # the peak is one phase or the other: a step larger than the activations sets the total
+    tiny = estimate_memory(tiny_plan(seq_length=16, mbs=1, gbs=1))
+    assert tiny.step > tiny.activations
+    assert tiny.total == (tiny.weights + tiny.gradients + tiny.optimizer + tiny.workspace + tiny.dispatcher
+                          + tiny.runtime + tiny.step)
+    assert "peak in the step" in tiny.summary()
+
+
+def test_engine_sets_the_transformer_impl(tmp_path: Path) -> None:
+    from cloudai.core import Registry, TestRun
+
+    from cloudai_mbridge.registration import register
+
+    register()
+    cls = Registry().test_definitions_map["MBridgeTraining"]
+    for engine, impl in (("mcore", "local"), ("bridge", "transformer_engine"), ("auto", "transformer_engine")):
+        tdef = cls.model_validate({"name": "t", "description": "d", "test_template_name": "MBridgeTraining",
+                                   "cmd_args": {"model": "kimi_k2_proxy", "gpu": "h200", "engine": engine, "tp": 1,
+                                                "pp": 1, "ep": 1, "gbs": 8}})
+        tr = TestRun(name="t", test=tdef, num_nodes=1, nodes=[], output_path=tmp_path, time_limit="01:00:00")
+        assert tdef.plan(tr, None).transformer_impl == impl

@@ -173,6 +173,9 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             mtp_num_layers=a.mtp_num_layers,
             sequence_parallel=a.sequence_parallel,
             optimizer=a.optimizer,
+            # the mcore engine builds Megatron-Core's local (non-TE) layers; bridge, and auto in the TE containers,
+            # build Transformer Engine ones (plan/memory.py estimates both)
+            transformer_impl="local" if a.engine == "mcore" else "transformer_engine",
         )
 
     def payload_config(self, tr: TestRun, system: System | None, output_dir: str) -> dict[str, Any]:
