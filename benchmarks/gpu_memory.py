@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from provenance import provenance  # benchmarks/ is sys.path[0] when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -202,26 +202,6 @@ def print_table(rows: list[dict]) -> None:
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1f}"
-
-
-def provenance(argv: list[str]) -> dict:
-    info = {"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
-            "python": platform.python_version(), "command": " ".join(["python3", *argv])}
-    try:
-        import torch
-
-        info.update(torch=torch.__version__, cuda=torch.version.cuda,
-                    gpus=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
-    except Exception as exc:
-        info["torch_error"] = repr(exc)
-    try:
-        from megatron.core import package_info
-
-        info["megatron_core"] = package_info.__version__
-    except Exception as exc:
-        info["megatron_core_error"] = repr(exc)
-    info["env"] = {k: os.environ[k] for k in sorted(os.environ) if k.startswith(("NCCL_", "PYTORCH_CUDA"))}
-    return info
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
