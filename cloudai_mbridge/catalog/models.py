@@ -41,10 +41,6 @@ class ModelSpec:
     is_proxy: bool = False
 
     @property
-    def num_moe_layers(self) -> int:
-        return self.num_layers - self.first_k_dense
-
-    @property
     def num_shared_experts(self) -> int:
         return 1 if self.shared_expert_intermediate_size else 0
 

@@ -144,10 +144,6 @@ def from_dict(data: dict[str, Any]) -> RefitConfig:
     return _from_dict(RefitConfig, data, "config")
 
 
-def to_json(cfg: RefitConfig) -> str:
-    return json.dumps(cfg.to_dict(), sort_keys=True)
-
-
 def _flag(name: str) -> str:
     return "--" + name.strip("_").replace("_", "-")
 

@@ -54,7 +54,3 @@ def build_pg_collection(side: SideLayout):
     if dist.get_rank() not in side.ranks:
         return None
     return ProcessGroupCollection(**groups)
-
-
-def group_ranks(group) -> list[int]:
-    return list(dist.get_process_group_ranks(group))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
-from cloudai.core import DockerImage, System
+from cloudai.core import DockerImage, System, TestRun
 
 from ..catalog import get_gpu
-from ..rules import Violation
+from ..launch.payload import claim_run_dir
+from ..rules import PointRejectedError, Violation
 
 # Environment variable names whose values are credentials: they must come from the submitting shell's environment
 # (sbatch forwards it) or a Kubernetes secret, never from a TOML file that is copied into the results.
@@ -68,3 +71,17 @@ def container_image(url: str | None, cache: dict[str, DockerImage]) -> DockerIma
     if url not in cache:
         cache[url] = DockerImage(url=url)
     return cache[url]
+
+
+def open_run_dir(tr: TestRun, problems: list[Violation]) -> Path:
+    """Refuse a point Megatron would reject, then take the point's run folder (never one holding earlier results)."""
+    if problems:
+        raise PointRejectedError(tr.name, problems)
+    out = tr.output_path.absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    claim_run_dir(out)
+    return out
+
+
+def generated_by() -> str:
+    return f"cloudai-mbridge {version('cloudai-mbridge')} with CloudAI {version('cloudai')}"

@@ -16,7 +16,6 @@ import hashlib
 import json
 import logging
 from abc import abstractmethod
-from importlib.metadata import version
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -38,9 +37,9 @@ from ..launch.kubernetes import (
     render_objects,
     time_limit_seconds,
 )
-from ..launch.payload import claim_run_dir, payload_argv, stage_payload, write_config
+from ..launch.payload import payload_argv, stage_payload, write_config
 from ..rules import PointRejectedError, Violation
-from .common import system_env, system_network
+from .common import generated_by, open_run_dir, system_env, system_network
 
 MANIFEST_DIR = "k8s"
 OBJECTS_FILE = "objects.json"
@@ -181,20 +180,12 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
             host_network=getattr(self.system, "use_host_network", None) is True,
             time_limit_s=time_limit_seconds(self.test_run.time_limit),
             labels={TEST_LABEL: test_label} if test_label else {},
-            annotations={
-                "cloudai-mbridge/generated-by": f"cloudai-mbridge {version('cloudai-mbridge')} "
-                f"with CloudAI {version('cloudai')}"
-            },
+            annotations={"cloudai-mbridge/generated-by": generated_by()},
         )
 
     def gen_objects(self) -> list[dict[str, Any]]:
         """Check, stage the payload + config into the output folder, render and write the manifests."""
-        problems = self.violations()
-        if problems:
-            raise PointRejectedError(self.test_run.name, problems)
-        out = self.test_run.output_path.absolute()
-        out.mkdir(parents=True, exist_ok=True)
-        claim_run_dir(out)
+        out = open_run_dir(self.test_run, self.violations())
         payload_dir = stage_payload(out)
         config_path = write_config(out, self.payload_config(RESULTS_DIR))
         try:
