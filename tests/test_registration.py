@@ -3,6 +3,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 from cloudai.core import Registry
@@ -81,6 +82,15 @@ def test_pth_hook_does_not_import_cloudai_at_start(tmp_path) -> None:
         cwd=tmp_path,
     )
     assert proc.stdout.strip() == "False"
+
+
+def test_pth_hook_is_silent_when_the_package_is_gone(tmp_path) -> None:
+    # A stale .pth (package removed, editable checkout deleted) must not print a traceback at every Python start.
+    pth = Path(__file__).resolve().parent.parent / "cloudai_mbridge-autoload.pth"
+    code = f"exec(open({str(pth)!r}).read()); import sys; print('cloudai_mbridge' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "False", "")
 
 
 def test_verify_configs_passes_on_conf_and_fails_on_a_broken_file(tmp_path) -> None:
