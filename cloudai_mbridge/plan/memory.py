@@ -100,10 +100,9 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
        output), a forward peak of +12.0 B and a backward peak of +16.1 B over the state before the forward.
        Flash attention's fp32 softmax statistics (``4·T·a/t``) are not kept. ``core_attn`` recompute drops the 6 B
        (q, k and the qkv output stay: they are the checkpoint's inputs); ``mla_up_proj`` does not apply.
-     - backward working space: the one extra layer counted below holds 6 of the score tensors' 16 B backward
-       peak; the unfused attention adds the other ``4·b·(a/t)·s²`` (its backward holds the saved fp32 output, the
-       incoming fp32 gradient, softmax's fp32 gradient and the masked-fill gradient at once: we count 12 B of the
-       measured 16 op by op, see "Not explained" in the results).
+     - backward working space: the score tensors peak at 16 B per element in backward (measured), 10 B beyond
+       the 6 B saved: the saved fp32 output, the incoming fp32 gradient, softmax's fp32 gradient and the masked-fill
+       gradient at once (12 B counted op by op; see "Not explained" in the results).
      - workspace: the scores' ``baddbmm`` input is a persistent buffer, ``get_global_memory_buffer().get_tensor(
        (b·a/t, s, s), bf16, "mpu")`` (dot_product_attention.py L189), allocated once and kept: ``2·b·(a/t)·s²``
        per rank, in every phase (``workspace``).
@@ -127,7 +126,11 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
      (megatron/core/pipeline_parallel/schedules.py get_pp_rank_microbatches L738-L796, get_schedule_table
      L798-L826) keeps ``2(pp - r - 1) + (vp - 1)·pp + 1`` model chunks (+1 with a2a overlap), in schedule-table
      order, so rank 0 of PP8/VP2 holds 15 forward passes of its first chunk and 8 of its second. The activations of
-     each in-flight chunk are summed layer by layer; one more layer is added as backward working space.
+     each in-flight chunk are summed layer by layer.
+   - backward working space: the largest phase of the first backward on the rank (``_backward_working``): the
+     logits' gradient; the last layer's MLP / MoE block (logits freed, gradients as large as its saved tensors);
+     its attention block (that block freed too; gradients as large as its saved tensors, or 10 B per score
+     element for the unfused local attention). Recompute first rebuilds the layer in full.
 
 6. Dispatcher buffers and runtime:
 
@@ -146,9 +149,8 @@ gradients + optimizer + workspace + dispatcher + runtime + max(activations, step
 Calibration: the constants in ``CALIBRATION`` are engineering guesses, not fits. The per-token activation terms are
 derived from the saved tensors of Megatron-Core 0.16.1's MLA/MoE layers with Transformer Engine and may be off by
 the tensors TE keeps that we do not see (FP8 casts, fused-kernel workspaces); the local layers' terms were counted
-on their saved tensors and, walked phase by phase, land within 1.2 % of the Kimi proxy runs' measured
-forward/backward peaks, so the "one extra layer" working space on top of all saved layers and the logits is an
-upper bound (+20 % there). The DeepEP/UCCL/HybridEP sizes follow their default configs. The GPU issue holds this
+on their saved tensors; with the phase-wise backward working space the forward/backward peak of the Kimi-K2
+proxy runs (local layers) is within 2 % of the measured one, where "one whole extra layer" gave +20 to +33 %. The DeepEP/UCCL/HybridEP sizes follow their default configs. The GPU issue holds this
 estimate against measured ``torch.cuda.max_memory_reserved`` peaks (target: within 15 %); fit ``runtime_gib`` and
 ``activation_factor`` there, not the derivation.
 """
@@ -291,6 +293,8 @@ class _Activations:
     loss: float
     mtp: float
     scores: float = 0.0  # elements of one layer's unfused attention score tensor, b·(a/t)·(s/c)·s; 0 with flash
+    attention: float = 0.0  # the attention block's share of ``dense`` and ``moe`` (the rest is the MLP / MoE block)
+    logits_grad: float = 0.0  # the loss backward's gradient of the logits, bf16 ``2·T·V/t``
 
 
 def _activations(p: TrainingPlan, recompute: str) -> _Activations:
@@ -340,11 +344,44 @@ def _activations(p: TrainingPlan, recompute: str) -> _Activations:
     logits = 6 * tokens * vocab
     layer_input = 2 * local * h
     scale = CALIBRATION["activation_factor"]
+    logits_grad = 2 * tokens * vocab
     if recompute == "full":
         return _Activations(layer_input * scale, layer_input * scale, layer_input, logits, layer_input + logits,
-                            scores)
+                            scores, 0.0, logits_grad)
     return _Activations((attn + dense_mlp) * scale, (attn + moe) * scale, layer_input, logits,
-                        (attn + moe + 2 * local * 2 * h) * scale + logits, scores)
+                        (attn + moe + 2 * local * 2 * h) * scale + logits, scores, attn * scale, logits_grad)
+
+
+def _backward_working(p: TrainingPlan, act: _Activations, holds_loss: bool) -> float:
+    """Bytes the first backward on a rank needs beyond the saved activations, as the largest of its phases.
+
+    The backward of the rank's last layer starts after the loss backward (only on the rank that holds the loss
+    stage) and walks the layer's blocks in reverse:
+
+    - loss: the logits' gradient, ``2·T·V/t``, while everything is still saved;
+    - the MLP / MoE block: the logits are freed; the block's gradients are as large as what it saved (the usual
+      "one block of working space" convention);
+    - the attention block: the MLP / MoE block's saved tensors are freed too; its gradients are as large as its
+      saved tensors, except the unfused local attention, whose score tensors peak at 16 B per element in backward
+      (measured, benchmarks/results/gpu_memory.md), 10 B beyond the 6 B it saved.
+
+    With recompute the layer is first rebuilt in full (its no-recompute activations come back), then differentiated.
+    Walked against the Kimi-K2 proxy's measured peaks (local layers, 4 layers, s 4096 and 2048) this lands within
+    2 % of the forward/backward peak, where "one whole extra layer" over-counted by 20-33 %.
+    """
+    full = _activations(p, "none")
+    freed = act.loss if holds_loss else 0.0
+    layer = max(full.moe, full.dense)  # the rank's last layer is an MoE layer unless the model has none
+    attention = full.attention
+    mlp = layer - attention
+    rebuilt = layer if p.recompute != "none" else 0.0  # rebuilt with nothing recomputed, then differentiated
+    attention_grads = 10 * full.scores if p.transformer_impl == "local" else attention
+    phases = (
+        act.logits_grad if holds_loss else 0.0,
+        rebuilt + mlp - freed,
+        rebuilt - mlp + attention_grads - freed,
+    )
+    return max(0.0, *phases)
 
 
 def _chunk_bytes(c: tuple[int, int, int, int, int], act: _Activations) -> float:
@@ -431,10 +468,7 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     grad_bytes = 4 if p.grad_reduce_in_fp32 else 2
     dispatcher = _dispatcher_bytes(p)
     runtime = int(CALIBRATION["runtime_gib"] * GIB)
-    rebuilt = _activations(p, "none") if p.recompute == "full" else act
-    # unfused attention: the extra layer below holds 6 of the 16 B its backward peaks at; the global score buffer
-    working = max(rebuilt.moe, rebuilt.dense) + 4 * act.scores
-    workspace = int(2 * act.scores)
+    workspace = int(2 * act.scores)  # the unfused attention's persistent global score buffer
     counts_by_rank = _stage_counts(layout, p.model.first_k_dense)
     best: MemoryEstimate | None = None
     for rank in range(p.pp):
@@ -454,8 +488,7 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
         activations = sum(n * _chunk_bytes(c, act) for n, c in zip(in_flight, stages, strict=True))
         if p.cpu_offloading:
             activations -= min(p.cpu_offloading_num_layers, sum(c[0] + c[1] for c in stages)) * act.moe
-        # backward working space: one layer rebuilt or being differentiated
-        activations += working
+        activations += _backward_working(p, act, holds_loss=any(c[3] for c in stages))
         est = MemoryEstimate(
             weights=int(weights), gradients=int(grads), optimizer=int(optimizer), activations=int(activations),
             dispatcher=dispatcher, runtime=runtime, capacity=int(p.gpu.memory_gib * GIB), pp_rank=rank,

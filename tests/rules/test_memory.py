@@ -148,8 +148,19 @@ def test_local_engine_estimate_by_hand() -> None:
     act = _activations(plan, "none")
     scores = 2 * 4 * 128 * 128
     assert est.workspace == 2 * scores  # the persistent bf16 "mpu" buffer baddbmm is given
-    # embedding + dense layer + MoE layer + loss, plus one MoE layer and 4 B per score element of backward space
-    assert est.activations == int(act.embedding + act.dense + act.moe + act.loss + act.moe + 4 * scores)
+    saved = act.embedding + act.dense + act.moe + act.loss
+    # backward phases of the last (MoE) layer: loss (logits' bf16 gradient 2·T·V), MoE block (logits freed, its
+    # gradients as large as what it saved), attention (MoE block freed too, 10 B beyond the saved 6 per score)
+    tokens, vocab = 2 * 128, 1024
+    moe_block = act.moe - act.attention
+    phases = (2 * tokens * vocab, moe_block - act.loss, -moe_block + 10 * scores - act.loss)
+    assert phases == (524288, 411648 - 1572864, -411648 + 1310720 - 1572864)
+    assert est.activations == int(saved + max(phases))  # the loss phase: this model's logits dwarf its layers
+    # the same layers with a tiny vocabulary: the attention backward's score tensors set the peak
+    small_vocab = replace(plan, model=replace(TINY, vocab_size=64))
+    act64 = _activations(small_vocab, "none")
+    assert estimate_memory(small_vocab).activations == int(
+        act64.embedding + act64.dense + act64.moe + act64.loss - moe_block + 10 * scores - act64.loss)
     counts = _stage_counts(PipelineLayout.from_stages([["embedding", "decoder", "decoder", "loss"]], 1), 1)[0]
     params = _rank_params(plan, counts)
     held = params.dense + params.expert + params.embedding
@@ -190,3 +201,16 @@ def test_engine_sets_the_transformer_impl(tmp_path: Path) -> None:
                                                 "pp": 1, "ep": 1, "gbs": 8}})
         tr = TestRun(name="t", test=tdef, num_nodes=1, nodes=[], output_path=tmp_path, time_limit="01:00:00")
         assert tdef.plan(tr, None).transformer_impl == impl
+
+
+def test_backward_working_space_by_phase() -> None:
+    from cloudai_mbridge.plan.memory import _backward_working
+
+    plan = tiny_plan(transformer_impl="transformer_engine")
+    act = _activations(plan, "none")
+    block = act.moe - act.attention
+    # a pipeline rank without the loss stage: nothing is freed first; the MoE block's gradients (TE: no score term)
+    assert _backward_working(plan, act, holds_loss=False) == max(block, -block + act.attention)
+    # full recompute rebuilds the whole layer (its no-recompute activations) before differentiating it
+    full = tiny_plan(transformer_impl="transformer_engine", recompute="full")
+    assert _backward_working(full, _activations(full, "full"), holds_loss=False) == act.moe + block
