@@ -65,6 +65,18 @@ def memory_line(*, rank: int, iteration: int, allocated: int, max_allocated: int
     return f"[Rank {rank}] {s}"
 
 
+def device_memory_line(*, rank: int, iteration: int, free: int, total: int, reserved: int,
+                       stage: str = "report") -> str:
+    """What the driver sees besides the caching allocator: ``torch.cuda.mem_get_info()`` (free, total) at the same
+    moment as the memory line (``stage=report``) or at a setup stage (``iteration=0``: ``process_groups`` once the
+    parallel state's communicators exist, ``model``, ``optimizer``). ``used - reserved`` is the CUDA context,
+    NCCL's buffers and anything allocated outside torch's allocator; sizes in MiB as Megatron prints them."""
+    used = total - free
+    return (f"MBRIDGE_DEVICE_MEMORY rank={rank} iteration={iteration} used_mib={used / MEGABYTES:.2f} "
+            f"total_mib={total / MEGABYTES:.2f} reserved_mib={reserved / MEGABYTES:.2f} "
+            f"outside_allocator_mib={(used - reserved) / MEGABYTES:.2f} stage={stage}")
+
+
 def deep_ep_provider(module: ModuleType | None) -> str:
     """Which DeepEP answers `import deep_ep`: UCCL-EP's drop-in shadow, NVIDIA's DeepEP, or none.
 

@@ -46,6 +46,7 @@ from .train_log import (
     check_deep_ep,
     check_dispatcher,
     deep_ep_line,
+    device_memory_line,
     dispatcher_class_name,
     dispatcher_line,
     first_dispatcher_class,
@@ -200,9 +201,10 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
     from megatron.core import parallel_state, tensor_parallel
 
     torch.cuda.set_device(dist.local_rank)
-    torch.distributed.init_process_group(
-        backend="nccl", rank=dist.rank, world_size=dist.world_size, device_id=torch.device("cuda", dist.local_rank)
-    )
+    # No device_id: with it every process group Megatron creates gets its NCCL communicator at once (eager init),
+    # used or not. Measured on H200 (benchmarks/gpu_runtime_memory.py): 6.5 GiB (1 GPU) / 5.0 GiB (2 GPUs) more outside
+    # torch's allocator right after initialize_model_parallel. Lazily, a communicator exists once its group is used.
+    torch.distributed.init_process_group(backend="nccl", rank=dist.rank, world_size=dist.world_size)
     try:
         parallel_state.initialize_model_parallel(
             tensor_model_parallel_size=cfg["tp"],
@@ -212,12 +214,24 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
             expert_tensor_parallel_size=cfg["etp"],
             order=cfg["rank_order"],
         )
+        torch.distributed.barrier()
+        _device_memory(dist, "process_groups")
         torch.manual_seed(cfg["seed"])
         tensor_parallel.model_parallel_cuda_manual_seed(cfg["seed"])
         _train(cfg, dist, deep_ep)
     finally:
         parallel_state.destroy_model_parallel()
         torch.distributed.destroy_process_group()
+
+
+def _device_memory(dist: dist_env.DistEnv, stage: str) -> None:
+    """Rank 0's device memory at a setup stage (MBRIDGE_DEVICE_MEMORY ... stage=<stage>), iteration 0."""
+    import torch
+
+    if dist.rank == 0:
+        free, total = torch.cuda.mem_get_info()
+        print(device_memory_line(rank=dist.rank, iteration=0, free=free, total=total,
+                                 reserved=torch.cuda.memory_reserved(), stage=stage), flush=True)
 
 
 def _build(cfg: dict[str, Any], config, padded_vocab: int):
@@ -304,6 +318,7 @@ def _train(cfg: dict[str, Any], dist: dist_env.DistEnv, deep_ep) -> None:
     config = transformer_config(mcore_transformer_kwargs(cfg, mla=mla))
     padded_vocab = padded_vocab_size(cfg["model"]["vocab_size"], cfg["tp"])
     model = _build(cfg, config, padded_vocab)
+    _device_memory(dist, "model")
 
     built = dispatcher_class_name(first_dispatcher_class(model), config.moe_token_dispatcher_type)
     backend = built_backend(built, config.moe_flex_dispatcher_backend)
@@ -324,6 +339,7 @@ def _train(cfg: dict[str, Any], dist: dist_env.DistEnv, deep_ep) -> None:
                         use_distributed_optimizer=use_dist_opt),
         [model],
     )
+    _device_memory(dist, "optimizer")
     config.finalize_model_grads_func = finalize_model_grads
     config.grad_scale_func = optimizer.scale_loss
     config.no_sync_func = model.no_sync
@@ -405,5 +421,8 @@ def _train(cfg: dict[str, Any], dist: dist_env.DistEnv, deep_ep) -> None:
                                   max_allocated=torch.cuda.max_memory_allocated(),
                                   reserved=torch.cuda.memory_reserved(),
                                   max_reserved=torch.cuda.max_memory_reserved()), flush=True)
+                free, total = torch.cuda.mem_get_info()
+                print(device_memory_line(rank=dist.rank, iteration=iteration, free=free, total=total,
+                                         reserved=torch.cuda.memory_reserved()), flush=True)
             # As Megatron-LM: report again after the second iteration, which includes the optimizer state.
             report_memory = iteration <= 1
