@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -59,6 +61,15 @@ CONFIGS: dict[str, dict] = {
                       "balanced": False},
     "dsv3_ep2": {"model": "deepseek_v3_proxy", "gpus": 2, "ep": 2, "mbs": 1, "gbs": 8, "seq": 4096,
                  "balanced": True},
+    # Held out (not used to derive the phase-wise backward working space): twice the tokens per micro-batch at a
+    # quarter of the sequence (s^2 small: the MoE blocks, not the attention scores, set the peak); and the second
+    # model on one GPU at two sequence lengths.
+    "k2_1gpu_s1024": {"model": "kimi_k2_proxy", "gpus": 1, "ep": 1, "mbs": 8, "gbs": 32, "seq": 1024,
+                      "balanced": False},
+    "dsv3_1gpu": {"model": "deepseek_v3_proxy", "gpus": 1, "ep": 1, "mbs": 1, "gbs": 4, "seq": 4096,
+                  "balanced": False},
+    "dsv3_1gpu_s2048": {"model": "deepseek_v3_proxy", "gpus": 1, "ep": 1, "mbs": 2, "gbs": 8, "seq": 2048,
+                        "balanced": False},
 }
 USE_DISTRIBUTED_OPTIMIZER = True  # train_mcore.py: on unless the config says use_distributed_optimizer = false
 
@@ -110,9 +121,14 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     cfg = payload_config(plan, str(folder))
     (folder / "mbridge_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    idle = device_used_now()
+    sampler = DeviceSampler(plan.world_size)
     start = time.perf_counter()
-    run = launch(cfg, plan.world_size, timeout=args.timeout_s, module="cloudai_mbridge.payload.train", cwd=ROOT,
-                 env={"PYTHONUNBUFFERED": "1"})
+    try:
+        run = launch(cfg, plan.world_size, timeout=args.timeout_s, module="cloudai_mbridge.payload.train", cwd=ROOT,
+                     env={"PYTHONUNBUFFERED": "1"})
+    finally:
+        device_peaks = sampler.stop()
     wall = time.perf_counter() - start
     for rank, (stdout, stderr) in enumerate(zip(run.stdout, run.stderr, strict=True)):
         (folder / "logs" / f"rank-{rank}.log").write_text(stdout + stderr)
@@ -132,10 +148,71 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
         last = max((r for r in m.memory if r.rank == top.rank), key=lambda r: r.after_iterations)
         row["measured"] = {"max_allocated": peak, "allocated_after_last_report": last.allocated_bytes or 0,
                            "max_reserved": m.peak_reserved_bytes, "rank": top.rank}
+        outside = device_memory_reports(folder)
+        row["device_memory_reports"] = outside
+        if device_peaks and idle is not None:
+            # nvidia-smi's memory.used over the run (every 100 ms), less what the GPUs held before it started
+            row["measured"]["device_peak"] = max(p - i for p, i in zip(device_peaks, idle, strict=False))
+            row["measured"]["device_idle"] = max(idle)
+        reports = [r for r in outside if r["stage"] == "report"]
+        if reports:
+            row["measured"]["outside_allocator"] = max(r["outside_allocator"] for r in reports)
         row.update(compare(plan, est, row["measured"]))
     else:
         row["tail"] = run.describe()[-4000:]
     return row
+
+
+DEVICE_LINE = re.compile(rb"MBRIDGE_DEVICE_MEMORY rank=(\d+) iteration=(\d+) used_mib=([\d.]+) total_mib=([\d.]+) "
+                         rb"reserved_mib=([\d.]+) outside_allocator_mib=(-?[\d.]+)(?: stage=(\w+))?")
+
+
+def device_memory_reports(folder: Path) -> list[dict]:
+    """The payload's MBRIDGE_DEVICE_MEMORY lines (torch.cuda.mem_get_info next to each memory line), in bytes."""
+    out = []
+    for log in sorted((folder / "logs").glob("rank-*.log")):
+        for m in DEVICE_LINE.finditer(log.read_bytes()):
+            rank, it, used, total, reserved, outside, stage = m.groups()
+            out.append({"rank": int(rank), "after": int(it), "used": float(used) * MIB, "total": float(total) * MIB,
+                        "reserved": float(reserved) * MIB, "outside_allocator": float(outside) * MIB,
+                        "stage": (stage or b"report").decode()})
+    return out
+
+
+def device_used_now() -> list[int] | None:
+    """Per-GPU memory.used (bytes) as nvidia-smi reports it now; None where nvidia-smi is missing."""
+    try:
+        text = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [int(float(x)) * MIB for x in text.split()]
+
+
+class DeviceSampler:
+    """nvidia-smi memory.used every 100 ms in the background; ``stop()`` gives the per-GPU maxima (bytes)."""
+
+    def __init__(self, gpus: int) -> None:
+        self.gpus = gpus
+        try:
+            self.proc: subprocess.Popen | None = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits", "-lms", "100"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+
+    def stop(self) -> list[int] | None:
+        if self.proc is None:
+            return None
+        self.proc.terminate()
+        text, _ = self.proc.communicate(timeout=30)
+        peaks: dict[int, int] = {}
+        for line in text.splitlines():
+            parts = [x.strip() for x in line.split(",")]
+            if len(parts) == 2 and parts[0].isdigit() and parts[1].replace(".", "").isdigit():
+                index, used = int(parts[0]), int(float(parts[1])) * MIB
+                peaks[index] = max(peaks.get(index, 0), used)
+        return [peaks[i] for i in sorted(peaks)][: self.gpus] or None
 
 
 def estimate_row(est: MemoryEstimate) -> dict:
@@ -157,8 +234,14 @@ def compare(plan: TrainingPlan, est: MemoryEstimate, measured: dict) -> dict:
     est_static = est.weights + est.gradients + est.optimizer + est.workspace + main_grads
     est_dynamic = est.activations + est.dispatcher
     measured_dynamic = peak - (static - main_grads)
+    device = measured.get("device_peak")
     return {
+        # the whole estimate against what the driver saw in use (nvidia-smi), runtime term included
+        "device_error_pct": 100 * (est.total - device) / device if device else None,
+        "measured_runtime": device - peak if device else None,
         "error_pct": 100 * (est.total - peak) / peak,
+        # the issue's metric: what the caching allocator holds at most (the estimate less its runtime term, which
+        # max_memory_allocated cannot see) against torch.cuda.max_memory_allocated
         "error_pct_without_runtime": 100 * (est.total - est.runtime - peak) / peak,
         "error_pct_vs_max_reserved": 100 * (est.total - reserved) / reserved if reserved else None,
         "static_error_pct": 100 * (est_static - static) / static if static else None,
@@ -188,6 +271,18 @@ def print_table(rows: list[dict]) -> None:
               f"{_pct(r.get('error_pct_without_runtime')):>7} {_pct(r.get('error_pct_vs_max_reserved')):>9} "
               f"{_pct(r.get('static_error_pct')):>6} {_pct(r.get('dynamic_error_pct')):>6} {r['status']:>8}",
               flush=True)
+    if any(r.get("measured", {}).get("device_peak") for r in rows):
+        print("\nDevice (nvidia-smi memory.used every 100 ms, less the idle GPU): est = the whole estimate incl. its "
+              "runtime term; runtime (meas.) = device peak - max allocated; outside = mem_get_info used - reserved at "
+              "the memory lines (CUDA context, NCCL, non-torch allocations)")
+        print(f"{'config':>14} {'EST':>6} {'device':>6} {'err%':>6} | {'rt est':>6} {'rt meas':>7} {'outside':>7}")
+        for r in rows:
+            mm = r.get("measured", {})
+            print(f"{r['name']:>14} {_mib(r['estimate']['total']):>6} {_mib(mm.get('device_peak')):>6} "
+                  f"{_pct(r.get('device_error_pct')):>6} | {_mib(r['estimate']['runtime']):>6} "
+                  f"{_mib(r.get('measured_runtime')):>7} {_mib(mm.get('outside_allocator')):>7}  "
+                  + ", ".join(f"{d['stage']} {_mib(d['outside_allocator'])}"
+                              for d in r.get("device_memory_reports", []) if d["stage"] != "report"))
     if not all("diagnostics" in r for r in rows):
         return
     print("\nSized for these runs (MiB; modelled by the estimate since its 'local' terms): fp32 main grads of the "
@@ -244,8 +339,9 @@ def offline(results_path: Path, out: Path | None, argv: list[str]) -> int:
               f"{_pct(r['previous']['error_pct']):>6} -> {_pct(r['error_pct']):>6}")
     print("\nphases (MiB): step = wts + grads + optim + ws + step vs the first report's max allocated (1 GPU: the "
           "first step, before which no Adam moments exist; 2 GPUs: that iteration's forward/backward); activations per "
-          "layer and micro-batch as plan/memory.py sums them (working = the extra layer + 4 B/score element)")
-    from cloudai_mbridge.plan.memory import _activations
+          "layer and micro-batch as plan/memory.py sums them; working = the backward working space (the largest "
+          "phase of the first backward, plan/memory.py _backward_working)")
+    from cloudai_mbridge.plan.memory import _activations, _backward_working
 
     for r in rows:
         plan, e = make_plan(r["name"], 4), r["estimate"]
@@ -255,11 +351,13 @@ def offline(results_path: Path, out: Path | None, argv: list[str]) -> int:
         print(f"{r['name']:>14} step phase {_mib(step_phase):>6} vs {_mib(max(first) if first else None):>6} | "
               f"dense {_mib(act.dense)}, "
               f"moe {_mib(act.moe)}, loss {_mib(act.loss)}, mtp {_mib(act.mtp) if plan.effective_mtp_layers else '-'}, "
-              f"working {_mib(max(act.moe, act.dense) + 4 * act.scores)}, score elements/layer {act.scores:.0f}")
+              f"working {_mib(_backward_working(plan, act, holds_loss=True))}, "
+              f"score elements/layer {act.scores:.0f}")
     for r in rows:
         print(f"RESULT memory_estimate_{r['name']}={r['estimate']['total'] / MIB:.0f} MiB")
-        print(f"RESULT memory_error_pct_{r['name']}={r['error_pct']:+.1f} %")
         print(f"RESULT memory_error_pct_without_runtime_{r['name']}={r['error_pct_without_runtime']:+.1f} %")
+        if r.get("device_error_pct") is not None:
+            print(f"RESULT memory_device_error_pct_{r['name']}={r['device_error_pct']:+.1f} %")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         result = {"experiment": "gpu_memory_offline", "source": str(results_path),
@@ -321,7 +419,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"RESULT memory_measured_max_allocated_{r['name']}={r['measured']['max_allocated'] / MIB:.0f} MiB")
         print(f"RESULT memory_estimate_{r['name']}={r['estimate']['total'] / MIB:.0f} MiB")
-        print(f"RESULT memory_error_pct_{r['name']}={r['error_pct']:+.1f} %")
+        print(f"RESULT memory_error_pct_without_runtime_{r['name']}={r['error_pct_without_runtime']:+.1f} %")
+        if r.get("device_error_pct") is not None:
+            print(f"RESULT memory_measured_device_peak_{r['name']}={r['measured']['device_peak'] / MIB:.0f} MiB")
+            print(f"RESULT memory_device_error_pct_{r['name']}={r['device_error_pct']:+.1f} %")
     return 1 if failed else 0
 
 
