@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The GPU experiments of issue 8 in one command: refit over NCCL next to the P2P ceiling, and the memory estimate
-# against measured peaks. Run from the repository root on a host with >= 2 GPUs, megatron-core 0.17.1 carried as a
-# wheel in .whl/ (the device tool: carry [".whl"]; there $OUT comes back). Elsewhere OUT defaults to /tmp/gpu_out.
+# The GPU experiments of issue 8 in one command, for whatever GPUs the host has: refit over NCCL next to the P2P
+# ceiling (>= 2 GPUs), the memory estimate against measured peaks (1-GPU configs always, EP2 configs with >= 2 GPUs)
+# and the dispatcher A/B (its deep_ep probe always; the A/B points need >= 2 GPUs). Run from the repository root with
+# megatron-core 0.17.1 carried as a wheel in .whl/ and UCCL-EP's pieces in .whl/uccl (the device tool: carry the
+# wheel and .whl/uccl; there $OUT comes back). Elsewhere OUT defaults to /tmp/gpu_out.
 #
 # usage: bash benchmarks/gpu_run.sh [budget_s=390]
 # Steps, each under `timeout` and skipped when the budget left is too small (the rest still runs):
-#   1. benchmarks/gpu_refit_nccl.py --layers 2            p2p ceiling + tp2->ep2 and tp1ep2->tp2ep1 refits
-#   2. benchmarks/gpu_memory.py k2_1gpu k2_ep2            the two required memory configs
-#   3. benchmarks/gpu_memory.py k2_1gpu_s2048 dsv3_ep2    diagnostics (s^2 term, a second model)
-#   4. benchmarks/gpu_refit_nccl.py --layers 1 tp2-ep2    size scaling point (ceiling taken from step 1)
+#   1. benchmarks/gpu_refit_nccl.py --layers 2            p2p ceiling + tp2->ep2 and tp1ep2->tp2ep1 refits (>= 2 GPUs)
+#   2. benchmarks/gpu_memory.py <configs>                 1 GPU: k2_1gpu k2_1gpu_s2048 k2_1gpu_s1024 dsv3_1gpu
+#                                                         dsv3_1gpu_s2048; >= 2 GPUs: + k2_ep2 dsv3_ep2
+#   3. benchmarks/gpu_dispatcher_ab.py                    deep_ep / uccl probe; alltoall vs deepep points (>= 2 GPUs)
+#   4. benchmarks/gpu_refit_nccl.py --layers 1 tp2-ep2    size scaling point (ceiling taken from step 1; >= 2 GPUs)
 # Results: $OUT/log (everything printed), $OUT/*.json (one per step), $OUT/runs.tgz (run folders: config + rank logs).
 set -u -o pipefail
 BUDGET=${1:-390}
@@ -19,9 +22,10 @@ mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
 WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | head -1)
-if [ -z "$WHEEL" ]; then echo "error: .whl/megatron_core-0.17.1-*.whl not found (carry .whl)"; exit 2; fi
+if [ -z "$WHEEL" ]; then echo "error: .whl/megatron_core-0.17.1-*.whl not found (carry it)"; exit 2; fi
 rm -rf /tmp/site
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEEL" || exit 2
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEEL" \
+  $(ls .whl/uccl/*.whl 2>/dev/null) || exit 2
 export PYTHONPATH=/tmp/site:$PWD
 date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"
 python3 -c "import torch, einops, megatron.core as m; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
@@ -29,6 +33,7 @@ python3 -c "import torch, einops, megatron.core as m; print('torch', torch.__ver
 range(torch.cuda.device_count())], 'megatron-core', m.__version__, 'einops', einops.__version__)" 2>&1 | grep -v Warn
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvidia-smi topo -m 2>&1 | head -8
+NGPU=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 
 # step <name> <seconds wanted> <command...>: run with timeout min(wanted, left - 15), skip if under 45 s left
 step() {
@@ -40,15 +45,24 @@ step() {
   timeout -k 10 "$t" "$@" 2>&1 | grep -v -E "UserWarning|warnings.warn|^  return func|^\s*$"
   echo "=== $name: exit ${PIPESTATUS[0]} at t+${SECONDS}s"
 }
+needs2() { echo "=== $1: SKIPPED (needs >= 2 GPUs, this host has $NGPU)"; }
 
-step refit 200 python3 benchmarks/gpu_refit_nccl.py --out "$WORK/refit" --layers 2 --refit-timeout-s 150
-cp "$WORK/refit/gpu_refit_nccl.json" "$OUT/" 2>/dev/null
-step memory 150 python3 benchmarks/gpu_memory.py --out "$WORK/memory" --configs k2_1gpu k2_ep2 --timeout-s 90
+if [ "$NGPU" -ge 2 ]; then
+  step refit 200 python3 benchmarks/gpu_refit_nccl.py --out "$WORK/refit" --layers 2 --refit-timeout-s 150
+  cp "$WORK/refit/gpu_refit_nccl.json" "$OUT/" 2>/dev/null
+else needs2 refit; fi
+CONFIGS="k2_1gpu k2_1gpu_s2048 k2_1gpu_s1024 dsv3_1gpu dsv3_1gpu_s2048"
+[ "$NGPU" -ge 2 ] && CONFIGS="$CONFIGS k2_ep2 dsv3_ep2"
+step memory 300 python3 benchmarks/gpu_memory.py --out "$WORK/memory" --configs $CONFIGS --timeout-s 90
 cp "$WORK/memory/gpu_memory.json" "$OUT/" 2>/dev/null
-step memory_extra 110 python3 benchmarks/gpu_memory.py --out "$WORK/memory_extra" --configs k2_1gpu_s2048 dsv3_ep2 --timeout-s 90
-cp "$WORK/memory_extra/gpu_memory.json" "$OUT/gpu_memory_extra.json" 2>/dev/null
-step refit_1layer 70 python3 benchmarks/gpu_refit_nccl.py --out "$WORK/refit_1l" --layers 1 --pairs tp2-ep2 --refit-timeout-s 90 \
-  --skip-p2p --ceiling-json "$WORK/refit/gpu_refit_nccl.json"
-cp "$WORK/refit_1l/gpu_refit_nccl.json" "$OUT/gpu_refit_nccl_1layer.json" 2>/dev/null
+if [ -f benchmarks/gpu_dispatcher_ab.py ]; then
+  step dispatcher 150 python3 benchmarks/gpu_dispatcher_ab.py --out "$WORK/dispatcher" --uccl-dir .whl/uccl
+  cp "$WORK/dispatcher/gpu_dispatcher_ab.json" "$OUT/" 2>/dev/null
+fi
+if [ "$NGPU" -ge 2 ]; then
+  step refit_1layer 70 python3 benchmarks/gpu_refit_nccl.py --out "$WORK/refit_1l" --layers 1 --pairs tp2-ep2 \
+    --refit-timeout-s 90 --skip-p2p --ceiling-json "$WORK/refit/gpu_refit_nccl.json"
+  cp "$WORK/refit_1l/gpu_refit_nccl.json" "$OUT/gpu_refit_nccl_1layer.json" 2>/dev/null
+else needs2 refit_1layer; fi
 tar czf "$OUT/runs.tgz" -C "$WORK" --exclude='*.pt' . && ls -la "$OUT"
 echo "done at t+${SECONDS}s"

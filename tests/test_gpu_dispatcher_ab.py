@@ -1,0 +1,99 @@
+"""benchmarks/gpu_dispatcher_ab.py without a GPU: the dry run's grid and rule verdicts, the UCCL environment it gives
+the payload, and the adapter that runs reports/ab.py on run folders (real GPU logs, tests/fixtures/logs/gpu)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GPU_FIXTURES = ROOT / "tests" / "fixtures" / "logs" / "gpu"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_dispatcher_ab as ab  # noqa: E402
+
+
+def dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert ab.main(["--dry-run", *argv]) == 0
+    return capsys.readouterr().out
+
+
+def test_dry_run_one_gpu_marks_deepep_as_needing_two(capsys: pytest.CaptureFixture[str]) -> None:
+    out = dry_run(capsys, "--gpus", "1")
+    assert "grid: 8 points = 2 arms (alltoall, deepep) x mbs [1, 4] x overlap [off, on]" in out
+    assert re.search(r"arm deepep: cannot run with --gpus 1: needs >= 2 GPUs .*DeepEP dispatcher requires TPxEP > 1",
+                     out)
+    # Each rejected point names the rule that rejects it, with the rule's message.
+    assert re.search(r"mbs1_overlap-off +deepep +reject +\[flex-dispatcher-ep\] the deepep dispatcher needs an expert "
+                     r"group of at least two ranks", out)
+    assert re.search(r"mbs4_overlap-on +alltoall +reject +\[a2a-overlap\] a2a overlap needs expert parallelism", out)
+    assert re.search(r"mbs1_overlap-off +alltoall +run", out)
+    assert "2 to run" in out
+    assert "probe (child process" in out and "deep_ep" in out
+
+
+def test_dry_run_two_gpus_and_hybridep(capsys: pytest.CaptureFixture[str]) -> None:
+    out = dry_run(capsys, "--gpus", "2", "--with-hybridep", "--deepep-impl", "uccl")
+    assert "grid: 12 points = 3 arms (alltoall, deepep, hybridep)" in out
+    # Overlap on: the rules allow it with ep 2 (Kimi-K2 has no MTP) but the mcore engine has no combined-1F1B schedule.
+    assert re.search(r"mbs1_overlap-on +deepep +reject +\[mcore-engine\] moe_a2a_overlap = true needs the "
+                     r"combined-1F1B", out)
+    assert "arm hybridep: every point rejected by [hybridep-uccl]" in out
+    assert re.search(r"mbs4_overlap-off +deepep +(run|blocked)\n.*config: world 2 ep 2 dp 2 mbs 4 gbs 32 .*seed 1234 "
+                     r"balanced True a2a_overlap False dispatcher flex/deepep deepep_impl uccl", out)
+
+
+def test_uccl_env_prepends_deep_ep_and_libraries(tmp_path: Path) -> None:
+    uccl = tmp_path / "uccl"
+    (uccl / "deep_ep").mkdir(parents=True)
+    (uccl / "deep_ep" / "__init__.py").write_text("")
+    (uccl / "lib").mkdir()
+    site = tmp_path / "site"
+    (site / "nvidia" / "cuda_runtime" / "lib").mkdir(parents=True)
+    (site / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12").write_text("")
+    env, notes = ab.uccl_env(uccl, {"PYTHONPATH": f"{site}:/elsewhere", "LD_LIBRARY_PATH": "/usr/lib/x"})
+    assert notes == []
+    assert env["PYTHONPATH"].split(":") == [str(uccl.resolve()), str(site), "/elsewhere"]
+    assert env["LD_LIBRARY_PATH"].split(":") == [str(uccl.resolve() / "lib"),
+                                                 str((site / "nvidia" / "cuda_runtime" / "lib").resolve()),
+                                                 "/usr/lib/x"]
+    _, notes = ab.uccl_env(tmp_path / "missing", {})
+    assert any("deep_ep/__init__.py not found" in n for n in notes)
+
+
+def deepep_copy(src: Path, dst: Path, time_factor: float) -> Path:
+    """The alltoall run folder as its deepep twin: same config but the dispatcher, the payload's dispatcher lines
+    of a flex/DeepEP build through UCCL, iteration times scaled (the losses stay: equal work)."""
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "mbridge_config.json").read_text())
+    cfg["dispatcher"] = "deepep"
+    (dst / "mbridge_config.json").write_text(json.dumps(cfg))
+    for log in sorted((dst / "logs").glob("rank-*.log")):
+        text = log.read_text().replace("requested=alltoall built=alltoall backend=none",
+                                       "requested=deepep built=flex backend=deepep")
+        text = text.replace("MBRIDGE_DEEP_EP module=none provider=none",
+                            "MBRIDGE_DEEP_EP module=/tmp/uccl/deep_ep/__init__.py provider=uccl")
+        text = re.sub(r"elapsed time per iteration \(ms\): ([0-9.]+)",
+                      lambda m: f"elapsed time per iteration (ms): {float(m.group(1)) * time_factor:.1f}", text)
+        log.write_text(text)
+    return dst
+
+
+def test_ab_adapter_pairs_two_run_folders(tmp_path: Path) -> None:
+    base = shutil.copytree(GPU_FIXTURES / "train_k2_ep2", tmp_path / "runs" / "mbs1_overlap-off_alltoall")
+    arm = deepep_copy(base, tmp_path / "runs" / "mbs1_overlap-off_deepep", 0.8)
+    # 4 iterations in the fixture: warm-up 1 keeps 3 (the script's default, 4, needs --iters > 4).
+    rows = ab.ab_report([base, arm], tmp_path, warmup=1)
+    (row,) = rows
+    assert (row["baseline"], row["arm"]) == ("alltoall", "deepep")
+    assert row["delta_pct"] == pytest.approx(-20.0, abs=0.05)
+    assert row["verdict"] == "deepep faster" and ab.winner(row["verdict"]) == "deepep"
+    assert row["loss_max_rel_diff"] == 0.0 and row["arm_deep_ep_provider"] == "uccl"
+    assert (tmp_path / "mbridge_ab.csv").is_file() and (tmp_path / "mbridge_ab.html").is_file()
+    named = ab.pair_point([{"run_folder": str(arm), "point": "mbs1_overlap-off"}], rows)
+    assert named[0]["point"] == "mbs1_overlap-off"
