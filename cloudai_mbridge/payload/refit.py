@@ -226,7 +226,42 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, dst_shards) -> tuple[l
         times_ms.append(slowest * 1e3)
         if nan_left:
             nan_iters.append(i)
+    if os.environ.get(PROFILE_ENV) == "1":
+        _state["phase"] = "profile"
+        _profile(once, cuda=cfg.device == "cuda")
     return times_ms, nan_iters
+
+
+PROFILE_ENV = "MBRIDGE_REFIT_PROFILE"
+
+
+def _profile(once, *, cuda: bool) -> None:
+    """One more refit (after the timed ones, not among them) under torch.profiler; rank 0 prints where the GPU time
+    went: ``REFIT_PROFILE wall_ms=.. nccl_ms=.. copy_ms=.. other_ms=.. kernels=..`` (device time summed over kernels
+    and memcpys of this rank; all 0 on the CPU) and the 15 largest entries by self device (CPU: CPU) time, on
+    stderr. Concurrent kernels (a send and a receive) overlap, so the sums can exceed the wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities) as prof:
+        wall = once()
+    if _state["rank"] != 0:
+        return
+    buckets = {"nccl": 0.0, "copy": 0.0, "other": 0.0}
+    kernels = 0
+    for event in prof.events():
+        if getattr(event, "device_type", None) is None or str(event.device_type).split(".")[-1] != "CUDA":
+            continue
+        name = event.name.lower()
+        kind = "nccl" if "nccl" in name else "copy" if ("memcpy" in name or "copy" in name or "memset" in name) \
+            else "other"
+        buckets[kind] += event.device_time_total / 1e3 if hasattr(event, "device_time_total") else 0.0
+        kernels += 1
+    print(f"REFIT_PROFILE wall_ms={wall * 1e3:.3f} nccl_ms={buckets['nccl']:.3f} copy_ms={buckets['copy']:.3f} "
+          f"other_ms={buckets['other']:.3f} kernels={kernels}", flush=True)
+    table = prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
+                                      row_limit=15)
+    print(table, file=sys.stderr, flush=True)
 
 
 def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes) -> dict:

@@ -115,6 +115,18 @@ def test_non_collocated_refit_is_bit_exact(tmp_path):
     assert final["bytes_local"] == 0 and final["bytes_remote"] > 0
 
 
+def test_profile_adds_one_untimed_refit_and_a_summary_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("MBRIDGE_REFIT_PROFILE", "1")
+    result = launch(config({"tp": 2}, {"tp": 1}, dump_shards=str(tmp_path)), 2, timeout=240)
+    assert_verified(result, tmp_path)  # two timed refits: the profiled one is not among them
+    (line,) = [x for x in result.stdout[0].splitlines() if x.startswith("REFIT_PROFILE ")]
+    fields = dict(kv.split("=") for kv in line.split()[1:])
+    assert set(fields) == {"wall_ms", "nccl_ms", "copy_ms", "other_ms", "kernels"}
+    assert float(fields["wall_ms"]) > 0 and fields["kernels"] == "0"  # gloo on the CPU: no device kernels
+    assert "Self CPU" in result.stderr[0]
+    assert not any("REFIT_PROFILE" in out for out in result.stdout[1:])  # rank 0 only
+
+
 @pytest.mark.parametrize(
     ("src", "dst", "code", "symptom"),
     [
