@@ -61,9 +61,10 @@ EXCHANGE_SIZES_MIB = (16, 64, 256, 1024, 4096)
 BATCHED_OP_MIB = (4, 16, 64, 256)  # each batched test moves the largest exchange size as K ops of this size
 
 
-def refit_config(pair: str, layers: int, args: argparse.Namespace) -> dict:
+def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib: int = 0) -> dict:
     src, dst = PAIRS[pair]
     return {
+        "coalesce_mib": coalesce_mib,
         "workload": "refit",
         "model": {"name": f"kimi-k2-shaped-{layers}layer", "num_layers": layers, **KIMI_SHAPE},
         "src": src, "dst": dst, "mode": "collocated", "transport": "nccl", "warmup": args.warmup,
@@ -193,19 +194,20 @@ def write_run_folder(folder: Path, cfg: dict, run) -> None:
         (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
 
 
-def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path) -> dict:
+def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coalesce_mib: int = 0) -> dict:
     from cloudai_mbridge.metrics import parse_refit_run
     from cloudai_mbridge.payload.refit_local import launch
 
-    cfg = refit_config(pair, layers, args)
-    name = f"refit_{pair}_{layers}l"
+    cfg = refit_config(pair, layers, args, coalesce_mib)
+    name = f"refit_{pair}_{layers}l" + (f"_c{coalesce_mib}" if coalesce_mib else "")
     start = time.perf_counter()
     run = launch(cfg, args.world, timeout=args.refit_timeout_s + 60, env={"PYTHONUNBUFFERED": "1"}, cwd=ROOT)
     wall = time.perf_counter() - start
     folder = out / "runs" / name
     write_run_folder(folder, cfg, run)
     m = parse_refit_run(folder)
-    row = {"name": name, "pair": pair, "layers": layers, "src": cfg["src"], "dst": cfg["dst"],
+    row = {"name": name, "pair": pair, "layers": layers, "coalesce_mib": coalesce_mib, "src": cfg["src"],
+           "dst": cfg["dst"],
            "returncodes": run.returncodes, "wall_s": wall, "status": m.status, "problems": list(m.problems),
            "verify": m.verify.status if m.verify else None,
            "verify_detail": m.verify.detail if m.verify else None, "times_ms": [ms for _, ms in m.iterations],
@@ -283,6 +285,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--p2p-warmup", type=int, default=3)
     parser.add_argument("--p2p-reps", type=int, default=10)
     parser.add_argument("--skip-p2p", action="store_true")
+    parser.add_argument("--coalesce-mib", type=int, nargs="+", default=[0],
+                        help="refit payload coalesce_mib values to run per pair (0: megatron-core's NCCL service)")
     parser.add_argument("--p2p-sizes-mib", type=int, nargs="+", default=list(EXCHANGE_SIZES_MIB))
     parser.add_argument("--p2p-batched-op-mib", type=int, nargs="+", default=list(BATCHED_OP_MIB))
     parser.add_argument("--p2p-only", action="store_true", help="measure the ceiling, run no refit")
@@ -302,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         for pair in args.pairs:
-            print(f"refit {pair}: {json.dumps(refit_config(pair, args.layers, args), sort_keys=True)}")
+            for c in args.coalesce_mib:
+                print(f"refit {pair}: {json.dumps(refit_config(pair, args.layers, args, c), sort_keys=True)}")
         print(f"p2p plan: {json.dumps(p2p_plan(args.world, args.p2p_sizes_mib, args.p2p_batched_op_mib))}")
         return 0
     problem = None if args.p2p_device == "cpu" and args.p2p_only else cuda_problem(args.world)
@@ -336,13 +341,14 @@ def main(argv: list[str] | None = None) -> int:
     total = max((r["bytes"] for r in p2p), default=0)
     batched = [r for r in p2p if r["mode"] == "exchange" and r["bytes"] == total]
 
-    for pair in [] if args.p2p_only else args.pairs:
-        row = run_refit(pair, args.layers, args, args.out)
+    runs = [] if args.p2p_only else [(pair, c) for pair in args.pairs for c in args.coalesce_mib]
+    for pair, coalesce in runs:
+        row = run_refit(pair, args.layers, args, args.out, coalesce)
         if row["status"] != "ok" and args.layers > 1 and not args.no_fallback:
             print(f"{row['name']}: status {row['status']} rc {row['returncodes']} error {row.get('error')}; "
                   "retrying with 1 layer", flush=True)
             result["refit"].append(row)
-            row = run_refit(pair, 1, args, args.out)
+            row = run_refit(pair, 1, args, args.out, coalesce)
         derive(row, args.world, ceiling, batched)
         result["refit"].append(row)
         print(f"[{row['name']}] status={row['status']} verify={row['verify']} median_ms={row['median_ms']} "
@@ -363,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"RESULT p2p_batched_{r['op_bytes'] // MIB}mib_ops_per_gpu={r['gbps_per_gpu']:.1f} GB/s")
     failed = False
     for r in result["refit"]:
-        tag = f"{r['pair'].replace('-', '_to_')}_{r['layers']}l"
+        tag = f"{r['pair'].replace('-', '_to_')}_{r['layers']}l" + (
+            f"_coalesce{r['coalesce_mib']}mib" if r.get("coalesce_mib") else "")
         if r.get("median_ms") is None:
             failed = True
             print(f"RESULT refit_nccl_{tag}_status={r['status']}")

@@ -31,7 +31,9 @@ Layout (ranks and DP):
 Model: Megatron-Core GPTModel, local (non-TE) spec, every layer MoE with SequentialMLP experts, GQA attention
 (no MLA: refit treats every parameter alike, see refit_models), RoPE, RMSNorm, SwiGLU, untied embeddings.
 
-Refit: `megatron.core.resharding.swap_model_weights(src, dst, refit_method=transport)`; `warmup` untimed calls
+Refit: `megatron.core.resharding.swap_model_weights(src, dst, refit_method=transport)` (with `coalesce_mib` > 0 the
+same plan carried by refit_coalesce.CoalescingCopyService: slices packed into messages of at most that many MiB per
+peer); `warmup` untimed calls
 (the first builds the plan), then `iterations` timed calls. Before every call every destination parameter is set
 to NaN. time_ms = the slowest rank's wall time from a common barrier to the return of swap_model_weights (CUDA
 synchronised). After every timed call no destination element may be NaN; after the last one the weights are
@@ -42,6 +44,8 @@ Output (stdout, rank 0, flushed):
   REFIT_CONFIG {json}                          resolved config, layouts, versions, world size (first line)
   then, only when verification passed, one line per timed iteration:
   REFIT_ITER iter=<i> time_ms=<float>
+  REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> per refit on rank 0     (before them, coalesce_mib > 0)
+  REFIT_PROFILE wall_ms=.. nccl_ms=.. copy_ms=.. other_ms=.. kernels=..          (MBRIDGE_REFIT_PROFILE=1, _profile)
   REFIT_STATS bytes_remote=<int> bytes_local=<int> send_ops=<int> recv_ops=<int>
       counted from the cached reshard plan, summed over ranks; bytes on the receiving side (a "local" op is a
       copy within one rank); -1 when this megatron-core keeps the plan where we cannot find it
@@ -204,12 +208,18 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, dst_shards) -> tuple[l
 
     from .refit_verify import any_nan, poison
 
+    method = cfg.transport
+    if cfg.coalesce_mib:
+        from .refit_coalesce import make_service
+
+        method = make_service(cfg.coalesce_mib << 20)
+
     def once() -> float:
         poison(dst_shards)
         _sync(cfg)
         dist.barrier()
         start = time.perf_counter()
-        swap_model_weights(src_model, dst_model, refit_method=cfg.transport)
+        swap_model_weights(src_model, dst_model, refit_method=method)
         _sync(cfg)
         return time.perf_counter() - start
 
@@ -218,6 +228,10 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, dst_shards) -> tuple[l
         once()
         _state["phase"] = "warmup"
         print(f"[refit] warm-up {i + 1}/{cfg.warmup} done", file=sys.stderr, flush=True)
+    if cfg.coalesce_mib:
+        stats = method.stats
+        _emit(f"REFIT_COALESCE bucket_mib={cfg.coalesce_mib} rounds={stats['rounds'] // cfg.warmup} "
+              f"messages={stats['messages'] // cfg.warmup} per refit on rank 0")
     _state["phase"] = "timed"
     times_ms, nan_iters = [], []
     for i in range(cfg.iterations):

@@ -79,6 +79,9 @@ class RefitConfig:
     verify_gather_max_bytes: int = 1 << 30
     # Directory where every rank writes its source and destination shards (torch.save) for an outside check.
     dump_shards: str | None = None
+    # > 0: megatron-core's plan carried by payload/refit_coalesce.py, slices packed into messages of at most this
+    # many MiB per peer (gloo or nccl); 0: megatron-core's own copy service for `transport`, one message per slice.
+    coalesce_mib: int = 0
     # Testing only: corrupt one destination element after the last refit (verification must fail).
     _corrupt_after_refit: bool = False
     # Testing only: run megatron-core unpatched (no local-expert adapter) to reproduce its planner bug.
@@ -236,6 +239,10 @@ def validate(cfg: RefitConfig) -> None:
     _need_int(cfg.seed, "seed", 0)
     _need_int(cfg.timeout_s, "timeout_s", 1)
     _need_int(cfg.verify_gather_max_bytes, "verify_gather_max_bytes", 0)
+    _need_int(cfg.coalesce_mib, "coalesce_mib", 0)
+    if cfg.coalesce_mib and cfg.transport == "nvshmem":
+        raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport='nvshmem': packing applies to the "
+                          "send/recv transports only; set coalesce_mib to 0 or transport to 'nccl'")
     for name in ("verify", "_corrupt_after_refit", "_no_adapter"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r}: must be true or false")
