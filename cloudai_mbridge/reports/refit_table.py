@@ -41,7 +41,8 @@ class MBridgeRefitTable(Reporter):
                     "layers": config["model"]["num_layers"],
                     "mapping": f"{layout_name(config['src'])} → {layout_name(config['dst'])}",
                     "mode": config["mode"],
-                    "transport": config["transport"],
+                    "transport": config["transport"] + (f" ({config['coalesce_mib']} MiB messages)"
+                                                        if config.get("coalesce_mib") else ""),
                     "ranks": m.world_size,
                     "time_ms_min": t.min if verified else None,
                     "time_ms_median": t.median if verified else None,

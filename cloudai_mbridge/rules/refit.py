@@ -40,3 +40,14 @@ def _transport(p: RefitPlan) -> Iterator[Violation]:
         yield Violation("", {"device": "cuda", "gpus_per_node": None},
                         "the system declares no GPUs (gpus_per_node is unset)",
                         "set gpus_per_node in the system file, or device = \"cpu\" with transport = \"gloo\"")
+
+
+@rule("refit-coalesce-transport")
+def _coalesce(p: RefitPlan) -> Iterator[Violation]:
+    """payload/refit_coalesce.py packs slices into send/recv messages (torch.distributed isend/irecv): gloo and
+    nccl only; nvshmem has its own copy service."""
+    c = p.config
+    if c.get("coalesce_mib") and c["transport"] == "nvshmem":
+        yield Violation("", {"coalesce_mib": c["coalesce_mib"], "transport": "nvshmem"},
+                        "coalesced messages apply to the send/recv transports only",
+                        "set coalesce_mib = 0 or transport = \"nccl\"")

@@ -15,6 +15,7 @@ from ...rules.refit import REFIT_RULES
 from ..base import MBridgeTestDefinition
 
 PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
 Transport = Literal["gloo", "nccl", "nvshmem"]
@@ -42,6 +43,8 @@ class MBridgeRefitCmdArgs(CmdArgs):
     dst: RefitSide
     mode: Mode | list[Mode] = "collocated"
     transport: Transport | list[Transport] = "nccl"
+    # > 0: the plan's slices packed into messages of at most this many MiB per peer (payload/refit_coalesce.py)
+    coalesce_mib: NonNegInt | list[NonNegInt] = 0
     device: Literal["cuda", "cpu"] = "cuda"
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     warmup: PosInt = 2
@@ -67,6 +70,7 @@ class MBridgeRefitTestDefinition(MBridgeTestDefinition):
             "dst": {k: getattr(a.dst, k) for k in side},
             "mode": a.mode,
             "transport": a.transport,
+            "coalesce_mib": a.coalesce_mib,
             "device": a.device,
             "dtype": a.dtype,
             "warmup": a.warmup,
