@@ -40,7 +40,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from provenance import provenance  # benchmarks/ is sys.path[0] when a script runs
+from provenance import gpu_problem, provenance  # benchmarks/ is sys.path[0] when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -383,16 +383,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: world {plan.world_size} dp {plan.dp} edp {plan.expert_dp} microbatches "
                   f"{plan.num_microbatches}; estimate {estimate_memory(plan).summary()}; mcore problems {problems}")
         return 0
-    need = max(CONFIGS[n]["gpus"] for n in args.configs)
-    try:
-        import torch
-
-        problem = None if torch.cuda.is_available() and torch.cuda.device_count() >= need else (
-            f"{need} CUDA GPU(s) needed, torch sees {torch.cuda.device_count() if torch.cuda.is_available() else 0}")
-    except ImportError as exc:
-        problem = f"torch does not import ({exc})"
+    problem = gpu_problem(max(CONFIGS[n]["gpus"] for n in args.configs))
     if problem:
-        print(f"error: {problem}: run this on a GPU host", file=sys.stderr)
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     info = provenance([f"benchmarks/{Path(__file__).name}", *argv])

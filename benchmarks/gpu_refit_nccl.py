@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import provenance  # benchmarks/ is sys.path[0] when a script runs
+from provenance import gpu_problem, provenance  # benchmarks/ is sys.path[0] when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -261,18 +261,6 @@ def print_refit(rows: list[dict]) -> None:
 
 
 # --- provenance ----------------------------------------------------------------------------------------------------
-def cuda_problem(world: int) -> str | None:
-    try:
-        import torch
-    except ImportError as exc:
-        return f"torch does not import ({exc})"
-    if not torch.cuda.is_available():
-        return "CUDA is not available (torch.cuda.is_available() is False): run this on a GPU host"
-    if torch.cuda.device_count() < world:
-        return f"{world} GPUs needed, {torch.cuda.device_count()} visible"
-    return None
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the JSON result and the run folders")
@@ -310,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"refit {pair}: {json.dumps(refit_config(pair, args.layers, args, c), sort_keys=True)}")
         print(f"p2p plan: {json.dumps(p2p_plan(args.world, args.p2p_sizes_mib, args.p2p_batched_op_mib))}")
         return 0
-    problem = None if args.p2p_device == "cpu" and args.p2p_only else cuda_problem(args.world)
+    problem = None if args.p2p_device == "cpu" and args.p2p_only else gpu_problem(args.world)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""Where a GPU benchmark number came from: date, host, versions, GPUs, topology and the relevant environment."""
+"""Where a GPU benchmark number came from (date, host, versions, GPUs, topology, the relevant environment), and
+whether this host can take one at all."""
 
 from __future__ import annotations
 
@@ -36,3 +37,13 @@ def provenance(argv: list[str]) -> dict:
     prefixes = ("NCCL_", "TORCH_SYMM", "NVSHMEM_", "PYTORCH_CUDA")
     info["env"] = {k: os.environ[k] for k in sorted(os.environ) if k.startswith(prefixes)}
     return info
+
+
+def gpu_problem(need: int) -> str | None:
+    """Why this host cannot run a benchmark that needs ``need`` CUDA GPUs (None when it can)."""
+    try:
+        import torch
+    except ImportError as exc:
+        return f"torch does not import ({exc})"
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return None if have >= need else f"{need} CUDA GPU(s) needed, torch sees {have}: run this on a GPU host"

@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 GPU_FIXTURES = ROOT / "tests" / "fixtures" / "logs" / "gpu"
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import gpu_dispatcher_ab as ab  # noqa: E402
+import gpu_dispatcher_ab as ab  # noqa: E402  (benchmarks/ is on pytest's pythonpath)
 
 
 def dry_run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

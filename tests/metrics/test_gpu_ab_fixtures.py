@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,7 @@ UCCL_DEEP_EP = "/work/main/.whl/uccl/deep_ep/__init__.py"
 
 
 def _ab_module():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import gpu_dispatcher_ab
+    import gpu_dispatcher_ab  # benchmarks/ is on pytest's pythonpath
 
     return gpu_dispatcher_ab
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gpu_memory  # benchmarks/ is on pytest's pythonpath
 import pytest
 
 from cloudai_mbridge.metrics import parse_refit_run, parse_run, parse_training_run
@@ -115,13 +116,6 @@ def test_memory_headline_numbers() -> None:
 
 @pytest.mark.parametrize("name", sorted(MEMORY_ROWS))
 def test_fixture_device_lines_give_the_recorded_runtime_memory(name: str) -> None:
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_memory
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
     row = MEMORY_ROWS[name]
     lines = gpu_memory.device_memory_reports(ROOT / row["fixture"])
     # rank 0 prints the setup stages and, as data-parallel rank 0, one line per memory report
@@ -135,13 +129,6 @@ def test_fixture_device_lines_give_the_recorded_runtime_memory(name: str) -> Non
 @pytest.mark.parametrize("name", sorted(MEMORY_ROWS))
 def test_todays_estimate_meets_the_target_on_the_recorded_runs(name: str) -> None:
     """plan/memory.py as it is now, against the measurements on record (issue 8: within 15 %)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import gpu_memory
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
     from cloudai_mbridge.plan.memory import estimate_memory
 
     row = MEMORY_ROWS[name]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import types
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 import torch
@@ -56,18 +55,12 @@ def test_memory_line_is_megatron_lms():
 
 
 def test_device_memory_line_reads_back_in_the_memory_benchmark(tmp_path):
-    import sys
-
     mb = 1024 * 1024
     line = tl.device_memory_line(rank=0, iteration=2, free=100_000 * mb, total=143_771 * mb, reserved=42_000 * mb)
     assert line == ("MBRIDGE_DEVICE_MEMORY rank=0 iteration=2 used_mib=43771.00 total_mib=143771.00 "
                     "reserved_mib=42000.00 outside_allocator_mib=1771.00 stage=report")
-    bench = str(Path(__file__).resolve().parents[2] / "benchmarks")
-    sys.path.insert(0, bench)
-    try:
-        import gpu_memory
-    finally:
-        sys.path.remove(bench)
+    import gpu_memory  # benchmarks/ is on pytest's pythonpath
+
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "rank-0.log").write_text(f"noise\n{line}\n")
     (report,) = gpu_memory.device_memory_reports(tmp_path)
