@@ -11,10 +11,17 @@ memory lines (``torch.cuda.max_memory_allocated``, printed after iterations 1 an
 state and a full step with it); also shown: ``allocated`` after iteration 2 (what stays: weights, gradients,
 optimizer state) and ``max reserved``. Units: MiB (2^20 B), as Megatron prints them.
 
-Error % = (estimate total - measured max allocated) / measured max allocated * 100. The estimate's ``runtime`` term
-(CUDA context, NCCL, workspaces) is not in ``max_memory_allocated``; the table also gives the error without it and
-against ``max reserved``. The constants in plan/memory.py CALIBRATION are not changed here. The plan says
-``transformer_impl="local"``: the mcore engine's layers (standard unfused attention, unfused SwiGLU, torch AdamW).
+Device peak: nvidia-smi ``memory.used`` sampled every 100 ms in the background over each run, less the GPU's use
+before it (the driver's view: CUDA context, NCCL buffers, allocator fragmentation included); the payload's
+``MBRIDGE_DEVICE_MEMORY`` lines add ``mem_get_info`` used - ``memory_reserved`` (memory outside torch's allocator)
+at each memory line and setup stage.
+
+Errors: **without runtime** = (estimate total - its ``runtime`` term - max allocated) / max allocated * 100, the
+issue's metric (``max_memory_allocated`` cannot contain the CUDA context, NCCL or fragmentation the runtime term
+stands for); **device** = (estimate total - device peak) / device peak * 100. The table also gives the error of the
+whole estimate against max allocated and against max reserved. Nothing here changes plan/memory.py CALIBRATION.
+The plan says ``transformer_impl="local"``: the mcore engine's layers (standard unfused attention, unfused SwiGLU,
+torch AdamW).
 
 Phases: the allocated memory after a step holds weights, gradients, optimizer state, the persistent workspace and
 the distributed optimizer's fp32 main grads (freed by the next ``zero_grad``, before the forward passes), so
@@ -24,8 +31,9 @@ and dynamic % compares activations + dispatcher with max allocated - (allocated 
 Run (GPU host, megatron-core importable): python3 benchmarks/gpu_memory.py --out /tmp/mem [--configs k2_1gpu ...]
           [--dry-run: print plans, payload configs and estimates; no GPU needed]
           [--offline results.json: recompute the estimates for the configs recorded there against their recorded
-           measurements (max allocated, allocated, max reserved); no GPU, nothing is run; --out optional]
-Prints a table and ``RESULT memory_error_pct_<config>=<x> %`` lines; writes ``<out>/gpu_memory.json``
+           measurements (max allocated, allocated, max reserved, device peak); no GPU, nothing is run; --out optional]
+Prints tables and ``RESULT memory_error_pct_without_runtime_<config>=<x> %`` and ``RESULT
+memory_device_error_pct_<config>=<x> %`` lines; writes ``<out>/gpu_memory.json``
 (``<out>/gpu_memory_offline.json`` with --offline).
 """
 
