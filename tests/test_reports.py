@@ -133,3 +133,15 @@ def test_refit_metric_is_withheld_when_verification_failed(tmp_path: Path) -> No
     assert report.get_metric("refit-time") is METRIC_ERROR
     status = strategy.test_run.test.was_run_successful(strategy.test_run)
     assert not status.is_successful and "verification failed (1 of 12 parameters differ)" in status.error_message
+
+
+def test_delta_interval_is_welchs_by_hand() -> None:
+    from cloudai_mbridge.metrics.stats import Stats
+    from cloudai_mbridge.reports.ab import delta_interval
+
+    base = Stats(n=10, mean=100.0, stdev=10.0)
+    arm = Stats(n=10, mean=90.0, stdev=10.0)
+    # se = sqrt(100/10 + 100/10) = 4.472, df = 18, t(0.975, 18) = 2.101: -10 +- 9.40 ms of a 100 ms baseline
+    lo, hi = delta_interval(base, arm)
+    assert (lo, hi) == (pytest.approx(-19.40, abs=0.01), pytest.approx(-0.60, abs=0.01))
+    assert delta_interval(base, Stats(n=1, mean=90.0, stdev=0.0)) is None  # one iteration: no interval

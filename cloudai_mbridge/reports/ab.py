@@ -1,9 +1,14 @@
 """Scenario report: pair training runs that differ only in one field (the dispatcher by default) and compare them.
 
-Per cell (the other fields that vary across the sweep): both arms' steady-state iteration time, the delta, the
-winner, TFLOP/s, stalls, validity gates, and work-equivalence from the per-iteration loss of both arms (max relative
-difference over the first K iterations; seed 000 saw <= 4.1e-4 in bf16). A cell whose arms did different work, or
-whose gates fail, is flagged and never gets a winner.
+Per cell (the other fields that vary across the sweep): both arms' steady-state iteration time, the delta with its
+95 % interval, the winner, TFLOP/s, stalls, validity gates, and work-equivalence from the per-iteration loss of both
+arms (max relative difference over the first K iterations; seed 000 saw <= 4.1e-4 in bf16). A cell whose arms did
+different work, or whose gates fail, is flagged and never gets a winner; neither does one whose delta interval
+contains 0 ("within noise").
+
+The interval is Welch's for the difference of the two steady-state means, over the per-iteration times, as a share
+of the baseline mean. It treats iterations as independent and sees one run per arm, so it captures the noise within
+a run, not between machines or job starts: a delta outside it is necessary for a winner, not sufficient.
 """
 
 from __future__ import annotations
@@ -135,10 +140,13 @@ class MBridgeABReport(Reporter):
             equal_work = n > 0 and math.isfinite(diff) and diff <= cfg.loss_rtol
             gates = [f"{base.value}: {g}" for g in base.gates()] + [f"{value}: {g}" for g in arm.gates()]
             delta = None if bt in (None, 0.0) or at is None else (at - bt) / bt * 100.0
+            interval = delta_interval(b.iteration_time_ms, a.iteration_time_ms)
             if gates:
                 verdict = "invalid: " + "; ".join(gates)
             elif not equal_work:
                 verdict = "different work" if n else "work not proven (no loss to compare)"
+            elif interval is not None and interval[0] <= 0.0 <= interval[1]:
+                verdict = "within noise"
             else:
                 verdict = f"{value} faster" if at < bt else f"{base.value} faster" if bt < at else "tie"
             rows.append(
@@ -149,6 +157,7 @@ class MBridgeABReport(Reporter):
                     "base_time_s": bt,
                     "arm_time_s": at,
                     "delta_pct": delta,
+                    "delta_ci95_pct": None if interval is None else f"{interval[0]:+.1f}..{interval[1]:+.1f}",
                     "verdict": verdict,
                     "base_tflops_per_gpu": b.tflops_per_gpu.mean,
                     "arm_tflops_per_gpu": a.tflops_per_gpu.mean,
@@ -189,6 +198,7 @@ class MBridgeABReport(Reporter):
             "base_time_s",
             "arm_time_s",
             "delta_pct",
+            "delta_ci95_pct",
             "verdict",
             "base_tflops_per_gpu",
             "arm_tflops_per_gpu",
@@ -233,6 +243,28 @@ class MBridgeABReport(Reporter):
             root / "mbridge_ab.html", html_page(f"A/B by {self.config.field}: {self.test_scenario.name}", sections)
         )
         logging.info("mbridge_ab: %d pair(s) written to %s", len(paired), root / "mbridge_ab.html")
+
+
+def _t975(df: float) -> float:
+    """Student's t 97.5 % quantile (Cornish-Fisher expansion around the normal; 1.7 % low at df 4, < 0.2 % from
+    df 10)."""
+    z = 1.959963984540054
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def delta_interval(base: Any, arm: Any) -> tuple[float, float] | None:
+    """95 % Welch interval of (arm mean - base mean) / base mean, in %; None without two values per arm."""
+    if base.n < 2 or arm.n < 2 or not base.mean or base.stdev is None or arm.stdev is None:
+        return None
+    vb, va = base.stdev**2 / base.n, arm.stdev**2 / arm.n
+    se = math.sqrt(vb + va)
+    if se == 0.0:
+        d = (arm.mean - base.mean) / base.mean * 100.0
+        return d, d
+    df = (vb + va) ** 2 / (vb**2 / (base.n - 1) + va**2 / (arm.n - 1))
+    half = _t975(df) * se
+    diff = arm.mean - base.mean
+    return (diff - half) / base.mean * 100.0, (diff + half) / base.mean * 100.0
 
 
 def _sec(ms: float | None) -> float | None:

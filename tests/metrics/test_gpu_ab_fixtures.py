@@ -81,9 +81,10 @@ def test_ab_headline_numbers() -> None:
                                      "mbs4_overlap-off_alltoall": 984.25, "mbs4_overlap-off_deepep": 1005.7})
     one, four = AB_ROWS["mbs1_overlap-off"], AB_ROWS["mbs4_overlap-off"]
     assert (round(one["delta_pct"], 1), round(one["delta_median_pct"], 1), one["verdict"]) == (-1.1, -0.6,
-                                                                                                "deepep faster")
+                                                                                                "within noise")
     assert (round(four["delta_pct"], 1), round(four["delta_median_pct"], 1), four["verdict"]) == (1.4, 2.2,
-                                                                                                  "alltoall faster")
+                                                                                                  "within noise")
+    assert (one["delta_ci95_pct"], four["delta_ci95_pct"]) == ("-4.8..+2.5", "-0.3..+3.2")
 
 
 def test_ab_adapter_on_the_fixtures_gives_the_recorded_rows(tmp_path: Path) -> None:
@@ -97,7 +98,7 @@ def test_ab_adapter_on_the_fixtures_gives_the_recorded_rows(tmp_path: Path) -> N
     for point, got in pairs.items():
         want = AB_ROWS[point]
         assert (got["baseline"], got["arm"], got["cell"]) == (want["baseline"], want["arm"], want["cell"])
-        assert got["verdict"] == want["verdict"]
+        assert (got["verdict"], got["delta_ci95_pct"]) == (want["verdict"], want["delta_ci95_pct"])
         assert ab.winner(got["verdict"]) == ab.winner(want["verdict"])
         for key in ("base_time_s", "arm_time_s", "delta_pct", "delta_median_pct", "loss_max_rel_diff"):
             assert got[key] == pytest.approx(want[key]), (point, key)
@@ -105,6 +106,6 @@ def test_ab_adapter_on_the_fixtures_gives_the_recorded_rows(tmp_path: Path) -> N
         assert got["loss_max_rel_diff"] <= 1e-3  # equal work: the verdict is allowed
         assert got["arm_deep_ep_provider"] == "uccl"
         assert Path(got["arm_run"]).name == f"{point}_deepep"
-    assert ab.winner(pairs["mbs1_overlap-off"]["verdict"]) == "deepep"
-    assert ab.winner(pairs["mbs4_overlap-off"]["verdict"]) == "alltoall"
+    # neither delta leaves its 95 % interval around 0: no winner at this scale
+    assert {ab.winner(p["verdict"]) for p in pairs.values()} == {"none"}
     assert (tmp_path / "mbridge_ab.csv").is_file() and (tmp_path / "mbridge_ab.html").is_file()
