@@ -281,6 +281,7 @@ def make_plan(args: argparse.Namespace, arm: str, mbs: int, overlap: bool) -> Tr
         dispatcher=arm, deepep_impl=args.deepep_impl, moe_a2a_overlap=overlap, recompute="none", precision="bf16",
         force_balanced_routing=True, sequence_parallel=False, use_distributed_optimizer=True, optimizer="adam",
         transformer_impl="local" if args.engine == "mcore" else "transformer_engine",
+        moe_shared_expert_overlap=False if args.shared_expert_overlap == "off" else None,
     )
 
 
@@ -638,6 +639,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--engine", default="mcore", choices=["mcore", "bridge", "auto"])
     parser.add_argument("--deepep-impl", default="auto", choices=["auto", "uccl", "nvidia"],
                         help="the DeepEP the deepep arm must get (auto: the probe's provider, else uccl)")
+    parser.add_argument("--shared-expert-overlap", choices=("auto", "off"), default="auto",
+                        help="auto: as the recipes set it (on for alltoall only); off: off in every arm, so the "
+                             "arms differ in the dispatcher alone")
     parser.add_argument("--with-hybridep", action="store_true", help="add the flex/HybridEP arm")
     parser.add_argument("--uccl-dir", type=Path, help="folder with UCCL's deep_ep/ and lib/ (e.g. .whl/uccl)")
     parser.add_argument("--timeout-s", type=int, default=240, help="per run")

@@ -165,3 +165,20 @@ def test_refit_coalesce_sweeps_and_refuses_nvshmem(tmp_path: Path) -> None:
     assert sorted((c["transport"], c["coalesce_mib"]) for c in configs) == [
         ("nccl", 0), ("nccl", 1024), ("nvshmem", 0)]
     assert "[refit-coalesce-transport]" in res.output and "set coalesce_mib = 0" in res.output
+
+
+def test_shared_expert_overlap_can_be_held_off_in_both_ab_arms(tmp_path: Path) -> None:
+    import json
+
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+        'model = "kimi_k2_proxy"\ngpu = "h100"\nengine = "mcore"\nep = 8\ngbs = 16\n'
+        'dispatcher = ["alltoall", "deepep"]\nmoe_shared_expert_overlap = [false, true]\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 1\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp_path)
+    configs = [json.loads((s.parent / "mbridge_config.json").read_text()) for s in sbatch_scripts(res.output_dir)]
+    assert sorted((c["dispatcher"], c["moe_shared_expert_overlap"]) for c in configs) == [
+        ("alltoall", False), ("alltoall", True), ("deepep", False)]
+    assert "[shared-expert-overlap]" in res.output  # deepep with the overlap on is refused, not run

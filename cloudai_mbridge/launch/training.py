@@ -39,6 +39,8 @@ def training_config(plan: TrainingPlan, **job: Any) -> dict[str, Any]:
         "dispatcher": plan.dispatcher,
         "deepep_impl": plan.deepep_impl,
         "moe_a2a_overlap": plan.moe_a2a_overlap,
+        **({"moe_shared_expert_overlap": plan.moe_shared_expert_overlap}
+           if plan.moe_shared_expert_overlap is not None else {}),
         "recompute": plan.recompute,
         "recompute_modules": list(plan.recompute_modules),
         "precision": plan.precision,

@@ -37,6 +37,7 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "world_size": None,
     "rank_order": "tp-cp-ep-dp-pp",
     "use_distributed_optimizer": None,  # None: the recipe's choice (Bridge), on (mcore)
+    "moe_shared_expert_overlap": None,  # None: on with the all-to-all dispatcher and no a2a overlap (the recipes)
 }
 MODEL_KEYS = (
     "name", "family", "num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_attention_heads",
@@ -94,11 +95,25 @@ def check_config(raw: dict[str, Any]) -> dict[str, Any]:
         errors.append(f"mtp_num_layers = {mtp!r} must be null or an integer >= 0")
     if cfg["task"] == "sft" and not cfg["checkpoint_dir"]:
         errors.append("task = 'sft' needs checkpoint_dir (the Megatron checkpoint to fine-tune from)")
+    overlap = cfg["moe_shared_expert_overlap"]
+    if overlap not in (None, True, False):
+        errors.append(f"moe_shared_expert_overlap = {overlap!r} must be null, true or false")
+    elif overlap and (cfg["dispatcher"] != "alltoall" or cfg["moe_a2a_overlap"]):
+        errors.append("moe_shared_expert_overlap = true needs dispatcher = 'alltoall' and moe_a2a_overlap = false "
+                      "(megatron-core transformer_config.py); set it to false or null")
     if cfg["echo"] is not None and not (isinstance(cfg["echo"], dict) and "num_echo_experts" in cfg["echo"]):
         errors.append(f"echo = {cfg['echo']!r} must be null or an object with num_echo_experts")
     if errors:
         raise ConfigError("bad training config: " + "; ".join(errors))
     return cfg
+
+
+def shared_expert_overlap(cfg: dict[str, Any]) -> bool:
+    """Megatron's moe_shared_expert_overlap for this run: the config's value, else the recipes' choice (on with the
+    all-to-all dispatcher unless a2a overlap replaces it). Only meaningful for a model with a shared expert."""
+    if cfg["moe_shared_expert_overlap"] is not None:
+        return bool(cfg["moe_shared_expert_overlap"])
+    return cfg["dispatcher"] == "alltoall" and not cfg["moe_a2a_overlap"]
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -281,7 +296,7 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
         "mtp_num_layers": megatron_mtp_layers(cfg),
         "moe_router_force_load_balancing": bool(cfg["force_balanced_routing"]),
         # Shared-expert overlap runs only with the all-to-all dispatcher and is incompatible with a2a overlap.
-        "moe_shared_expert_overlap": cfg["dispatcher"] == "alltoall" and not overlap,
+        "moe_shared_expert_overlap": shared_expert_overlap(cfg),
         "overlap_moe_expert_parallel_comm": overlap,
         # Off: the only setting the seed benchmark validated (on, it also needs TE >= 2.7).
         "delay_wgrad_compute": False,

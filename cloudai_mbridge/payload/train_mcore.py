@@ -39,6 +39,7 @@ from .train_config import (
     moe_layer_freq,
     padded_vocab_size,
     recompute_fields,
+    shared_expert_overlap,
 )
 from .train_flops import num_floating_point_operations
 from .train_log import (
@@ -95,7 +96,7 @@ def mcore_transformer_kwargs(cfg: dict[str, Any], *, mla: bool) -> dict[str, Any
         "moe_grouped_gemm": False,
         "moe_permute_fusion": False,
         "moe_token_dispatcher_type": "flex" if flex else "alltoall",
-        "moe_shared_expert_overlap": not flex and bool(m["shared_expert_intermediate_size"]),
+        "moe_shared_expert_overlap": shared_expert_overlap(cfg) and bool(m["shared_expert_intermediate_size"]),
         "mtp_num_layers": mtp,
         "normalization": "RMSNorm",
         "gated_linear_unit": True,

@@ -354,3 +354,16 @@ def test_the_staged_package_runs_alone(tmp_path):
     convert_run = subprocess.run(payload_argv(sys.executable, "convert", config), cwd=tmp_path, env=env,
                                  capture_output=True, text=True, timeout=120)
     assert convert_run.returncode == 2 and "conversion needs hf_model_id" in convert_run.stderr  # a proxy has none
+
+
+def test_shared_expert_overlap_follows_the_recipes_unless_the_config_says():
+    recipes = {d: tc.bridge_overrides(tc.check_config(make_cfg(dispatcher=d)))["model.moe_shared_expert_overlap"]
+               for d in ("alltoall", "deepep")}
+    assert recipes == {"alltoall": True, "deepep": False}
+    held = tc.check_config(make_cfg(dispatcher="alltoall", moe_shared_expert_overlap=False))
+    assert held["moe_shared_expert_overlap"] is False  # the generator carries an explicit choice
+    assert tc.bridge_overrides(held)["model.moe_shared_expert_overlap"] is False
+    assert "moe_shared_expert_overlap" not in make_cfg(dispatcher="alltoall")  # and nothing otherwise
+    bad = {**make_cfg(dispatcher="deepep"), "moe_shared_expert_overlap": True}
+    with pytest.raises(tc.ConfigError, match="moe_shared_expert_overlap = true needs dispatcher = 'alltoall'"):
+        tc.check_config(bad)

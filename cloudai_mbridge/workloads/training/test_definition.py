@@ -80,6 +80,8 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     dispatcher: Dispatcher | list[Dispatcher] = "alltoall"
     deepep_impl: DeepEPImpl | list[DeepEPImpl] = "nvidia"
     moe_a2a_overlap: bool | list[bool] = False
+    # None: the recipes' choice (on with alltoall, off with flex or a2a overlap); false holds it off in every arm
+    moe_shared_expert_overlap: bool | list[bool] | None = None
     recompute: Recompute | list[Recompute] = "none"
     recompute_modules: str | list[str] = ""
     precision: Precision | list[Precision] = "bf16"
@@ -162,6 +164,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             dispatcher=a.dispatcher,
             deepep_impl=a.deepep_impl,
             moe_a2a_overlap=a.moe_a2a_overlap,
+            moe_shared_expert_overlap=a.moe_shared_expert_overlap,
             recompute=a.recompute,
             recompute_modules=_split_csv(a.recompute_modules, RECOMPUTE_MODULES, "recompute_modules"),
             precision=a.precision,
