@@ -98,28 +98,6 @@ def payload_config(plan: TrainingPlan, output_dir: str) -> dict:
                            checkpoint_dir=None, hf_model_id=None, use_distributed_optimizer=USE_DISTRIBUTED_OPTIMIZER)
 
 
-def diagnostics(plan: TrainingPlan, est: MemoryEstimate) -> dict:
-    """Sizes of what the mcore engine does that the estimate does not model (reported, never added to it)."""
-    m = plan.model
-    h, a, dv = m.hidden_size, m.num_attention_heads, m.v_head_dim
-    from cloudai_mbridge.plan.memory import _attention_params  # the estimate's own MLA count
-
-    mha = 4 * h * a * dv + h  # linear_qkv (3 a dv h) + linear_proj (a dv h), no biases, input norm
-    mla = _attention_params(plan)
-    shards = max(plan.dp * plan.cp, 1) if plan.use_distributed_optimizer else 1
-    return {
-        # Megatron's distributed optimizer sets main_param.grad = model_grad_shard.float(): fp32 grads of the shard,
-        # alive from the step until the next zero_grad (so in "allocated" after the step): 4 of Adam's 12 B/param.
-        "fp32_main_grads_bytes": est.optimizer // 3,
-        # MLA needs TE's core attention; the mcore engine builds standard MHA with v_head_dim channels per head.
-        # Dense parameters: bf16 weight + bf16 grad + fp32 main param, 2 moments (and fp32 grad) over DP shards.
-        "mha_minus_mla_static_bytes": int((mha - mla) * m.num_layers * (4 + 16 / shards)),
-        # The local (unfused) DotProductAttention materialises b*a*s^2 scores per layer (bf16), the estimate
-        # assumes flash attention (no s^2 term).
-        "attention_scores_bytes_per_layer": plan.mbs * a * plan.seq_length**2 * 2,
-    }
-
-
 def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     from cloudai_mbridge.metrics import parse_training_run
     from cloudai_mbridge.payload.refit_local import launch
@@ -145,7 +123,6 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     row: dict = {"name": name, "settings": CONFIGS[name], "world_size": plan.world_size, "returncodes": run.returncodes,
                  "wall_s": wall, "status": m.status, "problems": list(m.problems), "run_folder": str(folder),
                  "estimate": estimate_row(est),
-                 "diagnostics": diagnostics(plan, est),
                  "memory_reports": [{"rank": r.rank, "after": r.after_iterations, "allocated": r.allocated_bytes,
                                      "max_allocated": r.max_allocated_bytes, "reserved": r.reserved_bytes,
                                      "max_reserved": r.max_reserved_bytes} for r in m.memory],
@@ -291,16 +268,6 @@ def print_table(rows: list[dict]) -> None:
                   f"{_mib(r.get('measured_runtime')):>7} {_mib(mm.get('outside_allocator')):>7}  "
                   + ", ".join(f"{d['stage']} {_mib(d['outside_allocator'])}"
                               for d in r.get("device_memory_reports", []) if d["stage"] != "report"))
-    if not all("diagnostics" in r for r in rows):
-        return
-    print("\nSized for these runs (MiB; modelled by the estimate since its 'local' terms): fp32 main grads of the "
-          "distributed optimizer (4 B/param/shard), standard attention built instead of MLA (static: 4 + 16/dp "
-          "B/param), unfused attention scores per layer (b*a*s^2*2 B)")
-    for r in rows:
-        d = r["diagnostics"]
-        print(f"{r['name']:>14} fp32_main_grads {_mib(d['fp32_main_grads_bytes']):>6}  mha-mla "
-              f"{_mib(d['mha_minus_mla_static_bytes']):>6}  "
-              f"scores/layer {_mib(d['attention_scores_bytes_per_layer']):>6}")
 
 
 def _pct(x: float | None) -> str:
