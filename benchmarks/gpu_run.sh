@@ -5,16 +5,18 @@
 # megatron-core 0.17.1 carried as a wheel in .whl/ and UCCL-EP's pieces in .whl/uccl (the device tool: carry the
 # wheel and .whl/uccl; there $OUT comes back). Elsewhere OUT defaults to /tmp/gpu_out.
 #
-# usage: bash benchmarks/gpu_run.sh [budget_s=390]
+# usage: bash benchmarks/gpu_run.sh [budget_s=540]
 # Steps, each under `timeout` and skipped when the budget left is too small (the rest still runs):
-#   1. benchmarks/gpu_refit_nccl.py --layers 2            p2p ceiling + tp2->ep2 and tp1ep2->tp2ep1 refits (>= 2 GPUs)
+#   1. benchmarks/gpu_refit_nccl.py --layers 2            p2p ceiling + tp2->ep2 and tp1ep2->tp2ep1 refits, megatron-core's
+#                                                         NCCL service and 1 GiB coalesced messages (>= 2 GPUs)
+#   1b. the same with --world 4, tp2->ep2 only            (>= 4 GPUs)
 #   2. benchmarks/gpu_memory.py <configs>                 1 GPU: k2_1gpu k2_1gpu_s2048 k2_1gpu_s1024 dsv3_1gpu
 #                                                         dsv3_1gpu_s2048; >= 2 GPUs: + k2_ep2 dsv3_ep2
 #   3. benchmarks/gpu_dispatcher_ab.py                    deep_ep / uccl probe; alltoall vs deepep points (>= 2 GPUs)
 #   4. benchmarks/gpu_refit_nccl.py --layers 1 tp2-ep2    size scaling point (ceiling taken from step 1; >= 2 GPUs)
 # Results: $OUT/log (everything printed), $OUT/*.json (one per step), $OUT/runs.tgz (run folders: config + rank logs).
 set -u -o pipefail
-BUDGET=${1:-390}
+BUDGET=${1:-540}
 OUT=${OUT:-/tmp/gpu_out}
 WORK=/tmp/gpu_work
 mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK"
@@ -48,9 +50,15 @@ step() {
 needs2() { echo "=== $1: SKIPPED (needs >= 2 GPUs, this host has $NGPU)"; }
 
 if [ "$NGPU" -ge 2 ]; then
-  step refit 200 python3 benchmarks/gpu_refit_nccl.py --out "$WORK/refit" --layers 2 --refit-timeout-s 150
+  step refit 240 python3 benchmarks/gpu_refit_nccl.py --out "$WORK/refit" --layers 2 --refit-timeout-s 150 \
+    --coalesce-mib 0 1024
   cp "$WORK/refit/gpu_refit_nccl.json" "$OUT/" 2>/dev/null
 else needs2 refit; fi
+if [ "$NGPU" -ge 4 ]; then
+  step refit_4gpu 200 python3 benchmarks/gpu_refit_nccl.py --out "$WORK/refit4" --world 4 --layers 2 --pairs tp2-ep2 \
+    --refit-timeout-s 150 --coalesce-mib 0 1024
+  cp "$WORK/refit4/gpu_refit_nccl.json" "$OUT/gpu_refit_nccl_4gpu.json" 2>/dev/null
+else echo "=== refit_4gpu: SKIPPED (needs >= 4 GPUs, this host has $NGPU)"; fi
 CONFIGS="k2_1gpu k2_1gpu_s2048 k2_1gpu_s1024 dsv3_1gpu dsv3_1gpu_s2048"
 [ "$NGPU" -ge 2 ] && CONFIGS="$CONFIGS k2_ep2 dsv3_ep2"
 step memory 300 python3 benchmarks/gpu_memory.py --out "$WORK/memory" --configs $CONFIGS --timeout-s 90
