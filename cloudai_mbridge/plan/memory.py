@@ -472,6 +472,8 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     dispatcher = _dispatcher_bytes(p)
     runtime = int(CALIBRATION["runtime_gib"] * GIB)
     workspace = int(2 * act.scores)  # the unfused attention's persistent global score buffer
+    # the same for every rank but for whether it holds the loss stage
+    working = {holds: _backward_working(p, act, holds_loss=holds) for holds in (False, True)}
     counts_by_rank = _stage_counts(layout, p.model.first_k_dense)
     best: MemoryEstimate | None = None
     for rank in range(p.pp):
@@ -491,7 +493,7 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
         activations = sum(n * _chunk_bytes(c, act) for n, c in zip(in_flight, stages, strict=True))
         if p.cpu_offloading:
             activations -= min(p.cpu_offloading_num_layers, sum(c[0] + c[1] for c in stages)) * act.moe
-        activations += _backward_working(p, act, holds_loss=any(c[3] for c in stages))
+        activations += working[any(c[3] for c in stages)]
         est = MemoryEstimate(
             weights=int(weights), gradients=int(grads), optimizer=int(optimizer), activations=int(activations),
             dispatcher=dispatcher, runtime=runtime, capacity=int(p.gpu.memory_gib * GIB), pp_rank=rank,
