@@ -254,6 +254,7 @@ def _profile(once, *, cuda: bool) -> None:
     went: ``REFIT_PROFILE wall_ms=.. nccl_ms=.. copy_ms=.. other_ms=.. kernels=..`` (device time summed over kernels
     and memcpys of this rank; all 0 on the CPU) and the 15 largest entries by self device (CPU: CPU) time, on
     stderr. Concurrent kernels (a send and a receive) overlap, so the sums can exceed the wall time."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
@@ -264,12 +265,12 @@ def _profile(once, *, cuda: bool) -> None:
     buckets = {"nccl": 0.0, "copy": 0.0, "other": 0.0}
     kernels = 0
     for event in prof.events():
-        if getattr(event, "device_type", None) is None or str(event.device_type).split(".")[-1] != "CUDA":
+        if event.device_type != DeviceType.CUDA:
             continue
         name = event.name.lower()
         kind = "nccl" if "nccl" in name else "copy" if ("memcpy" in name or "copy" in name or "memset" in name) \
             else "other"
-        buckets[kind] += event.device_time_total / 1e3 if hasattr(event, "device_time_total") else 0.0
+        buckets[kind] += event.device_time_total / 1e3
         kernels += 1
     print(f"REFIT_PROFILE wall_ms={wall * 1e3:.3f} nccl_ms={buckets['nccl']:.3f} copy_ms={buckets['copy']:.3f} "
           f"other_ms={buckets['other']:.3f} kernels={kernels}", flush=True)

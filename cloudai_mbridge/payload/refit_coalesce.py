@@ -121,16 +121,16 @@ class CoalescingCopyService:
                 raise RuntimeError(f"coalescing copy service: ops with and without task_id to/from rank {peer}")
         return by_peer
 
+    def _bucketed(self, by_peer: dict[int, list[_Op]]) -> dict[int, list[list[int]]]:
+        return {peer: buckets([op.tensor.nbytes for op in ops], self.bucket_bytes) for peer, ops in by_peer.items()}
+
     def _remote(self) -> None:
         import torch
         import torch.distributed as dist
 
         sends = self._ordered([op for op in self.sends if op.peer != self.rank])
         recvs = self._ordered([op for op in self.recvs if op.peer != self.rank])
-        send_plan = {p: buckets([o.tensor.numel() * o.tensor.element_size() for o in ops], self.bucket_bytes)
-                     for p, ops in sends.items()}
-        recv_plan = {p: buckets([o.tensor.numel() * o.tensor.element_size() for o in ops], self.bucket_bytes)
-                     for p, ops in recvs.items()}
+        send_plan, recv_plan = self._bucketed(sends), self._bucketed(recvs)
         rounds = max([len(b) for b in (*send_plan.values(), *recv_plan.values())], default=0)
         for r in range(rounds):
             p2p, unpack = [], []
@@ -141,7 +141,7 @@ class CoalescingCopyService:
             for peer, plan in recv_plan.items():
                 if r < len(plan):
                     targets = [recvs[peer][i].tensor for i in plan[r]]
-                    buf = torch.empty(sum(_aligned(t.numel() * t.element_size()) for t in targets), dtype=torch.uint8,
+                    buf = torch.empty(sum(_aligned(t.nbytes) for t in targets), dtype=torch.uint8,
                                       device=targets[0].device)
                     p2p.append(dist.P2POp(dist.irecv, buf, peer, group=self.group))
                     unpack.append((buf, targets))
@@ -157,19 +157,16 @@ class CoalescingCopyService:
     def _pack(tensors: list) -> object:
         import torch
 
-        total = sum(_aligned(t.numel() * t.element_size()) for t in tensors)
-        buf = torch.empty(total, dtype=torch.uint8, device=tensors[0].device)
+        buf = torch.empty(sum(_aligned(t.nbytes) for t in tensors), dtype=torch.uint8, device=tensors[0].device)
         offset = 0
         for t in tensors:
-            n = t.numel() * t.element_size()
-            buf[offset:offset + n].view(t.dtype).view(t.shape).copy_(t)
-            offset += _aligned(n)
+            buf[offset:offset + t.nbytes].view(t.dtype).view(t.shape).copy_(t)
+            offset += _aligned(t.nbytes)
         return buf
 
     @staticmethod
     def _unpack(buf, targets: list) -> None:
         offset = 0
         for t in targets:
-            n = t.numel() * t.element_size()
-            t.copy_(buf[offset:offset + n].view(t.dtype).view(t.shape))
-            offset += _aligned(n)
+            t.copy_(buf[offset:offset + t.nbytes].view(t.dtype).view(t.shape))
+            offset += _aligned(t.nbytes)
