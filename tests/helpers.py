@@ -52,6 +52,21 @@ def dry_run(system: Path, scenario: Path, tmp: Path, *extra: str, env: dict[str,
     return CliResult(proc.returncode, proc.stdout + proc.stderr, out)
 
 
+# Sentinel credentials a test puts in the environment; none may reach a generated file or the CLI's output.
+SECRETS = {"HF_TOKEN": "hf_SENTINEL_7f3a9", "WANDB_API_KEY": "wandb_SENTINEL_c41d", "HUGGING_FACE_HUB_TOKEN": "hf2_S"}
+
+
+def assert_no_secret_leaked(root: Path, output: str, expected_file: str) -> None:
+    """No SECRETS value in any file under ``root`` (which must hold ``expected_file``) nor in ``output``."""
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert any(p.name == expected_file for p in files)
+    for path in files:
+        data = path.read_bytes()
+        for secret in SECRETS.values():
+            assert secret.encode() not in data, f"{secret} leaked into {path}"
+    assert not any(s in output for s in SECRETS.values())
+
+
 def sbatch_scripts(results: Path) -> list[Path]:
     return sorted(results.rglob("cloudai_sbatch_script.sh"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import toml
-from helpers import CONF, dry_run, slurm_strategy, write_case
+from helpers import CONF, SECRETS, assert_no_secret_leaked, dry_run, slurm_strategy, write_case
 
 HOSTILE = [
     '"; touch {pwn}/semicolon; echo "',
@@ -116,7 +116,6 @@ def test_exported_values_survive_verbatim(tmp_path: Path) -> None:
     assert not (tmp_path / "nope").exists()
 
 
-SECRETS = {"HF_TOKEN": "hf_SENTINEL_7f3a9", "WANDB_API_KEY": "wandb_SENTINEL_c41d", "HUGGING_FACE_HUB_TOKEN": "hf2_S"}
 
 
 def test_tokens_from_the_environment_never_reach_generated_files(tmp_path: Path) -> None:
@@ -124,13 +123,7 @@ def test_tokens_from_the_environment_never_reach_generated_files(tmp_path: Path)
         CONF / "system" / "slurm_b300_efa.toml", CONF / "test_scenario" / "kimi_k2_sft.toml", tmp_path, env=SECRETS
     )
     assert res.returncode == 0, res.output
-    files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert any(p.name == "cloudai_sbatch_script.sh" for p in files)
-    for path in files:
-        data = path.read_bytes()
-        for secret in SECRETS.values():
-            assert secret.encode() not in data, f"{secret} leaked into {path}"
-    assert not any(s in res.output for s in SECRETS.values())
+    assert_no_secret_leaked(tmp_path, res.output, "cloudai_sbatch_script.sh")
 
 
 def test_a_token_written_into_the_test_toml_is_refused(tmp_path: Path) -> None:
