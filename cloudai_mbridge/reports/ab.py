@@ -25,7 +25,7 @@ from cloudai.models.scenario import ReportConfig
 from pydantic import Field
 
 from ..launch.payload import write_atomic
-from ..metrics import TrainingRunMetrics, loss_equivalence, parse_training_run
+from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
 from .common import html_page, html_table, runs_of
 from .plots import bar_plot, inline_png, series_plot
 
@@ -252,7 +252,7 @@ def _t975(df: float) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
-def delta_interval(base: Any, arm: Any) -> tuple[float, float] | None:
+def delta_interval(base: Stats, arm: Stats) -> tuple[float, float] | None:
     """95 % Welch interval of (arm mean - base mean) / base mean, in %; None without two values per arm."""
     if base.n < 2 or arm.n < 2 or not base.mean or base.stdev is None or arm.stdev is None:
         return None
