@@ -39,6 +39,11 @@ class ModelSpec:
     # the (PP, VP) pairs for which the Megatron-Bridge recipe derives a pipeline layout itself
     recipe_pp_vp: frozenset[tuple[int, int]]
     is_proxy: bool = False
+    # RoPE (YaRN) and router scaling, as in the Hugging Face config; DeepSeek-V3's values unless a model says otherwise
+    rope_theta: float = 10000.0
+    rope_scaling_factor: float = 40.0
+    rope_beta_fast: float = 32.0
+    routed_scaling_factor: float = 2.5
 
     @property
     def num_shared_experts(self) -> int:
@@ -69,6 +74,10 @@ KIMI_K2 = ModelSpec(
     router_num_groups=1,
     router_group_topk=1,
     recipe_pp_vp=_DSV3_LAYOUT_TABLE,
+    rope_theta=50000.0,
+    rope_scaling_factor=32.0,
+    rope_beta_fast=1.0,
+    routed_scaling_factor=2.827,
     **_MLA,
 )
 

@@ -14,18 +14,23 @@ rank stops if the built dispatcher is not the requested one.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import importlib.util
 import inspect
+import tempfile
 from typing import Any
 
-from . import dist_env
+from . import dist_env, hf_config
 from .train_config import (
     BRIDGE_PRECISION_RECIPES,
+    FUSION_NEEDS,
     IDENTITY_FIELDS,
     ConfigError,
     bridge_overrides,
     bridge_recipe,
     catalog_shape,
+    fusion_fallbacks,
     missing_echo_fields,
     pipeline_layout,
     trust_remote_code,
@@ -82,6 +87,7 @@ def set_fields(container: Any, overrides: dict[str, Any]) -> None:
 
 
 def _recipe_container(cfg: dict[str, Any]):
+    """The recipe's ConfigContainer. Its literal hub id is served by the private hub cache (hf_config.prepare)."""
     recipe = bridge_recipe(cfg, _kimi_recipe_available())
     if recipe == "kimi_k2":
         kimi = importlib.import_module(KIMI_RECIPE)
@@ -98,24 +104,62 @@ def _recipe_container(cfg: dict[str, Any]):
         )
     from megatron.bridge.recipes.deepseek.deepseek_v3 import deepseek_v3_pretrain_config
 
-    container = deepseek_v3_pretrain_config()
-    if recipe == "deepseek_v3+autobridge":
-        if not cfg["hf_model_id"]:
-            raise ConfigError("model kimi_k2 without Bridge's Kimi recipe needs hf_model_id "
-                              "(e.g. moonshotai/Kimi-K2-Base)")
-        from megatron.bridge import AutoBridge
+    return recipe, deepseek_v3_pretrain_config()
 
-        scaffold = container.model
-        provider = AutoBridge.from_hf_pretrained(
-            cfg["hf_model_id"], trust_remote_code=trust_remote_code(cfg)
-        ).to_megatron_provider(
-            load_weights=False
-        )
-        for name in GRAFT_FIELDS:
-            if hasattr(scaffold, name):
-                setattr(provider, name, getattr(scaffold, name))
-        container.model = provider
-    return recipe, container
+
+def _model_provider(cfg: dict[str, Any], model_dir: str, scaffold: Any):
+    """The run's provider, built by Bridge from the run's own config.json (so every field Bridge derives from the
+    architecture is this model's), with the recipe's non-architecture settings carried over from its scaffold."""
+    from megatron.bridge import AutoBridge
+
+    trust = trust_remote_code(cfg) if cfg["hf_config_dir"] else False  # the catalog's config is transformers-native
+    provider = AutoBridge.from_hf_pretrained(model_dir, trust_remote_code=trust).to_megatron_provider(
+        load_weights=False
+    )
+    for name in GRAFT_FIELDS:
+        if hasattr(scaffold, name):
+            setattr(provider, name, getattr(scaffold, name))
+    return provider
+
+
+def provider_fields(provider: Any) -> dict[str, Any]:
+    return {f.name: getattr(provider, f.name, None) for f in dataclasses.fields(provider)}
+
+
+def changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(field, before, after) for every provider field whose value differs (fields compared by ==, falling back to
+    identity for values that cannot be compared)."""
+    out = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        try:
+            same = bool(old == new)
+        except Exception:
+            same = old is new
+        if not same:
+            out.append((name, old, new))
+    return out
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def apply_fusion_fallbacks(model_cfg: Any) -> list[tuple[str, str]]:
+    """Switch off the fused kernels whose module is missing here (train_config.FUSION_NEEDS); returns what was."""
+    enabled = {name: getattr(model_cfg, name, None) for name, _, _ in FUSION_NEEDS}
+    found = fusion_fallbacks(enabled, _importable)
+    for name, _ in found:
+        setattr(model_cfg, name, False)
+    return found
 
 
 def _check_identity(cfg: dict[str, Any], model_cfg: Any) -> None:
@@ -202,11 +246,14 @@ def _fit_warmup(container: Any, train_iters: int) -> None:
         sched.lr_warmup_iters = max(0, decay - 1)
 
 
-def build_container(cfg: dict[str, Any]):
+def build_container(cfg: dict[str, Any], model_dir: str, report=print):
+    """The recipe's container with the run's provider and every field of the sweep point; `report` gets the lines
+    that say what was changed (provider fields against the recipe's, fused kernels switched off)."""
     recipe, container = _recipe_container(cfg)
+    container.model = _model_provider(cfg, model_dir, container.model)
     model_cfg = container.model
-    if not cfg["model"]["is_proxy"]:
-        _check_identity(cfg, model_cfg)
+    _check_identity(cfg, model_cfg)
+    recipe_fields = provider_fields(model_cfg)
     if cfg["echo"] is not None:
         import megatron.core
 
@@ -221,10 +268,24 @@ def build_container(cfg: dict[str, Any]):
     _apply_precision(cfg, container)
     _apply_data(cfg, container)
     _fit_warmup(container, cfg["train_iters"])
+    for name, reason in apply_fusion_fallbacks(model_cfg):
+        report(f"MBRIDGE_FALLBACK {name}=False ({reason})")
+    for name, old, new in changed_fields(recipe_fields, provider_fields(model_cfg)):
+        report(f"MBRIDGE_PROVIDER {name}: {_short(old)} -> {_short(new)}")
     return recipe, container
 
 
 def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
+    def say(line: str) -> None:
+        if dist.rank == 0:
+            print(line, flush=True)
+
+    # First: the Hugging Face environment (huggingface_hub reads it once, when Bridge imports it).
+    try:
+        hub = hf_config.prepare(cfg, cfg["output_dir"] or tempfile.mkdtemp(prefix="mbridge_hf_"))
+    except hf_config.HubError as e:
+        raise ConfigError(str(e)) from None
+    say(hub.line())
     deep_ep, deep_ep_error = import_deep_ep()
     check_deep_ep(cfg["dispatcher"], cfg["deepep_impl"], deep_ep, deep_ep_error)
 
@@ -233,9 +294,8 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
 
-    recipe, container = build_container(cfg)
-    if dist.rank == 0:
-        print(f"MBRIDGE_RECIPE {recipe} task={cfg['task']}", flush=True)
+    recipe, container = build_container(cfg, str(hub.model_dir), report=say)
+    say(f"MBRIDGE_RECIPE {recipe} task={cfg['task']}")
 
     class DispatcherReport(Callback):
         def on_train_start(self, context) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "engine": "auto",
     "deepep_impl": None,
     "hf_model_id": None,
+    "hf_config_dir": None,  # a folder with the model's config.json; None: the catalog's architecture (hf_config.py)
     "checkpoint_dir": None,
     "output_dir": None,
     "world_size": None,
@@ -328,6 +330,30 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
         out["ddp.use_distributed_optimizer"] = bool(cfg["use_distributed_optimizer"])
     if cfg["model"]["is_proxy"]:
         out["tokenizer.vocab_size"] = cfg["model"]["vocab_size"]
+    return out
+
+
+# Fused kernels the recipes switch on that need a module the container may lack: (provider field, the modules any
+# one of which provides it, what that is). Off only where none imports, and then said (MBRIDGE_FALLBACK).
+FUSION_NEEDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("gradient_accumulation_fusion", ("fused_weight_gradient_mlp_cuda",),
+     "APEX's fused_weight_gradient_mlp_cuda (Megatron-Core's ColumnParallelLinear refuses the fusion without it)"),
+    ("persist_layer_norm", ("apex.contrib.layer_norm.layer_norm",), "APEX's persistent LayerNorm kernel"),
+    ("moe_grouped_gemm", ("transformer_engine.pytorch", "grouped_gemm"),
+     "Transformer Engine's GroupedLinear or the grouped_gemm package"),
+    ("moe_permute_fusion", ("transformer_engine.pytorch.permutation",), "Transformer Engine's fused MoE permutation"),
+    ("cross_entropy_loss_fusion", ("transformer_engine.pytorch.cross_entropy",),
+     "Transformer Engine's fused cross entropy"),
+)
+
+
+def fusion_fallbacks(enabled: dict[str, Any], importable: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """(field, reason) for each fusion that is on in `enabled` (provider field -> value) while no module that
+    provides it imports; the caller switches exactly those off and says so."""
+    out = []
+    for name, modules, what in FUSION_NEEDS:
+        if enabled.get(name) and not any(importable(m) for m in modules):
+            out.append((name, f"needs {what}; {' / '.join(modules)} cannot be imported here"))
     return out
 
 
