@@ -45,6 +45,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -78,24 +79,49 @@ CONFIGS: dict[str, dict] = {
                   "balanced": False},
     "dsv3_1gpu_s2048": {"model": "deepseek_v3_proxy", "gpus": 1, "ep": 1, "mbs": 2, "gbs": 8, "seq": 2048,
                         "balanced": False},
+    # Engine "bridge": Megatron-Bridge's DeepSeek-V3 recipe with Transformer Engine layers (its precision-aware
+    # optimizer, TE's fused kernels), mock data, 1 GPU, iters iterations. te_*_bf16 / te_*_fp8 are also the timing runs
+    # (>= 30 steady iterations); the s2048 / s1024 ones are held out of any calibration of the estimate.
+    "te_dsv3_bf16": {"model": "deepseek_v3_proxy", "gpus": 1, "ep": 1, "mbs": 1, "gbs": 4, "seq": 4096,
+                     "balanced": False, "engine": "bridge", "precision": "bf16", "iters": 40},
+    "te_k2_bf16": {"model": "kimi_k2_proxy", "gpus": 1, "ep": 1, "mbs": 1, "gbs": 4, "seq": 4096,
+                   "balanced": False, "engine": "bridge", "precision": "bf16", "iters": 40},
+    "te_dsv3_fp8": {"model": "deepseek_v3_proxy", "gpus": 1, "ep": 1, "mbs": 1, "gbs": 4, "seq": 4096,
+                    "balanced": False, "engine": "bridge", "precision": "fp8_tensorwise", "iters": 40},
+    "te_k2_fp8": {"model": "kimi_k2_proxy", "gpus": 1, "ep": 1, "mbs": 1, "gbs": 4, "seq": 4096,
+                  "balanced": False, "engine": "bridge", "precision": "fp8_tensorwise", "iters": 40},
+    "te_dsv3_s2048": {"model": "deepseek_v3_proxy", "gpus": 1, "ep": 1, "mbs": 2, "gbs": 8, "seq": 2048,
+                      "balanced": False, "engine": "bridge", "precision": "bf16", "iters": 8},
+    "te_k2_s1024": {"model": "kimi_k2_proxy", "gpus": 1, "ep": 1, "mbs": 4, "gbs": 16, "seq": 1024,
+                    "balanced": False, "engine": "bridge", "precision": "bf16", "iters": 8},
 }
+BRIDGE_CONFIGS = [n for n, c in CONFIGS.items() if c.get("engine") == "bridge"]
 USE_DISTRIBUTED_OPTIMIZER = True  # train_mcore.py: on unless the config says use_distributed_optimizer = false
+
+
+def engine_of(name: str) -> str:
+    return CONFIGS[name].get("engine", "mcore")
 
 
 def make_plan(name: str, iters: int) -> TrainingPlan:
     c = CONFIGS[name]
+    bridge = engine_of(name) == "bridge"
     return TrainingPlan(
         model=get_model(c["model"]), gpu=get_gpu("h200"), num_nodes=1, gpus_per_node=c["gpus"], tp=1, pp=1, cp=1,
-        ep=c["ep"], etp=1, mbs=c["mbs"], gbs=c["gbs"], seq_length=c["seq"], train_iters=iters,
-        dispatcher="alltoall", recompute="none", precision="bf16", force_balanced_routing=c["balanced"],
-        sequence_parallel=False, use_distributed_optimizer=USE_DISTRIBUTED_OPTIMIZER, optimizer="adam",
-        transformer_impl="local",  # engine "mcore" (what test_definition.plan() sets for it)
+        ep=c["ep"], etp=1, mbs=c["mbs"], gbs=c["gbs"], seq_length=c["seq"], train_iters=c.get("iters", iters),
+        dispatcher="alltoall", recompute="none", precision=c.get("precision", "bf16"),
+        force_balanced_routing=c["balanced"], sequence_parallel=False,
+        use_distributed_optimizer=USE_DISTRIBUTED_OPTIMIZER, optimizer="adam",
+        # engine "mcore": Megatron-Core's local layers; "bridge": TE layers (what test_definition.plan() sets)
+        transformer_impl="transformer_engine" if bridge else "local",
     )
 
 
-def payload_config(plan: TrainingPlan, output_dir: str) -> dict:
-    return training_config(plan, data="mock", seed=1234, log_interval=1, engine="mcore", output_dir=output_dir,
-                           checkpoint_dir=None, hf_model_id=None, use_distributed_optimizer=USE_DISTRIBUTED_OPTIMIZER)
+def payload_config(plan: TrainingPlan, output_dir: str, engine: str = "mcore") -> dict:
+    return training_config(plan, data="mock", seed=1234, log_interval=1, engine=engine, output_dir=output_dir,
+                           checkpoint_dir=None, hf_model_id=None,
+                           # the bridge engine keeps the recipe's choice (the DeepSeek-V3 recipe's is on, too)
+                           **({"use_distributed_optimizer": USE_DISTRIBUTED_OPTIMIZER} if engine == "mcore" else {}))
 
 
 def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
@@ -105,7 +131,7 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     plan = make_plan(name, args.iters)
     folder = out / "runs" / name
     (folder / "logs").mkdir(parents=True, exist_ok=True)
-    cfg = payload_config(plan, str(folder))
+    cfg = payload_config(plan, str(folder), engine_of(name))
     (folder / "mbridge_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     idle = device_used_now()
     sampler = DeviceSampler(plan.world_size)
@@ -126,7 +152,12 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
                  "memory_reports": [{"rank": r.rank, "after": r.after_iterations, "allocated": r.allocated_bytes,
                                      "max_allocated": r.max_allocated_bytes, "reserved": r.reserved_bytes,
                                      "max_reserved": r.max_reserved_bytes} for r in m.memory],
-                 "iteration_ms_median": m.iteration_time_ms.median}
+                 "iteration_ms_median": m.iteration_time_ms.median,
+                 "engine": engine_of(name), "iteration_source": m.iteration_source,
+                 "iteration_time_ms": asdict(m.iteration_time_ms), "tflops_per_gpu": asdict(m.tflops_per_gpu),
+                 "iterations_done": max((r.iteration for r in m.iterations), default=0),
+                 "loss_first_last": _first_last(m.loss_curve()),
+                 "payload_lines": payload_lines(folder)}
     peak = m.peak_allocated_bytes
     if peak:
         top = max(m.memory, key=lambda r: (r.max_allocated_bytes or 0, r.after_iterations))
@@ -146,6 +177,26 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     else:
         row["tail"] = run.describe()[-4000:]
     return row
+
+
+PAYLOAD_LINE = re.compile(rb"^(MBRIDGE_(?:ENGINE|RECIPE|HF_CONFIG|FALLBACK|PROVIDER|DISPATCHER|CONFIG_ERROR) .*)$",
+                          re.M)
+
+
+def payload_lines(folder: Path) -> list[str]:
+    """Rank 0's MBRIDGE_* lines that say which code path ran (engine, recipe, config source, fallbacks, provider
+    fields changed, dispatcher built)."""
+    log = folder / "logs" / "rank-0.log"
+    if not log.is_file():
+        return []
+    return [m.group(1).decode(errors="replace") for m in PAYLOAD_LINE.finditer(log.read_bytes())]
+
+
+def _first_last(curve: dict[int, float]) -> list | None:
+    if not curve:
+        return None
+    first, last = min(curve), max(curve)
+    return [first, curve[first], last, curve[last]]
 
 
 DEVICE_LINE = re.compile(rb"MBRIDGE_DEVICE_MEMORY rank=(\d+) iteration=(\d+) used_mib=([\d.]+) total_mib=([\d.]+) "
