@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import hf_config
 from .train_config import trust_remote_code
 
 MARKER = "latest_checkpointed_iteration.txt"
@@ -80,6 +81,15 @@ def convert(cfg: dict[str, Any], import_ckpt=None) -> Path:
         print(f"MBRIDGE_CONVERT note: {old} is left over from an interrupted conversion; remove it to free space",
               flush=True)
     if import_ckpt is None:
+        # Before Bridge imports huggingface_hub: a hub id no cache holds while the hub is off or silent fails now,
+        # with the way out, instead of retrying; a local folder (or a cached id) runs offline.
+        missing = hf_config.needs_hub({"hf_model_id": cfg["hf_model_id"], "convert": True})
+        try:
+            hf_config.check_hub(missing)
+        except hf_config.HubError as e:
+            raise ConvertError(str(e)) from None
+        if not missing:
+            os.environ["HF_HUB_OFFLINE"] = "1"
         import torch
         from megatron.bridge import AutoBridge
 
