@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .train_config import trust_remote_code
+from .train.config import trust_remote_code
 
 MARKER = "latest_checkpointed_iteration.txt"
 EXIT_CONFIG = 2

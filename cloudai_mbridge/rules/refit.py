@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..payload.refit_config import ConfigError, derive_layouts, from_dict
+from ..payload.refit.config import ConfigError, derive_layouts, from_dict
 from ..plan.refit import RefitPlan
 from .base import RuleSet, Violation
 

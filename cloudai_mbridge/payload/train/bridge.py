@@ -18,8 +18,8 @@ import importlib.util
 import inspect
 from typing import Any
 
-from . import dist_env
-from .train_config import (
+from .. import dist_env
+from .config import (
     BRIDGE_PRECISION_RECIPES,
     IDENTITY_FIELDS,
     ConfigError,
@@ -30,7 +30,7 @@ from .train_config import (
     pipeline_layout,
     trust_remote_code,
 )
-from .train_log import (
+from .log import (
     built_backend,
     check_deep_ep,
     check_dispatcher,

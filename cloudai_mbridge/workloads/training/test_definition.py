@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...launch.training import training_config
-from ...payload.train_config import mcore_unsupported
+from ...payload.train.config import mcore_unsupported
 from ...plan import EchoOptions, TrainingPlan
 from ...plan.memory import estimate_memory
 from ...rules import TRAINING_RULES, Violation
