@@ -362,7 +362,7 @@ class K8sJobSpec:
     nproc_per_node: int
     gpus_per_node: int
     steps: tuple[PodStep, ...]
-    payload_files: Mapping[str, str]  # file name in mbridge_payload/ -> text
+    payload_files: Mapping[str, str]  # path in mbridge_payload/ ("train/config.py") -> text
     config_text: str
     env: Mapping[str, str]
     settings: K8sSettings = field(default_factory=K8sSettings)
@@ -381,11 +381,32 @@ class K8sJobSpec:
         return self.steps[-1]
 
 
+def configmap_key(path: str) -> str:
+    """The ConfigMap key of a payload file: keys cannot hold '/', so "train/config.py" is "train.config.py" (its
+    module name); ``payload_items`` mounts it back at mbridge_payload/train/config.py."""
+    return path.replace("/", ".")
+
+
+def payload_items(spec: K8sJobSpec) -> dict[str, str]:
+    """ConfigMap key -> path of the file under the mount (PAYLOAD_ROOT), the payload's files and the config."""
+    items: dict[str, str] = {}
+    for path in spec.payload_files:
+        parts = path.split("/")
+        key = configmap_key(path)
+        if any(part in ("", ".", "..") for part in parts) or key in items or key == CONFIG_NAME:
+            raise K8sConfigError("payload file", path, "not a distinct relative path", "rename the payload file")
+        items[key] = f"{PAYLOAD_PACKAGE}/{path}"
+    items[CONFIG_NAME] = CONFIG_NAME
+    return items
+
+
 def configmap_data(spec: K8sJobSpec) -> dict[str, str]:
-    data = {**spec.payload_files, CONFIG_NAME: spec.config_text}
+    data = {configmap_key(path): text for path, text in spec.payload_files.items()}
+    data[CONFIG_NAME] = spec.config_text
     for key in data:
         if not _CONFIG_KEY.match(key):
             raise K8sConfigError("payload file", key, "not a valid ConfigMap key", "rename the payload file")
+    payload_items(spec)
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
     if size > CONFIGMAP_LIMIT:
         raise K8sConfigError(
@@ -475,9 +496,9 @@ def _torchrun(spec: K8sJobSpec, argv: tuple[str, ...], node_rank: str, master_ad
     ]
 
 
-def _volumes(spec: K8sJobSpec, data: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(spec: K8sJobSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     s = spec.settings
-    items = [{"key": k, "path": CONFIG_NAME if k == CONFIG_NAME else f"{PAYLOAD_PACKAGE}/{k}"} for k in sorted(data)]
+    items = [{"key": k, "path": path} for k, path in sorted(payload_items(spec).items())]
     volumes: list[dict[str, Any]] = [
         {"name": "payload", "configMap": {"name": spec.configmap_name, "defaultMode": 0o444, "items": items}},
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": s.shm_size}},
@@ -504,13 +525,12 @@ def _pod_template(
     container_name: str,
     command: list[str],
     env: list[dict[str, Any]],
-    data: Mapping[str, str],
     *,
     subdomain: str | None = None,
     ports: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     s = spec.settings
-    volumes, mounts = _volumes(spec, data)
+    volumes, mounts = _volumes(spec)
     resources = _resources(spec)
     container: dict[str, Any] = {
         "name": container_name,
@@ -554,10 +574,10 @@ def _pod_template(
     return {"metadata": {"labels": {**labels, **spec.labels}}, "spec": pod}
 
 
-def _pre_step_job(spec: K8sJobSpec, step: PodStep, data: Mapping[str, str]) -> dict[str, Any]:
+def _pre_step_job(spec: K8sJobSpec, step: PodStep) -> dict[str, Any]:
     name = f"{spec.name}-{step.role}"
     command = [escape(a) for a in step.argv]
-    template = _pod_template(spec, step, step.role, command, _env(spec, node_rank_from_index=False), data)
+    template = _pod_template(spec, step, step.role, command, _env(spec, node_rank_from_index=False))
     annotations = {WAIT_ANNOTATION: "true"} if step.wait else None
     return {
         "apiVersion": "batch/v1",
@@ -567,13 +587,13 @@ def _pre_step_job(spec: K8sJobSpec, step: PodStep, data: Mapping[str, str]) -> d
     }
 
 
-def _indexed_job(spec: K8sJobSpec, data: Mapping[str, str]) -> list[dict[str, Any]]:
+def _indexed_job(spec: K8sJobSpec) -> list[dict[str, Any]]:
     step = spec.main
     port = spec.settings.master_port
     master = f"{spec.name}-0.{spec.name}"  # pod 0's hostname under the headless Service (subdomain)
     command = _torchrun(spec, step.argv, "$(NODE_RANK)", master, str(port))
     env = _env(spec, node_rank_from_index=True)
-    template = _pod_template(spec, step, step.role, command, env, data, subdomain=spec.name)
+    template = _pod_template(spec, step, step.role, command, env, subdomain=spec.name)
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -600,14 +620,14 @@ def _indexed_job(spec: K8sJobSpec, data: Mapping[str, str]) -> list[dict[str, An
     return [service, job]
 
 
-def _pytorchjob(spec: K8sJobSpec, data: Mapping[str, str]) -> list[dict[str, Any]]:
+def _pytorchjob(spec: K8sJobSpec) -> list[dict[str, Any]]:
     step = spec.main
     command = _torchrun(spec, step.argv, "$(RANK)", "$(MASTER_ADDR)", "$(MASTER_PORT)")
     env = _env(spec, node_rank_from_index=False)
     ports = [{"name": PYTORCHJOB_PORT_NAME, "containerPort": spec.settings.master_port, "protocol": "TCP"}]
 
     def replica(count: int) -> dict[str, Any]:
-        template = _pod_template(spec, step, PYTORCHJOB_CONTAINER, command, env, data, ports=ports)
+        template = _pod_template(spec, step, PYTORCHJOB_CONTAINER, command, env, ports=ports)
         return {"replicas": count, "restartPolicy": "Never", "template": template}
 
     replicas = {"Master": replica(1)}
@@ -654,6 +674,6 @@ def render_objects(spec: K8sJobSpec) -> list[dict[str, Any]]:
             "data": data,
         }
     ]
-    objects += [_pre_step_job(spec, step, data) for step in spec.steps[:-1]]
-    objects += _pytorchjob(spec, data) if spec.settings.kind == "pytorchjob" else _indexed_job(spec, data)
+    objects += [_pre_step_job(spec, step) for step in spec.steps[:-1]]
+    objects += _pytorchjob(spec) if spec.settings.kind == "pytorchjob" else _indexed_job(spec)
     return objects

@@ -37,7 +37,7 @@ from ..launch.kubernetes import (
     render_objects,
     time_limit_seconds,
 )
-from ..launch.payload import payload_argv, stage_payload, write_config
+from ..launch.payload import payload_argv, payload_files, stage_payload, write_config
 from ..rules import PointRejectedError, Violation
 from .common import generated_by, open_run_dir, system_env, system_network
 
@@ -172,7 +172,7 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
             nproc_per_node=self.nproc_per_node(),
             gpus_per_node=self.gpus_per_node(),
             steps=(*self.pre_steps(), main),
-            payload_files={p.name: p.read_text() for p in sorted(payload_dir.glob("*.py"))},
+            payload_files=payload_files(payload_dir),
             config_text=config_text,
             env={**self.base_env(), **system_vars, **test_vars},
             settings=settings,

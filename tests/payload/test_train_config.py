@@ -338,7 +338,7 @@ def test_identity_check_catches_a_wrong_provider():
 
 
 def test_the_staged_package_runs_alone(tmp_path):
-    """As launch/payload.py stages it: payload/*.py copied to <run>/mbridge_payload, started with python3 -m."""
+    """As launch/payload.py stages it: payload/**/*.py copied to <run>/mbridge_payload, started with python3 -m."""
     import subprocess
     import sys
 
