@@ -134,7 +134,7 @@ def test_refit_scenario_on_eks(tmp_path: Path) -> None:
     from cloudai.core import Registry
     from k8s_cases import register_all
 
-    from cloudai_mbridge.workloads.k8s_runner import MBridgeKubernetesSystem, json_gen_strategy_class
+    from cloudai_mbridge.systems.kubernetes.runner import MBridgeKubernetesSystem, json_gen_strategy_class
 
     register_all()
     refit = Registry().test_definitions_map.get("MBridgeRefit")
@@ -176,7 +176,7 @@ def test_registration_wires_kubernetes(tmp_path: Path) -> None:
         "MBridgeTrainingKubernetesJsonGenStrategy",
         "MBridgeTrainingKubernetesJsonGenStrategy",
         "SleepKubernetesJsonGenStrategy",  # CloudAI's own workloads keep theirs on the subclass (exact-type lookups)
-    ], "registration.py must call register_kubernetes(reg) (cloudai_mbridge.workloads.k8s_runner)"
+    ], "registration.py must call register_kubernetes(reg) (cloudai_mbridge.systems.kubernetes.runner)"
 
 
 # --- what is refused, and how it is said -------------------------------------------------------------------------

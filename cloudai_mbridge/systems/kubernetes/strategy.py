@@ -1,9 +1,9 @@
 """The Kubernetes generation both workloads share: stage payload + config, render our objects, write the manifests.
 
-The twin of slurm_base.py. A workload subclass says what runs (``entry``, ``payload_config``, ``base_env``,
+The twin of systems/slurm/strategy.py. A workload subclass says what runs (``entry``, ``payload_config``, ``base_env``,
 ``check``, optionally ``pre_steps`` and the processes per pod); this class turns it into a ConfigMap + Service +
 Indexed Job (or a PyTorchJob) through launch/kubernetes.py, and writes one manifest per object plus objects.json
-into ``<output>/k8s/`` in dry-run and run alike. The runner (k8s_runner.py) creates what was written.
+into ``<output>/k8s/`` in dry-run and run alike. The runner (runner.py) creates what was written.
 
 Cluster settings come from the system's ``global_env_vars`` (CLOUDAI_MBRIDGE_K8S_*, see launch/kubernetes.py
 KNOBS): CloudAI's KubernetesSystem forbids extra fields. They describe the cluster, so a test that sets one in
@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from cloudai.core import JsonGenStrategy
 
-from ..launch.kubernetes import (
+from ...launch.kubernetes import (
     CONFIG_PATH,
     PREFIX,
     RESULTS_DIR,
@@ -37,9 +37,9 @@ from ..launch.kubernetes import (
     render_objects,
     time_limit_seconds,
 )
-from ..launch.payload import payload_argv, payload_files, stage_payload, write_config
-from ..rules import PointRejectedError, Violation
-from .common import generated_by, open_run_dir, system_env, system_network
+from ...launch.payload import payload_argv, payload_files, stage_payload, write_config
+from ...rules import PointRejectedError, Violation
+from ..common import generated_by, open_run_dir, system_env, system_network
 
 MANIFEST_DIR = "k8s"
 OBJECTS_FILE = "objects.json"
