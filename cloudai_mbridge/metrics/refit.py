@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import signals
+from .frames import frame
 from .layout import load_layout
 from .scan import LogLine, Marker, scan_run
 from .stats import STALL_FACTOR, Stats, steady_state
@@ -127,9 +128,11 @@ class RefitRunMetrics:
         }
 
     def to_dataframe(self) -> pd.DataFrame:
-        from .frames import refit_frame
-
         return refit_frame(self)
+
+
+def refit_frame(metrics: RefitRunMetrics) -> pd.DataFrame:
+    return frame(({"iter": i, "time_ms": ms} for i, ms in metrics.iterations), columns=["iter", "time_ms"])
 
 
 def _tolerance(printed: str) -> float:
