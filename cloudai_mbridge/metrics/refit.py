@@ -9,7 +9,7 @@ The refit payload prints on rank 0 (exact forms)::
     Median refit time: <x> ms        Effective bandwidth: <x> GB/s
     REFIT_RESULT {json}                                 last line of a finished run
 
-The payload (``cloudai_mbridge/payload/refit.py``) also prints ``REFIT_VERIFY status=skipped`` when verification
+The payload (``payload/refit/__main__.py``) also prints ``REFIT_VERIFY status=skipped`` when verification
 is off, ``-1`` for byte counts it could not find, ``Effective bandwidth: n/a GB/s``, and on any rank
 ``REFIT_ERROR phase=<phase> rank=<r> message=<json>`` before it exits; on a failed verification it prints no
 ``REFIT_ITER`` line and no summary. All of these are read as what they say (unknown, skipped, a failure).
