@@ -1,4 +1,4 @@
-"""launch/kubernetes.py on literals: the pure renderer, no CloudAI."""
+"""launch/kubernetes/ on literals: the pure renderer, no CloudAI."""
 
 from __future__ import annotations
 

@@ -2,10 +2,10 @@
 
 The twin of systems/slurm/strategy.py. A workload subclass says what runs (``entry``, ``payload_config``, ``base_env``,
 ``check``, optionally ``pre_steps`` and the processes per pod); this class turns it into a ConfigMap + Service +
-Indexed Job (or a PyTorchJob) through launch/kubernetes.py, and writes one manifest per object plus objects.json
+Indexed Job (or a PyTorchJob) through launch/kubernetes/, and writes one manifest per object plus objects.json
 into ``<output>/k8s/`` in dry-run and run alike. The runner (runner.py) creates what was written.
 
-Cluster settings come from the system's ``global_env_vars`` (CLOUDAI_MBRIDGE_K8S_*, see launch/kubernetes.py
+Cluster settings come from the system's ``global_env_vars`` (CLOUDAI_MBRIDGE_K8S_*, see launch/kubernetes/knobs.py
 KNOBS): CloudAI's KubernetesSystem forbids extra fields. They describe the cluster, so a test that sets one in
 ``extra_env_vars`` is refused; none of them is exported into the pods.
 """
