@@ -151,7 +151,7 @@ try:
         out["uccl_ep_error"] = err(e)
 except BaseException as e:
     out["uccl_error"] = err(e)
-from cloudai_mbridge.payload.train_log import deep_ep_provider, import_deep_ep
+from cloudai_mbridge.payload.train.log import deep_ep_provider, import_deep_ep
 try:
     mod, error = import_deep_ep()
 except BaseException as e:  # import_deep_ep catches Exception; SystemExit & co. land here
@@ -293,7 +293,7 @@ def payload_config(plan: TrainingPlan, args: argparse.Namespace, output_dir: str
 def rejections(plan: TrainingPlan, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The rule set's violations, plus the mcore engine's limits as rule ``mcore-engine`` (as
     workloads/training/test_definition.py _engine_violations reports them)."""
-    from cloudai_mbridge.payload.train_config import mcore_unsupported
+    from cloudai_mbridge.payload.train.config import mcore_unsupported
 
     found = [{"rule": v.rule, "message": v.message, "fix": v.fix, "fields": {k: repr(x) for k, x in v.fields.items()}}
              for v in TRAINING_RULES.check(plan)]
@@ -377,7 +377,7 @@ def print_grid(points: list[Point], notes: Mapping[str, str], blocked: Mapping[s
 
 
 def run_point(p: Point, args: argparse.Namespace, env: Mapping[str, str], timeout_s: float) -> dict[str, Any]:
-    from cloudai_mbridge.payload.refit_local import launch
+    from cloudai_mbridge.payload.refit.local import launch
 
     folder = args.out / "runs" / p.name
     (folder / "logs").mkdir(parents=True, exist_ok=True)

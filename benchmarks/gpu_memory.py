@@ -126,7 +126,7 @@ def payload_config(plan: TrainingPlan, output_dir: str, engine: str = "mcore") -
 
 def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     from cloudai_mbridge.metrics import parse_training_run
-    from cloudai_mbridge.payload.refit_local import launch
+    from cloudai_mbridge.payload.refit.local import launch
 
     plan = make_plan(name, args.iters)
     folder = out / "runs" / name
@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.offline is not None:
         return offline(args.offline, args.out, argv)
     if args.dry_run:
-        from cloudai_mbridge.payload.train_config import check_config, mcore_unsupported
+        from cloudai_mbridge.payload.train.config import check_config, mcore_unsupported
 
         for name in args.configs:
             plan = make_plan(name, args.iters)

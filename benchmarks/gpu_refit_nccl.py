@@ -157,7 +157,7 @@ def p2p_plan(world: int, sizes_mib=EXCHANGE_SIZES_MIB, batched_op_mib=BATCHED_OP
 def measure_p2p(world: int, warmup: int, reps: int, out: Path, plan: list[dict], device: str = "cuda") -> list[dict]:
     import torch.multiprocessing as mp
 
-    from cloudai_mbridge.payload.refit_local import free_port
+    from cloudai_mbridge.payload.refit.local import free_port
 
     result_path = out / "p2p_raw.json"
     mp.spawn(_p2p_worker, args=(world, free_port(), plan, warmup, reps, str(result_path), device), nprocs=world,
@@ -196,7 +196,7 @@ def write_run_folder(folder: Path, cfg: dict, run) -> None:
 
 def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coalesce_mib: int = 0) -> dict:
     from cloudai_mbridge.metrics import parse_refit_run
-    from cloudai_mbridge.payload.refit_local import launch
+    from cloudai_mbridge.payload.refit.local import launch
 
     cfg = refit_config(pair, layers, args, coalesce_mib)
     name = f"refit_{pair}_{layers}l" + (f"_c{coalesce_mib}" if coalesce_mib else "")

@@ -54,7 +54,8 @@ def make_data(folder: Path, n: int) -> list[dict]:
             rows.append({"input": f"Question: what is {a} plus {b}?", "output": f"Answer: {a + b}."})
         elif kind == "word":
             w = rng.choice(WORDS)
-            rows.append({"input": f"Question: spell the code word for letter {w[0].upper()}.", "output": f"Answer: {w}."})
+            rows.append({"input": f"Question: spell the code word for letter {w[0].upper()}.",
+                         "output": f"Answer: {w}."})
         else:
             ws = rng.sample(WORDS, 3)
             rows.append({"input": f"Question: reverse {' '.join(ws)}.", "output": f"Answer: {' '.join(ws[::-1])}."})
@@ -137,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     built = make_model(model_dir, tokenizer)
     result["steps"]["build_s"] = time.perf_counter() - t
     result["model"] = {"name": MODEL, "parameters": built["parameters"], "vocab": len(tokenizer)}
-    print(f"[build] {args.examples} examples, tokenizer {len(tokenizer)} tokens, model {built['parameters'] / 1e6:.0f} M "
-          f"parameters in {result['steps']['build_s']:.1f} s", flush=True)
+    print(f"[build] {args.examples} examples, tokenizer {len(tokenizer)} tokens, "
+          f"model {built['parameters'] / 1e6:.0f} M parameters in {result['steps']['build_s']:.1f} s", flush=True)
 
     pl = plan(args.iters, args.seq)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -147,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                           output_dir=str(run_dir))
     (run_dir / "mbridge_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     t = time.perf_counter()
-    rc = run([sys.executable, "-m", "cloudai_mbridge.payload.convert", "--config", str(run_dir / "mbridge_config.json")],
-             run_dir / "logs" / "convert.log", args.timeout_s)
+    convert = [sys.executable, "-m", "cloudai_mbridge.payload.convert", "--config",
+               str(run_dir / "mbridge_config.json")]
+    rc = run(convert, run_dir / "logs" / "convert.log", args.timeout_s)
     result["steps"]["convert_s"], result["steps"]["convert_rc"] = time.perf_counter() - t, rc
     print(f"[convert] rc={rc} in {result['steps']['convert_s']:.1f} s", flush=True)
     if rc != 0:
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     from cloudai_mbridge.metrics import parse_training_run
-    from cloudai_mbridge.payload.refit_local import launch
+    from cloudai_mbridge.payload.refit.local import launch
 
     t = time.perf_counter()
     launched = launch(cfg, 1, timeout=args.timeout_s, module="cloudai_mbridge.payload.train", cwd=ROOT,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cloudai_mbridge.payload.refit_local import launch
+from cloudai_mbridge.payload.refit.local import launch
 
 WORLD = 4
 SRC = {"tp": 2, "pp": 1, "ep": 2, "etp": 1}

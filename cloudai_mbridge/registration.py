@@ -21,15 +21,16 @@ def register() -> None:
 
     from .reports.ab import ABReportConfig, MBridgeABReport
     from .reports.refit_table import MBridgeRefitTable
-    from .workloads.k8s_runner import add_kubernetes_strategy, register_kubernetes
+    from .systems.kubernetes.runner import add_kubernetes_strategy, register_kubernetes
+    from .systems.slurm.installer import MBridgeSlurmInstaller
     from .workloads.refit import (
         MBridgeRefitKubernetesJsonGenStrategy,
         MBridgeRefitSlurmCommandGenStrategy,
         MBridgeRefitTestDefinition,
     )
     from .workloads.reporting import MBridgeRefitReport, MBridgeTrainingReport
-    from .workloads.slurm_installer import MBridgeSlurmInstaller
     from .workloads.training import MBridgeTrainingSlurmCommandGenStrategy, MBridgeTrainingTestDefinition
+    from .workloads.training.kubernetes import MBridgeTrainingKubernetesJsonGenStrategy
 
     reg = Registry()
     # update_* replaces instead of raising, so a second import path (the .pth hook and the CLI) is harmless.
@@ -43,5 +44,6 @@ def register() -> None:
     reg.update_scenario_report("mbridge_ab", MBridgeABReport, ABReportConfig(enable=True))
     reg.update_scenario_report("mbridge_refit", MBridgeRefitTable, ReportConfig(enable=True))
     register_kubernetes(reg)
+    add_kubernetes_strategy(reg, MBridgeTrainingTestDefinition, MBridgeTrainingKubernetesJsonGenStrategy)
     add_kubernetes_strategy(reg, MBridgeRefitTestDefinition, MBridgeRefitKubernetesJsonGenStrategy)
     _done = True

@@ -39,13 +39,24 @@ def claim_run_dir(output_dir: Path) -> None:
         )
 
 
+def payload_sources(root: Path) -> list[str]:
+    """The payload package's modules under ``root``, subpackages included: POSIX paths relative to it, sorted."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def payload_files(payload_dir: Path) -> dict[str, str]:
+    """A staged payload as {path relative to mbridge_payload/: text} (what the Kubernetes ConfigMap carries)."""
+    return {rel: (payload_dir / rel).read_text() for rel in payload_sources(payload_dir)}
+
+
 def stage_payload(output_dir: Path) -> Path:
-    """Copy payload/*.py into <output_dir>/mbridge_payload (replaced whole, never half-written)."""
+    """Copy payload/**/*.py into <output_dir>/mbridge_payload, subpackages kept (replaced whole, never half-written)."""
     dest = output_dir / PAYLOAD_PACKAGE
     staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=f".{PAYLOAD_PACKAGE}."))
     try:
-        for src in sorted(_PAYLOAD_SRC.glob("*.py")):
-            shutil.copy2(src, staging / src.name)
+        for rel in payload_sources(_PAYLOAD_SRC):
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(_PAYLOAD_SRC / rel, staging / rel)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(staging, dest)

@@ -1,4 +1,4 @@
-"""The training payload's config (the JSON payload/train.py reads) and the job's environment, from a plan."""
+"""The training payload's config (the JSON payload/train/__main__.py reads) and the job's environment, from a plan."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ Plain Python (no CloudAI, no pydantic; pandas only in :mod:`.frames`). Entry poi
 The two log lines the training payload must print for the dispatcher checks are specified in :mod:`.signals`.
 """
 
-from .frames import iterations_frame, refit_frame, runs_frame
+from .frames import runs_frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
-from .refit import RefitRunMetrics, RefitVerify, parse_refit_run
+from .refit import RefitRunMetrics, RefitVerify, parse_refit_run, refit_frame
 from .runs import classify_failure, parse_run
 from .signals import (
     DispatcherReport,
@@ -28,6 +28,7 @@ from .training import (
     MemoryReport,
     StepTimeRecord,
     TrainingRunMetrics,
+    iterations_frame,
     parse_iteration_line,
     parse_memory_line,
     parse_step_time_line,

@@ -9,7 +9,7 @@ The refit payload prints on rank 0 (exact forms)::
     Median refit time: <x> ms        Effective bandwidth: <x> GB/s
     REFIT_RESULT {json}                                 last line of a finished run
 
-The payload (``cloudai_mbridge/payload/refit.py``) also prints ``REFIT_VERIFY status=skipped`` when verification
+The payload (``payload/refit/__main__.py``) also prints ``REFIT_VERIFY status=skipped`` when verification
 is off, ``-1`` for byte counts it could not find, ``Effective bandwidth: n/a GB/s``, and on any rank
 ``REFIT_ERROR phase=<phase> rank=<r> message=<json>`` before it exits; on a failed verification it prints no
 ``REFIT_ITER`` line and no summary. All of these are read as what they say (unknown, skipped, a failure).
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import signals
+from .frames import frame
 from .layout import load_layout
 from .scan import LogLine, Marker, scan_run
 from .stats import STALL_FACTOR, Stats, steady_state
@@ -127,9 +128,11 @@ class RefitRunMetrics:
         }
 
     def to_dataframe(self) -> pd.DataFrame:
-        from .frames import refit_frame
-
         return refit_frame(self)
+
+
+def refit_frame(metrics: RefitRunMetrics) -> pd.DataFrame:
+    return frame(({"iter": i, "time_ms": ms} for i, ms in metrics.iterations), columns=["iter", "time_ms"])
 
 
 def _tolerance(printed: str) -> float:

@@ -74,7 +74,7 @@ CONTRACT_VALUES = {
 
 _EXCEPTION_RE = re.compile(r"^\s*(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::|\s*$)")
 FAILURE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    # The payloads' own verdicts (cloudai_mbridge/payload/train.py, refit.py), printed before they exit non-zero.
+    # The payloads' own verdicts (cloudai_mbridge/payload/train/, refit/), printed before they exit non-zero.
     ("config_error", re.compile(r"MBRIDGE_CONFIG_ERROR\b")),
     ("dispatcher_error", re.compile(r"MBRIDGE_DISPATCHER_ERROR\b")),
     ("refit_error", re.compile(r"REFIT_ERROR\b")),

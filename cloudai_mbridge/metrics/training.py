@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import signals
+from .frames import frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
 from .scan import FileScan, LogLine, Marker, RunScan, scan_run
 from .stats import STALL_FACTOR, Stats, steady_state
@@ -327,8 +328,6 @@ class TrainingRunMetrics:
         }
 
     def to_dataframe(self) -> pd.DataFrame:
-        from .frames import iterations_frame
-
         return iterations_frame(self)
 
 
@@ -442,6 +441,34 @@ def tokens_per_s(record: IterationRecord, gbs: int | None, seq: int | None) -> f
     if batch is None or seq is None or record.elapsed_ms is None or record.elapsed_ms <= 0:
         return None
     return batch * seq / (record.elapsed_ms / 1000.0)
+
+
+def iterations_frame(metrics: TrainingRunMetrics) -> pd.DataFrame:
+    """One row per logged iteration; ``steady`` marks the rows the statistics use, ``stall`` the slow ones."""
+    gbs, seq = config_int(metrics.config, "gbs"), config_int(metrics.config, "seq_length")
+    steady, stalls = set(metrics.steady_iterations), set(metrics.stall_iterations)
+    rows = []
+    for r in metrics.iterations:
+        rows.append(
+            {
+                "iteration": r.iteration,
+                "train_iters": r.train_iters,
+                "elapsed_ms": r.elapsed_ms,
+                "tflops_per_gpu": r.tflops_per_gpu,
+                "tokens_per_s": tokens_per_s(r, gbs, seq),
+                "lm_loss": r.lm_loss,
+                "grad_norm": r.grad_norm,
+                "learning_rate": r.learning_rate,
+                "global_batch_size": r.global_batch_size,
+                "skipped_iterations": r.skipped_iterations,
+                "nan_iterations": r.nan_iterations,
+                "complete": r.complete,
+                "steady": r.iteration in steady,
+                "stall": r.iteration in stalls,
+                **dict(r.losses),
+            }
+        )
+    return frame(rows)
 
 
 def parse_training_run(

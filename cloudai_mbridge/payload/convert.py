@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import hf_config
-from .train_config import trust_remote_code
+from .train.config import trust_remote_code
 
 MARKER = "latest_checkpointed_iteration.txt"
 EXIT_CONFIG = 2

@@ -1,7 +1,7 @@
 """Pipeline layouts: which layers (embedding, decoder, MTP, loss) each pipeline / virtual-pipeline stage holds.
 
 Where the layout of a sweep point comes from, in the order the training payload consults them
-(cloudai_mbridge/payload/train_config.py ``pipeline_layout``):
+(cloudai_mbridge/payload/train/config.py ``pipeline_layout``):
 
 1. an explicit layout string in Megatron-Core's DSL (``pipeline_layout``), parsed exactly as
    ``megatron/core/transformer/pipeline_parallel_layer_layout.py`` (core_v0.16.1) ``parse_str_to_list`` (L283-L320)
@@ -196,7 +196,7 @@ def recipe_stages(pp: int, vp: int | None, mtp_layers: int) -> tuple[Stage, ...]
 
 def derived_stages(num_layers: int, stages: int, mtp_layers: int) -> tuple[Stage, ...]:
     """The recipe table's rule for any layer count, as the training payload derives proxy layouts
-    (cloudai_mbridge/payload/train_config.py derived_pipeline_layout): ceil(L / S) decoders per stage, the
+    (cloudai_mbridge/payload/train/config.py derived_pipeline_layout): ceil(L / S) decoders per stage, the
     remainder on the last, embedding first, MTP layers and the loss last. For 61 layers it reproduces the table."""
     per = -(-num_layers // stages)
     last = num_layers - per * (stages - 1)

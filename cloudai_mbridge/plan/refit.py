@@ -29,7 +29,7 @@ def refit_model(model: ModelSpec, num_layers: int | None, seq_length: int) -> di
 
 @dataclass(frozen=True)
 class RefitPlan:
-    config: dict[str, Any]  # exactly what payload/refit.py receives
+    config: dict[str, Any]  # exactly what payload/refit/__main__.py receives
     num_nodes: int
     tasks_per_node: int
     system_has_gpus: bool

@@ -71,7 +71,7 @@ class TrainingPlan:
     grad_reduce_in_fp32: bool = False  # DSV3 recipe: False (bf16 main grads)
     # Megatron's TransformerConfig.transformer_impl. "transformer_engine": fused/flash attention, MLA, fused SwiGLU,
     # TE's FusedAdam (engine bridge / auto); "local": unfused DotProductAttention, standard attention instead of MLA,
-    # unfused SwiGLU, torch AdamW (engine mcore, payload/train_mcore.py). Only plan/memory.py reads it.
+    # unfused SwiGLU, torch AdamW (engine mcore, payload/train/mcore.py). Only plan/memory.py reads it.
     transformer_impl: str = "transformer_engine"
 
     @property
@@ -123,7 +123,7 @@ class TrainingPlan:
     @property
     def shared_expert_overlap(self) -> bool:
         """Megatron's moe_shared_expert_overlap: the recipes turn it on, Bridge's flex backend and the perf
-        harness's a2a overlap turn it off again (payload/train_config.py bridge_overrides does the same)."""
+        harness's a2a overlap turn it off again (payload/train/config.py bridge_overrides does the same)."""
         if not self.model.num_shared_experts:
             return False
         if self.moe_shared_expert_overlap is not None:

@@ -1,11 +1,11 @@
-"""Rules for the refit workload. The layout checks are the payload's own (payload/refit_config.py), run here at
+"""Rules for the refit workload. The layout checks are the payload's own (payload/refit/config.py), run here at
 dry-run time so a point the payload would refuse never reaches the queue."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..payload.refit_config import ConfigError, derive_layouts, from_dict
+from ..payload.refit.config import ConfigError, derive_layouts, from_dict
 from ..plan.refit import RefitPlan
 from .base import RuleSet, Violation
 
@@ -20,7 +20,7 @@ def _sides(p: RefitPlan) -> dict[str, object]:
 
 @rule("refit-layout")
 def _layout(p: RefitPlan) -> Iterator[Violation]:
-    """payload/refit_config.py derive_layouts: divisibility of heads/ffn/experts/layers by each side's tp/etp/ep/pp
+    """payload/refit/config.py derive_layouts: divisibility of heads/ffn/experts/layers by each side's tp/etp/ep/pp
     (megatron/core/transformer/* asserts at build time), the expert grid carved out of tp*dp, and the world size of
     each mode (collocated: both sides on all ranks; non-collocated: src.world + dst.world ranks exactly)."""
     try:
@@ -44,7 +44,7 @@ def _transport(p: RefitPlan) -> Iterator[Violation]:
 
 @rule("refit-coalesce-transport")
 def _coalesce(p: RefitPlan) -> Iterator[Violation]:
-    """payload/refit_coalesce.py packs slices into send/recv messages (torch.distributed isend/irecv): gloo and
+    """payload/refit/coalesce.py packs slices into send/recv messages (torch.distributed isend/irecv): gloo and
     nccl only; nvshmem has its own copy service."""
     c = p.config
     if c.get("coalesce_mib") and c["transport"] == "nvshmem":

@@ -11,7 +11,7 @@ from cloudai.models.workload import TestDefinition
 from pydantic import PrivateAttr, field_validator
 
 from ..rules import Violation
-from .common import container_image, redact_secret_env, secret_env_violations, system_env
+from ..systems.common import container_image, redact_secret_env, secret_env_violations, system_env
 from .reporting import run_status
 
 

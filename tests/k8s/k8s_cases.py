@@ -65,7 +65,7 @@ def register_all() -> None:
     from cloudai.core import Registry
 
     from cloudai_mbridge.registration import register
-    from cloudai_mbridge.workloads.k8s_runner import register_kubernetes
+    from cloudai_mbridge.systems.kubernetes.runner import register_kubernetes
 
     register()
     register_kubernetes(Registry())  # idempotent: the CLI tests prove registration.py wires it
@@ -90,7 +90,7 @@ def k8s_system(path: Path):
 
 def k8s_strategy(system_path: Path, test: dict[str, Any], num_nodes: int, output: Path, overrides=None):
     """The real CloudAI objects for one point, in-process (CloudAI's own strategy-test style)."""
-    from cloudai_mbridge.workloads.k8s_runner import json_gen_strategy_class
+    from cloudai_mbridge.systems.kubernetes.runner import json_gen_strategy_class
 
     system = k8s_system(system_path)
     tr = make_test_run(test, num_nodes, output, overrides)

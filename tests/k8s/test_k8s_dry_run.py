@@ -18,7 +18,8 @@ from helpers import CONF, write_case
 from k8s_cases import EKS, GENERIC, k8s_dry_run, manifest_dirs, no_cluster_env, read_objects, system_toml
 from k8s_checks import all_errors, container_view, containers
 
-from cloudai_mbridge.launch.kubernetes import KNOBS, PREFIX
+from cloudai_mbridge.launch.kubernetes import KNOBS, PREFIX, configmap_key
+from cloudai_mbridge.launch.payload import payload_files
 
 
 def _job(objects: list[dict]) -> dict:
@@ -34,7 +35,7 @@ def _assert_valid_point(k8s_dir: Path) -> list[dict]:
     configmap = objects[0]
     assert configmap["kind"] == "ConfigMap"
     assert configmap["data"]["mbridge_config.json"] == (run_dir / "mbridge_config.json").read_text()
-    staged = {p.name: p.read_text() for p in (run_dir / "mbridge_payload").glob("*.py")}
+    staged = {configmap_key(k): v for k, v in payload_files(run_dir / "mbridge_payload").items()}
     assert {k: v for k, v in configmap["data"].items() if k.endswith(".py")} == staged, "the payload that ran"
     for c in containers(_job(objects)):
         names = {e["name"] for e in c["env"]}
@@ -133,7 +134,7 @@ def test_refit_scenario_on_eks(tmp_path: Path) -> None:
     from cloudai.core import Registry
     from k8s_cases import register_all
 
-    from cloudai_mbridge.workloads.k8s_runner import MBridgeKubernetesSystem, json_gen_strategy_class
+    from cloudai_mbridge.systems.kubernetes.runner import MBridgeKubernetesSystem, json_gen_strategy_class
 
     register_all()
     refit = Registry().test_definitions_map.get("MBridgeRefit")
@@ -175,7 +176,7 @@ def test_registration_wires_kubernetes(tmp_path: Path) -> None:
         "MBridgeTrainingKubernetesJsonGenStrategy",
         "MBridgeTrainingKubernetesJsonGenStrategy",
         "SleepKubernetesJsonGenStrategy",  # CloudAI's own workloads keep theirs on the subclass (exact-type lookups)
-    ], "registration.py must call register_kubernetes(reg) (cloudai_mbridge.workloads.k8s_runner)"
+    ], "registration.py must call register_kubernetes(reg) (cloudai_mbridge.systems.kubernetes.runner)"
 
 
 # --- what is refused, and how it is said -------------------------------------------------------------------------

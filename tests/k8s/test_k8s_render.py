@@ -1,4 +1,4 @@
-"""launch/kubernetes.py on literals: the pure renderer, no CloudAI."""
+"""launch/kubernetes/ on literals: the pure renderer, no CloudAI."""
 
 from __future__ import annotations
 
@@ -92,6 +92,22 @@ def test_a_configmap_over_one_mib_is_refused_clearly() -> None:
     big = spec(payload_files={"train.py": "x" * CONFIGMAP_LIMIT})
     with pytest.raises(K8sConfigError, match=r"over the 1 MiB a ConfigMap can hold"):
         render_objects(big)
+
+
+def test_subpackage_files_are_mounted_at_their_paths() -> None:
+    files = {"__init__.py": "", "train/__init__.py": "", "train/__main__.py": "print('hi')\n"}
+    configmap, *_, job = render_objects(spec(payload_files=files))
+    assert sorted(configmap["data"]) == ["__init__.py", "mbridge_config.json", "train.__init__.py", "train.__main__.py"]
+    (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "payload"]
+    assert {i["key"]: i["path"] for i in volume["configMap"]["items"]} == {
+        "__init__.py": "mbridge_payload/__init__.py",
+        "mbridge_config.json": "mbridge_config.json",
+        "train.__init__.py": "mbridge_payload/train/__init__.py",
+        "train.__main__.py": "mbridge_payload/train/__main__.py",
+    }
+    for bad in ({"../x.py": ""}, {"a/b.py": "", "a.b.py": ""}):
+        with pytest.raises(K8sConfigError, match="not a distinct relative path"):
+            render_objects(spec(payload_files=bad))
 
 
 def test_minimal_objects_are_valid_for_both_kinds() -> None:

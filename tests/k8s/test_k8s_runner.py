@@ -207,7 +207,7 @@ def _run(tmp_path: Path, mode: str, test: dict, nodes: int, fake: FakeApi | None
     fake logs do not carry) is left out: job_status_check is off, and the runner's status is asserted instead."""
     from cloudai.core import TestScenario
 
-    from cloudai_mbridge.workloads.k8s_runner import MBridgeKubernetesRunner
+    from cloudai_mbridge.systems.kubernetes.runner import MBridgeKubernetesRunner
 
     system = k8s_system(system_toml(tmp_path, EKS, env))
     system.monitor_interval = 0
@@ -325,7 +325,7 @@ def test_dry_run_touches_no_cluster(tmp_path: Path) -> None:
 def test_system_parses_without_kubeconfig_where_cloudais_cannot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from cloudai.systems.kubernetes import KubernetesSystem
 
-    from cloudai_mbridge.workloads.k8s_runner import MBridgeKubernetesSystem
+    from cloudai_mbridge.systems.kubernetes.runner import MBridgeKubernetesSystem
 
     system = k8s_system(EKS)
     assert type(system) is MBridgeKubernetesSystem
@@ -342,7 +342,7 @@ def test_system_parses_without_kubeconfig_where_cloudais_cannot(tmp_path: Path, 
 def test_builtin_workloads_keep_cloudais_kubernetes_path(tmp_path: Path) -> None:
     from cloudai.systems.kubernetes import KubernetesJob
 
-    from cloudai_mbridge.workloads.k8s_runner import MBridgeKubernetesJob
+    from cloudai_mbridge.systems.kubernetes.runner import MBridgeKubernetesJob
 
     fake = FakeApi(polls=1)
     sleep = {"name": "sleep", "description": "d", "test_template_name": "Sleep", "cmd_args": {"seconds": 1}}

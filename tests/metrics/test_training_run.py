@@ -425,7 +425,7 @@ def test_parallel_scan_gives_the_same_answer(tmp_path: Path) -> None:
 
 
 def test_the_payloads_own_error_lines(tmp_path: Path) -> None:
-    # As cloudai_mbridge/payload/train.py and train_log.py print them (rank 0, stderr) before exiting with code 3.
+    # As payload/train/__main__.py and payload/train/log.py print them (rank 0, stderr) before exiting with code 3.
     rank0 = (
         "MBRIDGE_DISPATCHER requested=deepep built=alltoall backend=none\n"
         "MBRIDGE_DISPATCHER_ERROR dispatcher downgraded: requested deepep (expects flex/deepep) but the built model "

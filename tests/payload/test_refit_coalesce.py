@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from cloudai_mbridge.payload.refit_coalesce import CoalescingCopyService, buckets, make_service
+from cloudai_mbridge.payload.refit.coalesce import CoalescingCopyService, buckets, make_service
 
 pytestmark = pytest.mark.payload
 

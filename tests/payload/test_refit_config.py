@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from cloudai_mbridge.payload import refit_config as rc
-from cloudai_mbridge.payload.refit_local import parse
+from cloudai_mbridge.payload.refit import config as rc
+from cloudai_mbridge.payload.refit.local import parse
 
 pytestmark = pytest.mark.payload
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cloudai_mbridge.payload.refit_local import LocalRun, launch
+from cloudai_mbridge.payload.refit.local import LocalRun, launch
 
 pytestmark = pytest.mark.payload
 

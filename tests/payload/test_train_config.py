@@ -11,8 +11,9 @@ import pytest
 
 from cloudai_mbridge.catalog import get_gpu, get_model
 from cloudai_mbridge.launch.training import training_config
-from cloudai_mbridge.payload import train, train_bridge
-from cloudai_mbridge.payload import train_config as tc
+from cloudai_mbridge.payload.train import __main__ as train
+from cloudai_mbridge.payload.train import bridge as train_bridge
+from cloudai_mbridge.payload.train import config as tc
 from cloudai_mbridge.plan import CUDA_GRAPH_IMPLS, DEEPEP_IMPLS, DISPATCHERS, PRECISIONS, RECOMPUTE, TrainingPlan
 from cloudai_mbridge.plan.training import EchoOptions
 
@@ -337,7 +338,7 @@ def test_identity_check_catches_a_wrong_provider():
 
 
 def test_the_staged_package_runs_alone(tmp_path):
-    """As launch/payload.py stages it: payload/*.py copied to <run>/mbridge_payload, started with python3 -m."""
+    """As launch/payload.py stages it: payload/**/*.py copied to <run>/mbridge_payload, started with python3 -m."""
     import subprocess
     import sys
 

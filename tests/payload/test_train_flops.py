@@ -7,8 +7,8 @@ from dataclasses import asdict
 import pytest
 
 from cloudai_mbridge.catalog import get_model
-from cloudai_mbridge.payload.train_config import padded_vocab_size
-from cloudai_mbridge.payload.train_flops import attention_flops_per_token, num_floating_point_operations
+from cloudai_mbridge.payload.train.config import padded_vocab_size
+from cloudai_mbridge.payload.train.flops import attention_flops_per_token, num_floating_point_operations
 
 TINY = {
     "hidden_size": 8, "num_attention_heads": 2, "qk_head_dim": 4, "qk_pos_emb_head_dim": 2, "v_head_dim": 4,

@@ -10,7 +10,7 @@ from datetime import datetime
 import pytest
 import torch
 
-from cloudai_mbridge.payload import train_log as tl
+from cloudai_mbridge.payload.train import log as tl
 
 
 def test_iteration_line_is_megatron_lms():

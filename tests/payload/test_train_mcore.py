@@ -11,8 +11,8 @@ import pytest
 
 from cloudai_mbridge.catalog import get_gpu, get_model
 from cloudai_mbridge.launch.training import training_config
-from cloudai_mbridge.payload import train_mcore as tm
-from cloudai_mbridge.payload.train_config import ConfigError, check_config, missing_echo_fields
+from cloudai_mbridge.payload.train import mcore as tm
+from cloudai_mbridge.payload.train.config import ConfigError, check_config, missing_echo_fields
 from cloudai_mbridge.plan import TrainingPlan
 from cloudai_mbridge.plan.training import EchoOptions
 

@@ -118,7 +118,7 @@ def tiny_plan(**overrides) -> TrainingPlan:
 
 
 def test_local_engine_builds_standard_attention_parameters() -> None:
-    # linear_qkv h x 3·a·dv + linear_proj a·dv x h + input norm h (payload/train_mcore.py: kv_channels = dv, MHA)
+    # linear_qkv h x 3·a·dv + linear_proj a·dv x h + input norm h (payload/train/mcore.py: kv_channels = dv, MHA)
     assert _attention_params(tiny_plan()) == 64 * 3 * 64 + 64 * 64 + 64 == 16448
     assert _attention_params(tiny_plan(transformer_impl="transformer_engine")) != 16448  # MLA
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ..k8s_base import MBridgeKubernetesStrategy
+from ...systems.kubernetes.strategy import MBridgeKubernetesStrategy
 from .test_definition import MBridgeRefitTestDefinition
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ..slurm_base import MBridgeSlurmStrategy
+from ...systems.slurm.strategy import MBridgeSlurmStrategy
 from .kubernetes import refit_env
 from .test_definition import MBridgeRefitTestDefinition
 

@@ -43,7 +43,7 @@ class MBridgeRefitCmdArgs(CmdArgs):
     dst: RefitSide
     mode: Mode | list[Mode] = "collocated"
     transport: Transport | list[Transport] = "nccl"
-    # > 0: the plan's slices packed into messages of at most this many MiB per peer (payload/refit_coalesce.py)
+    # > 0: the plan's slices packed into messages of at most this many MiB per peer (payload/refit/coalesce.py)
     coalesce_mib: NonNegInt | list[NonNegInt] = 0
     device: Literal["cuda", "cpu"] = "cuda"
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"

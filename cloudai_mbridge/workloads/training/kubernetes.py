@@ -7,7 +7,7 @@ from typing import Any
 
 from ...launch.kubernetes import CONFIG_PATH, K8sConfigError, PodStep
 from ...launch.payload import payload_argv
-from ..k8s_base import MBridgeKubernetesStrategy
+from ...systems.kubernetes.strategy import MBridgeKubernetesStrategy
 from .job import TrainingJob
 
 

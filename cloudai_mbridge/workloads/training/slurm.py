@@ -7,7 +7,7 @@ from typing import Any
 
 from ...launch.payload import payload_argv
 from ...launch.slurm import SrunStep
-from ..slurm_base import MBridgeSlurmStrategy
+from ...systems.slurm.strategy import MBridgeSlurmStrategy
 from .job import TrainingJob
 
 

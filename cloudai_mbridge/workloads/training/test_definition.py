@@ -16,15 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...launch.training import training_config
-from ...payload.train_config import mcore_unsupported
+from ...payload.train.config import mcore_unsupported
 from ...plan import EchoOptions, TrainingPlan
 from ...plan.memory import estimate_memory
 from ...rules import TRAINING_RULES, Violation
-from ..base import MBridgeTestDefinition
-from ..common import (
+from ...systems.common import (
     system_gpus_per_node,
     system_network,
 )
+from ..base import MBridgeTestDefinition
 
 PosInt = Annotated[int, Field(ge=1)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]

@@ -21,8 +21,8 @@ import inspect
 import tempfile
 from typing import Any
 
-from . import dist_env, hf_config
-from .train_config import (
+from .. import dist_env, hf_config
+from .config import (
     BRIDGE_PRECISION_RECIPES,
     FUSION_NEEDS,
     IDENTITY_FIELDS,
@@ -35,7 +35,7 @@ from .train_config import (
     pipeline_layout,
     trust_remote_code,
 )
-from .train_log import (
+from .log import (
     built_backend,
     check_deep_ep,
     check_dispatcher,

@@ -13,7 +13,7 @@ What CloudAI's own KubernetesSystem/KubernetesRunner (1.6) cannot do for us, and
   pre-step Job, Service + Indexed Job, or PyTorchJob) in order, waits for pre-steps, watches the main workload,
   collects the log of every pod into ``<output>/logs/`` (pod-<i>.log, rank-<R>.log split from torchrun's line
   prefix, <role>.log for pre-steps) and ``stdout.txt``, and deletes everything afterwards.
-- Its dry-run still reads logs and deletes the job on the cluster. Ours writes the manifests (k8s_base.py) and
+- Its dry-run still reads logs and deletes the job on the cluster. Ours writes the manifests (strategy.py) and
   touches nothing else. Built-in test definitions keep CloudAI's behaviour unchanged.
 """
 
@@ -29,7 +29,7 @@ from cloudai.core import BaseJob, JobStatusResult, JsonGenStrategy, Registry, Sy
 from cloudai.systems.kubernetes import KubernetesJob, KubernetesRunner, KubernetesSystem
 from pydantic import field_validator
 
-from ..launch.kubernetes import (
+from ...launch.kubernetes import (
     COMPLETION_INDEX,
     JOB_LABEL,
     RANK_PREFIX,
@@ -38,7 +38,7 @@ from ..launch.kubernetes import (
     K8sConfigError,
     parse_settings,
 )
-from .k8s_base import MBridgeKubernetesStrategy
+from .strategy import MBridgeKubernetesStrategy
 
 WORKLOAD_KINDS = ("Job", "PyTorchJob")
 PYTORCHJOB_API = {"group": "kubeflow.org", "version": "v1", "plural": "pytorchjobs"}
@@ -397,10 +397,8 @@ def add_kubernetes_strategy(reg: Registry, tdef: type[TestDefinition], strategy:
 
 
 def register_kubernetes(reg: Registry) -> None:
-    """Scheduler "kubernetes": our system and runner, CloudAI's strategies kept, MBridgeTraining on Kubernetes."""
-    from .training.kubernetes import MBridgeTrainingKubernetesJsonGenStrategy
-    from .training.test_definition import MBridgeTrainingTestDefinition
-
+    """Scheduler "kubernetes": our system and runner, CloudAI's strategies kept (our workloads' strategies are added
+    by registration.py with ``add_kubernetes_strategy``)."""
     reg.update_system("kubernetes", MBridgeKubernetesSystem)
     reg.update_runner("kubernetes", MBridgeKubernetesRunner)
     for mapping, update in (
@@ -411,4 +409,3 @@ def register_kubernetes(reg: Registry) -> None:
         for (system_type, tdef_type), strategy in list(mapping.items()):
             if system_type is KubernetesSystem:
                 update(MBridgeKubernetesSystem, tdef_type, strategy)  # type: ignore[operator]
-    add_kubernetes_strategy(reg, MBridgeTrainingTestDefinition, MBridgeTrainingKubernetesJsonGenStrategy)

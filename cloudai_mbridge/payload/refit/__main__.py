@@ -29,16 +29,16 @@ Layout (ranks and DP):
   The vocabulary is padded to a multiple of 128 * lcm(src.tp, dst.tp) so both sides agree on its size.
 
 Model: Megatron-Core GPTModel, local (non-TE) spec, every layer MoE with SequentialMLP experts, GQA attention
-(no MLA: refit treats every parameter alike, see refit_models), RoPE, RMSNorm, SwiGLU, untied embeddings.
+(no MLA: refit treats every parameter alike, see models), RoPE, RMSNorm, SwiGLU, untied embeddings.
 
 Refit: `megatron.core.resharding.swap_model_weights(src, dst, refit_method=transport)` (with `coalesce_mib` > 0 the
-same plan carried by refit_coalesce.CoalescingCopyService: slices packed into messages of at most that many MiB per
+same plan carried by coalesce.CoalescingCopyService: slices packed into messages of at most that many MiB per
 peer); `warmup` untimed calls
 (the first builds the plan), then `iterations` timed calls. Before every call every destination parameter is set
 to NaN. time_ms = the slowest rank's wall time from a common barrier to the return of swap_model_weights (CUDA
 synchronised). After every timed call no destination element may be NaN; after the last one the weights are
-verified bit-exactly without trusting the planner (refit_verify). megatron-core bugs and CPU blockers are handled
-by refit_adapter (documented there); layouts the adapter cannot fix are refused with a message.
+verified bit-exactly without trusting the planner (verify). megatron-core bugs and CPU blockers are handled
+by adapter (documented there); layouts the adapter cannot fix are refused with a message.
 
 Output (stdout, rank 0, flushed):
   REFIT_CONFIG {json}                          resolved config, layouts, versions, world size (first line)
@@ -80,8 +80,8 @@ import time
 import traceback
 from datetime import timedelta
 
-from . import dist_env
-from .refit_config import (
+from .. import dist_env
+from .config import (
     ConfigError,
     RefitConfig,
     SideLayout,
@@ -177,8 +177,8 @@ def _plan_stats(cfg: RefitConfig, dst_model) -> dict[str, int]:
 
 
 def _side_model(cfg: RefitConfig, side: SideLayout, pg_collection):
-    from .refit_adapter import accepts_absent_side
-    from .refit_models import absent_side, build_model
+    from .adapter import accepts_absent_side
+    from .models import absent_side, build_model
 
     if pg_collection is not None:
         return build_model(cfg, side, pg_collection), True
@@ -186,7 +186,7 @@ def _side_model(cfg: RefitConfig, side: SideLayout, pg_collection):
 
 
 def _install_adapter(cfg: RefitConfig, src: SideLayout, dst: SideLayout) -> str:
-    from .refit_adapter import install_local_expert_fix
+    from .adapter import install_local_expert_fix
 
     if not needs_expert_adapter(src, dst):
         return "not-needed"
@@ -206,11 +206,11 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, dst_shards) -> tuple[l
     import torch.distributed as dist
     from megatron.core.resharding import swap_model_weights
 
-    from .refit_verify import any_nan, poison
+    from .verify import any_nan, poison
 
     method = cfg.transport
     if cfg.coalesce_mib:
-        from .refit_coalesce import make_service
+        from .coalesce import make_service
 
         method = make_service(cfg.coalesce_mib << 20)
 
@@ -282,7 +282,7 @@ def _profile(once, *, cuda: bool) -> None:
 def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes) -> dict:
     import torch.distributed as dist
 
-    from .refit_verify import gather_check, shard_mismatches
+    from .verify import gather_check, shard_mismatches
 
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, sorted({s.name for s in dst_shards}))
@@ -309,14 +309,14 @@ def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes) ->
 
 
 def _logits_check(cfg, src, dst, src_model, src_pg, dst_model, dst_pg, verdict) -> dict:
-    """CUDA-only forward comparison (see refit_verify.logits_difference); reported, it does not gate the verdict."""
+    """CUDA-only forward comparison (see verify.logits_difference); reported, it does not gate the verdict."""
     if verdict["status"] != "pass":
         return {"status": "skipped", "reason": "weights-not-verified"}
     if cfg.device != "cuda":
         return {"status": "skipped", "reason": "cpu: the MoE router moves its weights to CUDA in forward"}
     if cfg.mode != "collocated" or src.pp != 1 or dst.pp != 1:
         return {"status": "skipped", "reason": "needs both models on every rank and pp=1 on both sides"}
-    from .refit_verify import logits_difference
+    from .verify import logits_difference
 
     ratio = logits_difference(src_model, src_pg, dst_model, dst_pg, padded_vocab_size(cfg), cfg.model.seq_length)
     return {"status": "measured", "max_rel_diff": ratio}
@@ -359,8 +359,8 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv) -> int:
     import torch
     import torch.distributed as dist
 
-    from .refit_groups import build_pg_collection
-    from .refit_verify import corrupt_one, describe, fill_reference, model_bytes
+    from .groups import build_pg_collection
+    from .verify import corrupt_one, describe, fill_reference, model_bytes
 
     _state["phase"] = "layout"
     src, dst = derive_layouts(cfg, env.world_size)
@@ -376,13 +376,13 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv) -> int:
                             timeout=timedelta(seconds=cfg.timeout_s))
     header["adapter"] = _install_adapter(cfg, src, dst)
     if cfg.device == "cpu":
-        from .refit_adapter import prepare_cpu_transport
+        from .adapter import prepare_cpu_transport
 
         prepare_cpu_transport(cfg.transport)
 
     _state["phase"] = "build"
     if cfg.device == "cuda":
-        from .refit_models import seed_cuda_rng_tracker
+        from .models import seed_cuda_rng_tracker
 
         seed_cuda_rng_tracker(cfg.seed)
     src_pg, dst_pg = build_pg_collection(src), build_pg_collection(dst)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from .refit_config import RefitConfig, SideLayout, padded_vocab_size
+from .config import RefitConfig, SideLayout, padded_vocab_size
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -25,9 +25,9 @@ import json
 import sys
 from typing import Any
 
-from . import dist_env
-from .train_config import ConfigError, load_config, select_engine
-from .train_log import DispatcherError
+from .. import dist_env
+from .config import ConfigError, load_config, select_engine
+from .log import DispatcherError
 
 EXIT_CONFIG = 2
 EXIT_DISPATCHER = 3
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                 "the job's task count must match num_nodes * gpus_per_node"
             )
         dist_env.export(dist)
-        from . import train_bridge
+        from . import bridge as train_bridge
 
         engine = select_engine(cfg["engine"], train_bridge.available())
         if dist.rank == 0:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         if engine == "bridge":
             train_bridge.run(cfg, dist)
         else:
-            from . import train_mcore
+            from . import mcore as train_mcore
 
             train_mcore.run(cfg, dist)
     except ConfigError as e:

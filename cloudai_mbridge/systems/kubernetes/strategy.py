@@ -1,11 +1,11 @@
 """The Kubernetes generation both workloads share: stage payload + config, render our objects, write the manifests.
 
-The twin of slurm_base.py. A workload subclass says what runs (``entry``, ``payload_config``, ``base_env``,
+The twin of systems/slurm/strategy.py. A workload subclass says what runs (``entry``, ``payload_config``, ``base_env``,
 ``check``, optionally ``pre_steps`` and the processes per pod); this class turns it into a ConfigMap + Service +
-Indexed Job (or a PyTorchJob) through launch/kubernetes.py, and writes one manifest per object plus objects.json
-into ``<output>/k8s/`` in dry-run and run alike. The runner (k8s_runner.py) creates what was written.
+Indexed Job (or a PyTorchJob) through launch/kubernetes/, and writes one manifest per object plus objects.json
+into ``<output>/k8s/`` in dry-run and run alike. The runner (runner.py) creates what was written.
 
-Cluster settings come from the system's ``global_env_vars`` (CLOUDAI_MBRIDGE_K8S_*, see launch/kubernetes.py
+Cluster settings come from the system's ``global_env_vars`` (CLOUDAI_MBRIDGE_K8S_*, see launch/kubernetes/knobs.py
 KNOBS): CloudAI's KubernetesSystem forbids extra fields. They describe the cluster, so a test that sets one in
 ``extra_env_vars`` is refused; none of them is exported into the pods.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from cloudai.core import JsonGenStrategy
 
-from ..launch.kubernetes import (
+from ...launch.kubernetes import (
     CONFIG_PATH,
     PREFIX,
     RESULTS_DIR,
@@ -37,9 +37,9 @@ from ..launch.kubernetes import (
     render_objects,
     time_limit_seconds,
 )
-from ..launch.payload import payload_argv, stage_payload, write_config
-from ..rules import PointRejectedError, Violation
-from .common import generated_by, open_run_dir, system_env, system_network
+from ...launch.payload import payload_argv, payload_files, stage_payload, write_config
+from ...rules import PointRejectedError, Violation
+from ..common import generated_by, open_run_dir, system_env, system_network
 
 MANIFEST_DIR = "k8s"
 OBJECTS_FILE = "objects.json"
@@ -172,7 +172,7 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
             nproc_per_node=self.nproc_per_node(),
             gpus_per_node=self.gpus_per_node(),
             steps=(*self.pre_steps(), main),
-            payload_files={p.name: p.read_text() for p in sorted(payload_dir.glob("*.py"))},
+            payload_files=payload_files(payload_dir),
             config_text=config_text,
             env={**self.base_env(), **system_vars, **test_vars},
             settings=settings,

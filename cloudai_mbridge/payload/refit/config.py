@@ -1,7 +1,7 @@
 """Refit payload configuration: the JSON schema, CLI overrides, validation and the rank layout of both sides.
 
 Pure stdlib on purpose: the CloudAI side, the tests and the payload can all import it without torch or megatron.
-The schema itself is documented in `refit.py` (the entry point), next to the output contract.
+The schema itself is documented in `__main__.py` (the entry point), next to the output contract.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class RefitConfig:
     verify_gather_max_bytes: int = 1 << 30
     # Directory where every rank writes its source and destination shards (torch.save) for an outside check.
     dump_shards: str | None = None
-    # > 0: megatron-core's plan carried by payload/refit_coalesce.py, slices packed into messages of at most this
+    # > 0: megatron-core's plan carried by payload/refit/coalesce.py, slices packed into messages of at most this
     # many MiB per peer (gloo or nccl); 0: megatron-core's own copy service for `transport`, one message per slice.
     coalesce_mib: int = 0
     # Testing only: corrupt one destination element after the last refit (verification must fail).
@@ -328,5 +328,5 @@ def derive_layouts(cfg: RefitConfig, world_size: int) -> tuple[SideLayout, SideL
 
 
 def needs_expert_adapter(src: SideLayout, dst: SideLayout) -> bool:
-    """Layouts hit by the megatron-core planner bugs for local-spec experts (see refit_adapter)."""
+    """Layouts hit by the megatron-core planner bugs for local-spec experts (see adapter)."""
     return any(side.ep > 1 or side.etp != side.tp for side in (src, dst))

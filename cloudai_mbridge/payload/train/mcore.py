@@ -29,8 +29,8 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from . import dist_env
-from .train_config import (
+from .. import dist_env
+from .config import (
     ConfigError,
     echo_fields,
     mcore_unsupported,
@@ -41,8 +41,8 @@ from .train_config import (
     recompute_fields,
     shared_expert_overlap,
 )
-from .train_flops import num_floating_point_operations
-from .train_log import (
+from .flops import num_floating_point_operations
+from .log import (
     built_backend,
     check_deep_ep,
     check_dispatcher,

@@ -1,4 +1,4 @@
-"""What the training and refit adapters share: system facts, secret screening, the container image."""
+"""What the workloads and both schedulers share: system facts, secret screening, the container image, the run folder."""
 
 from __future__ import annotations
 

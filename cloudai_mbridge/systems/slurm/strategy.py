@@ -11,10 +11,10 @@ from typing import Any
 
 from cloudai.systems.slurm import SlurmCommandGenStrategy
 
-from ..launch.payload import payload_argv, stage_payload, write_config
-from ..launch.slurm import SbatchSpec, SrunStep, render_sbatch, srun_line
-from ..rules import Violation
-from .common import generated_by, open_run_dir
+from ...launch.payload import payload_argv, stage_payload, write_config
+from ...launch.slurm import SbatchSpec, SrunStep, render_sbatch, srun_line
+from ...rules import Violation
+from ..common import generated_by, open_run_dir
 
 SBATCH_NAME = "cloudai_sbatch_script.sh"
 

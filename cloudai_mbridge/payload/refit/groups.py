@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from .refit_config import SideLayout
+from .config import SideLayout
 
 
 def _member_group(rank_lists: list[list[int]]):

@@ -1,0 +1,228 @@
+"""The cluster settings: CLOUDAI_MBRIDGE_K8S_* in the system's global_env_vars (CloudAI's KubernetesSystem forbids extra
+fields), parsed and checked into K8sSettings; each bad value is a K8sConfigError that names the key and the fix."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .validation import (
+    _CONFIG_KEY,
+    _ENV_NAME,
+    _LABEL_VALUE,
+    _QUANTITY,
+    PAYLOAD_ROOT,
+    PREFIX,
+    RESULTS_DIR,
+    SHM_DIR,
+    K8sConfigError,
+    is_dns1123_subdomain,
+    is_label_key,
+)
+
+KINDS = ("job", "pytorchjob")
+_TOLERATION_KEYS = {"key": str, "operator": str, "value": str, "effect": str, "tolerationSeconds": int}
+_TOLERATION_OPERATORS = ("Exists", "Equal")
+_TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+
+@dataclass(frozen=True)
+class Credential:
+    """An environment variable whose value the kubelet reads from a Secret: we only know its name and key."""
+
+    env: str
+    secret: str
+    key: str
+
+
+@dataclass(frozen=True)
+class K8sSettings:
+    kind: str = "job"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    results_pvc: str | None = None
+    mounts: Mapping[str, str] = field(default_factory=dict)  # absolute mount path -> PersistentVolumeClaim name
+    credentials: tuple[Credential, ...] = ()
+    efa_devices: int | None = None
+    extra_resources: Mapping[str, str] = field(default_factory=dict)
+    shm_size: str = "64Gi"
+    master_port: int = 29500
+    service_account: str | None = None
+    scheduler_name: str | None = None
+    priority_class: str | None = None
+
+
+KNOBS: dict[str, str] = {
+    "KIND": '"job" (Indexed Job + headless Service, default) or "pytorchjob" (Kubeflow training operator)',
+    "NODE_SELECTOR": 'JSON object of node labels, e.g. {"node.kubernetes.io/instance-type": "p6-b300.48xlarge"}',
+    "TOLERATIONS": 'JSON list of tolerations, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists"}]',
+    "RESULTS_PVC": "PersistentVolumeClaim mounted at /results (subPath = job name); default: an emptyDir",
+    "MOUNTS": 'JSON object: absolute path in the pod -> PersistentVolumeClaim, e.g. {"/fsx": "fsx-claim"}',
+    "CREDENTIALS": 'JSON object: env var -> "secret-name[:key]" (key defaults to "token"), e.g. '
+    '{"HF_TOKEN": "hf-token:token"}',
+    "EFA_DEVICES": "vpc.amazonaws.com/efa devices per pod (required on EFA systems), e.g. 16",
+    "EXTRA_RESOURCES": 'JSON object of extra resource limits = requests, e.g. {"rdma/rdma_shared_device_a": 1}',
+    "SHM_SIZE": 'size of the memory-backed /dev/shm, e.g. "64Gi" (the default)',
+    "MASTER_PORT": "torchrun rendezvous port, default 29500",
+    "SERVICE_ACCOUNT": "serviceAccountName of the pods",
+    "SCHEDULER_NAME": "schedulerName of the pods (a gang scheduler such as kai-scheduler or volcano)",
+    "PRIORITY_CLASS": "priorityClassName of the pods",
+}
+
+
+def _json(key: str, raw: str, expected: type, example: str) -> Any:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise K8sConfigError(key, raw, f"not valid JSON ({e.msg} at character {e.pos})", f"write {example}") from None
+    if not isinstance(value, expected):
+        raise K8sConfigError(key, raw, f"must be a JSON {expected.__name__}", f"write {example}")
+    return value
+
+
+def _name(key: str, raw: str, what: str = "a Kubernetes object name") -> str:
+    if not is_dns1123_subdomain(raw):
+        raise K8sConfigError(key, raw, f"not {what}", "use lowercase letters, digits, '-' and '.'")
+    return raw
+
+
+def _int(key: str, raw: str, lo: int, hi: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise K8sConfigError(key, raw, "not an integer", f"write a number from {lo} to {hi}") from None
+    if not lo <= value <= hi:
+        raise K8sConfigError(key, raw, f"out of range {lo}..{hi}", f"write a number from {lo} to {hi}")
+    return value
+
+
+def _quantity(key: str, raw: object) -> str:
+    text = str(raw) if isinstance(raw, (int, str)) and not isinstance(raw, bool) else None
+    if text is None or not _QUANTITY.match(text):
+        raise K8sConfigError(key, raw, "not a Kubernetes quantity", 'write e.g. 8, "64Gi" or "500m"')
+    return text
+
+
+def _node_selector(key: str, raw: str) -> dict[str, str]:
+    value = _json(key, raw, dict, '{"node.kubernetes.io/instance-type": "p6-b300.48xlarge"}')
+    for k, v in value.items():
+        if not is_label_key(k) or not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
+            raise K8sConfigError(f"{key}[{k!r}]", v, "not a node label key and value", "use label syntax")
+    return value
+
+
+def _tolerations(key: str, raw: str) -> tuple[dict[str, Any], ...]:
+    value = _json(key, raw, list, '[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]')
+    for i, tol in enumerate(value):
+        where = f"{key}[{i}]"
+        if not isinstance(tol, dict):
+            raise K8sConfigError(where, tol, "must be a JSON object", 'write {"key": ..., "operator": ...}')
+        for k, v in tol.items():
+            typ = _TOLERATION_KEYS.get(k)
+            if typ is None:
+                raise K8sConfigError(where, k, "unknown toleration field", f"use {', '.join(_TOLERATION_KEYS)}")
+            if not isinstance(v, typ) or isinstance(v, bool):
+                raise K8sConfigError(f"{where}.{k}", v, f"must be a {typ.__name__}", f"write a {typ.__name__}")
+        if tol.get("operator", "Equal") not in _TOLERATION_OPERATORS:
+            raise K8sConfigError(f"{where}.operator", tol["operator"], "unknown operator", "use Exists or Equal")
+        if tol.get("effect", "") not in _TOLERATION_EFFECTS:
+            raise K8sConfigError(
+                f"{where}.effect", tol["effect"], "unknown effect", "use NoSchedule, PreferNoSchedule or NoExecute"
+            )
+        if tol.get("operator") == "Exists" and tol.get("value"):
+            raise K8sConfigError(f"{where}.value", tol["value"], "must be empty with operator Exists", "drop it")
+    return tuple(value)
+
+
+def _mounts(key: str, raw: str) -> dict[str, str]:
+    value = _json(key, raw, dict, '{"/fsx": "fsx-claim"}')
+    reserved = (PAYLOAD_ROOT, RESULTS_DIR, SHM_DIR)
+    for path, claim in value.items():
+        where = f"{key}[{path!r}]"
+        if not isinstance(claim, str):
+            raise K8sConfigError(where, claim, "must be a PersistentVolumeClaim name", 'write {"/fsx": "fsx-claim"}')
+        _name(where, claim, "a PersistentVolumeClaim name")
+        if not path.startswith("/") or posixpath.normpath(path) != path or path == "/" or "\n" in path:
+            raise K8sConfigError(where, path, "not a normalized absolute path", 'write e.g. "/fsx"')
+        for r in reserved:
+            if path == r or path.startswith(r + "/") or r.startswith(path + "/"):
+                raise K8sConfigError(where, path, f"overlaps {r}, which cloudai-mbridge mounts", "mount elsewhere")
+    return value
+
+
+def _credentials(key: str, raw: str) -> tuple[Credential, ...]:
+    value = _json(key, raw, dict, '{"HF_TOKEN": "hf-token:token"}')
+    out = []
+    for env, ref in value.items():
+        where = f"{key}[{env!r}]"
+        if not _ENV_NAME.match(env):
+            raise K8sConfigError(where, env, "not an environment variable name", "use letters, digits and '_'")
+        if not isinstance(ref, str):
+            raise K8sConfigError(where, ref, 'must be "secret-name[:key]"', 'write "hf-token:token"')
+        secret, _, secret_key = ref.partition(":")
+        secret_key = secret_key or "token"
+        _name(where, secret, "a Secret name")
+        if len(secret_key) > 253 or not _CONFIG_KEY.match(secret_key):
+            raise K8sConfigError(where, ref, "the key is not a valid Secret key", "use letters, digits, '-', '_', '.'")
+        out.append(Credential(env, secret, secret_key))
+    return tuple(out)
+
+
+def _extra_resources(key: str, raw: str) -> dict[str, str]:
+    value = _json(key, raw, dict, '{"rdma/rdma_shared_device_a": 1}')
+    out = {}
+    for name, qty in value.items():
+        if not is_label_key(name):
+            raise K8sConfigError(f"{key}[{name!r}]", name, "not a resource name", 'write e.g. "rdma/ib"')
+        out[name] = _quantity(f"{key}[{name!r}]", qty)
+    return out
+
+
+def parse_settings(env: Mapping[str, object]) -> tuple[K8sSettings, dict[str, str]]:
+    """Split ``env`` into our settings (CLOUDAI_MBRIDGE_K8S_*) and the variables that go into the pods."""
+    pod_env: dict[str, str] = {}
+    knobs: dict[str, str] = {}
+    for k, v in env.items():
+        if k.startswith(PREFIX):
+            if k[len(PREFIX) :] not in KNOBS:
+                raise K8sConfigError(k, v, "unknown cloudai-mbridge Kubernetes setting", f"use one of {_knob_list()}")
+            knobs[k[len(PREFIX) :]] = str(v).strip()
+        else:
+            pod_env[k] = str(v)
+    kw: dict[str, Any] = {}
+    for knob, raw in knobs.items():
+        key = PREFIX + knob
+        if knob == "KIND":
+            if raw not in KINDS:
+                raise K8sConfigError(key, raw, "unknown kind", f"use {' or '.join(KINDS)}")
+            kw["kind"] = raw
+        elif knob == "NODE_SELECTOR":
+            kw["node_selector"] = _node_selector(key, raw)
+        elif knob == "TOLERATIONS":
+            kw["tolerations"] = _tolerations(key, raw)
+        elif knob == "RESULTS_PVC":
+            kw["results_pvc"] = _name(key, raw, "a PersistentVolumeClaim name")
+        elif knob == "MOUNTS":
+            kw["mounts"] = _mounts(key, raw)
+        elif knob == "CREDENTIALS":
+            kw["credentials"] = _credentials(key, raw)
+        elif knob == "EFA_DEVICES":
+            kw["efa_devices"] = _int(key, raw, 1, 64)
+        elif knob == "EXTRA_RESOURCES":
+            kw["extra_resources"] = _extra_resources(key, raw)
+        elif knob == "SHM_SIZE":
+            kw["shm_size"] = _quantity(key, raw)
+        elif knob == "MASTER_PORT":
+            kw["master_port"] = _int(key, raw, 1, 65535)
+        else:
+            kw[knob.lower()] = _name(key, raw)
+    return K8sSettings(**kw), pod_env
+
+
+def _knob_list() -> str:
+    return ", ".join(PREFIX + k for k in KNOBS)
+

@@ -1,0 +1,105 @@
+"""Kubernetes constants, the error every check raises, and the checks of names and values (no CloudAI, no I/O)."""
+
+from __future__ import annotations
+
+import re
+
+PAYLOAD_ROOT = "/opt/cloudai-mbridge"
+RESULTS_DIR = "/results"
+SHM_DIR = "/dev/shm"
+PAYLOAD_PACKAGE = "mbridge_payload"
+CONFIG_NAME = "mbridge_config.json"
+CONFIG_PATH = f"{PAYLOAD_ROOT}/{CONFIG_NAME}"
+CONFIGMAP_LIMIT = 1024 * 1024  # the API server refuses a ConfigMap whose data exceeds 1 MiB
+
+PREFIX = "CLOUDAI_MBRIDGE_K8S_"
+MANAGED_BY = "cloudai-mbridge"
+JOB_LABEL = "cloudai-mbridge/job"
+ROLE_LABEL = "cloudai-mbridge/role"
+TEST_LABEL = "cloudai-mbridge/test"
+WAIT_ANNOTATION = "cloudai-mbridge/wait-for-completion"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# torchrun --tee prefixes each line of a rank with this; the runner splits pod logs into logs/rank-<R>.log by it.
+RANK_PREFIX_TEMPLATE = "[rank${rank}]:"
+RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:")
+PYTORCHJOB_CONTAINER = "pytorch"  # the training operator's webhook requires a container of this name
+PYTORCHJOB_PORT_NAME = "pytorchjob-port"  # the operator reads MASTER_PORT from the container port of this name
+NAME_LIMIT = 40  # room for "-convert", "-payload", "-<index>" and the operator's "-worker-<i>" within 63
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+\Z")
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
+_QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\Z")
+_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
+
+
+class K8sConfigError(ValueError):
+    """A value that cannot become a valid Kubernetes object; names the key, the problem and the fix."""
+
+    def __init__(self, key: str, value: object, problem: str, fix: str) -> None:
+        self.key, self.value, self.problem, self.fix = key, value, problem, fix
+        super().__init__(f"{key} = {value!r}: {problem}. Fix: {fix}")
+
+
+
+
+def escape(value: str) -> str:
+    """A string the kubelet's $(VAR) expansion turns back into exactly ``value``."""
+    return value.replace("$", "$$")
+
+
+def is_dns1123_subdomain(name: str) -> bool:
+    return 0 < len(name) <= 253 and all(_DNS1123_LABEL.match(part) for part in name.split("."))
+
+
+def is_label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    return (not prefix or is_dns1123_subdomain(prefix)) and len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
+
+
+def label_value(text: str) -> str:
+    """Any text as a valid label value (lossy: only for labels that help a human filter, never for lookups)."""
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def job_name(test_name: str, step: int, unique: str) -> str:
+    """A DNS-1035 label of at most NAME_LIMIT characters: the test's name, the sweep step and a run-unique hash."""
+    base = re.sub(r"[^a-z0-9]+", "-", test_name.lower())
+    base = re.sub(r"^[^a-z]+", "", base).strip("-") or "mbridge"
+    suffix = f"-{max(step, 0)}-{unique[:8]}"
+    return base[: NAME_LIMIT - len(suffix)].rstrip("-") + suffix
+
+
+def check_namespace(namespace: str) -> str:
+    if len(namespace) > 63 or not _DNS1123_LABEL.match(namespace):
+        raise K8sConfigError(
+            "default_namespace", namespace, "not a valid namespace name", "use lowercase letters, digits and '-'"
+        )
+    return namespace
+
+
+def time_limit_seconds(text: str | None) -> int | None:
+    """Slurm's time formats (what CloudAI scenarios use): M, M:S, H:M:S, D-H, D-H:M, D-H:M:S."""
+    if not text:
+        return None
+    m = _TIME.match(text.strip())
+    if not m:
+        raise K8sConfigError("time_limit", text, "not a time", 'write e.g. "02:00:00" or "1-00:00:00"')
+    days, a, b, c = m.groups()
+    if days is not None:
+        h, mi, s = int(a), int(b or 0), int(c or 0)
+    elif c is not None:
+        h, mi, s = int(a), int(b), int(c)
+    elif b is not None:
+        h, mi, s = 0, int(a), int(b)
+    else:
+        h, mi, s = 0, int(a), 0
+    seconds = ((int(days or 0) * 24 + h) * 60 + mi) * 60 + s
+    if seconds <= 0:
+        raise K8sConfigError("time_limit", text, "must be positive", 'write e.g. "02:00:00"')
+    return seconds
+
