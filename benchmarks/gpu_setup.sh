@@ -99,7 +99,9 @@ if [ -n "$te_sdist" ] && ! ls "$SITE"/transformer_engine/wheel_lib/transformer_e
     echo "MBRIDGE_STACK te_torch built in $((SECONDS - start)) s"
     if [ -n "${OUT:-}" ]; then cp "$ext" "$OUT/"; fi
   fi
-  "$PY" -c "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith('transformer_engine/')])" "$ext" "$SITE"
+  # Unpacked, not pip-installed: pip --target would replace the core's transformer_engine/ folder. Its dist-info
+  # comes along: TE's import check wants transformer-engine, -cu13 and -torch metadata at one version.
+  "$PY" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$ext" "$SITE"
 fi
 
 cat > "$ROOT/$STACK/env.sh" <<ENV

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The bridge-engine experiments on one GPU, after benchmarks/gpu_setup.sh <stack> has installed the stack:
+#   usage: bash benchmarks/gpu_bridge_run.sh <stack> <part>
+#   part "smoke":    gpu_memory.py te_dsv3_s2048 (8 iterations: the whole path once)
+#   part "train":    gpu_memory.py te_dsv3_bf16 te_k2_bf16 te_dsv3_fp8 te_k2_fp8 (40 iterations each: time + memory)
+#   part "heldout":  gpu_memory.py te_dsv3_s2048 te_k2_s1024 (memory, held out)
+#   part "sft":      gpu_sft.py (build, convert, finetune 40 iterations)
+# Results in $OUT (default /tmp/gpu_out): <part>.json, <part>.log, <part>_runs.tgz (run folders: config + rank logs;
+# model weights and checkpoints left out).
+set -u -o pipefail
+STACK=${1:?usage: gpu_bridge_run.sh <stack> <part>}
+PART=${2:?usage: gpu_bridge_run.sh <stack> <part>}
+OUT=${OUT:-/tmp/gpu_out}
+WORK=/tmp/bridge_work/$PART
+mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# shellcheck disable=SC1090
+source "/tmp/mbridge_stack/$STACK/env.sh" || { echo "error: run benchmarks/gpu_setup.sh $STACK first"; exit 2; }
+case "$PART" in
+  smoke) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_s2048 --timeout-s 240 ;;
+  train) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_bf16 te_k2_bf16 te_dsv3_fp8 \
+           te_k2_fp8 --timeout-s 150 ;;
+  heldout) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_s2048 te_k2_s1024 --timeout-s 150 ;;
+  sft) set -- python3 benchmarks/gpu_sft.py --out "$WORK" --timeout-s 240 ;;
+  *) echo "error: part $PART is not smoke, train, heldout or sft"; exit 2 ;;
+esac
+echo "MBRIDGE_STACK $STACK; $*"
+"$@" 2>&1 | grep -v -E "UserWarning|warnings.warn|^\s*$" | tee "$OUT/$PART.log"
+rc=${PIPESTATUS[0]}
+cp "$WORK"/*.json "$OUT/" 2>/dev/null
+for j in "$OUT"/gpu_memory.json "$OUT"/gpu_sft.json; do [ -f "$j" ] && mv "$j" "$OUT/${PART}.json"; done
+tar czf "$OUT/${PART}_runs.tgz" -C "$WORK" --exclude='*.safetensors' --exclude='*.distcp' --exclude='*.pt' \
+  --exclude='hf_model/*.bin' . 2>/dev/null
+echo "part $PART exit $rc"
+exit "$rc"
