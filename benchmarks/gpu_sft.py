@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     result["steps"]["finetune_s"] = time.perf_counter() - t
     (run_dir / "logs" / "rank-0.log").write_text(launched.stdout[0] + launched.stderr[0])
     m = parse_training_run(run_dir)
-    curve = m.loss_curve()
+    curve = m.loss_curve
     result.update(status=m.status, problems=list(m.problems), returncodes=launched.returncodes,
                   iterations_done=max((r.iteration for r in m.iterations), default=0), loss_curve=curve,
                   iteration_time_ms=asdict(m.iteration_time_ms), tflops_per_gpu=asdict(m.tflops_per_gpu))

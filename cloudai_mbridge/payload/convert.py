@@ -93,8 +93,24 @@ def convert(cfg: dict[str, Any], import_ckpt=None) -> Path:
         import torch
         from megatron.bridge import AutoBridge
 
+        from .train.bridge import apply_fusion_fallbacks
+
         def import_ckpt(hf_id: str, path: str, trust: bool) -> None:
-            AutoBridge.import_ckpt(hf_id, path, torch_dtype=torch.bfloat16, trust_remote_code=trust)
+            """AutoBridge.import_ckpt's steps, with the fused kernels this container lacks switched off on the
+            provider first (the conversion builds the model, and e.g. ColumnParallelLinear refuses
+            gradient_accumulation_fusion without APEX)."""
+            bridge = AutoBridge.from_hf_pretrained(hf_id, torch_dtype=torch.bfloat16, trust_remote_code=trust)
+            provider = bridge.to_megatron_provider(load_weights=True)
+            for name, reason in apply_fusion_fallbacks(provider):
+                print(f"MBRIDGE_FALLBACK {name}=False ({reason})", flush=True)
+            if hasattr(provider, "finalize"):
+                provider.finalize()
+            model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
+            model_bridge = getattr(bridge, "_model_bridge", None)  # what import_ckpt asks for tokenizer kwargs
+            tokenizer_kwargs = model_bridge.get_hf_tokenizer_kwargs() if hasattr(
+                model_bridge, "get_hf_tokenizer_kwargs") else {}
+            bridge.save_megatron_model(model, path, hf_tokenizer_path=hf_id, hf_tokenizer_kwargs=tokenizer_kwargs,
+                                       low_memory_save=True)
 
     partial = target.parent / f".{target.name}.partial-{os.getpid()}"
     trust = trust_remote_code(cfg)

@@ -12,6 +12,7 @@ import types
 import pytest
 
 from cloudai_mbridge.payload import convert as cv
+from cloudai_mbridge.payload import hf_config
 
 MARKER = "latest_checkpointed_iteration.txt"
 
@@ -116,26 +117,63 @@ def test_trust_remote_code(tmp_path, model, extra, trust):
 
 
 def test_main_uses_autobridge_and_never_prints_the_token(tmp_path, monkeypatch, capsys):
+    # megatron.bridge cannot be installed here (it needs Transformer Engine and a GPU): a stand-in with the calls
+    # convert.py makes (AutoBridge.import_ckpt's steps); the real one ran on an H100 (benchmarks/gpu_sft.py).
     calls = []
+
+    class Provider:
+        gradient_accumulation_fusion = True
+
+        def provide_distributed_model(self, **kwargs):
+            calls.append(("model", kwargs))
+            return "model"
+
+    class Bridge:
+        def to_megatron_provider(self, load_weights):
+            calls.append(("provider", load_weights))
+            return Provider()
+
+        def save_megatron_model(self, model, path, **kwargs):
+            writes_checkpoint([])(model, path, True)
 
     class AutoBridge:
         @staticmethod
-        def import_ckpt(hf_model_id, megatron_path, **kwargs):
+        def from_hf_pretrained(hf_model_id, **kwargs):
             calls.append((hf_model_id, kwargs))
-            writes_checkpoint([])(hf_model_id, megatron_path, kwargs["trust_remote_code"])
+            return Bridge()
 
     bridge = types.ModuleType("megatron.bridge")
     bridge.AutoBridge = AutoBridge
     monkeypatch.setitem(sys.modules, "megatron.bridge", bridge)
     monkeypatch.setenv("HF_TOKEN", "hf_s3cr3tT0k3n")
+    cache = tmp_path / "hf" / "hub"  # the user's Hugging Face cache holds the model: no hub needed
+    hf_config.stage_entry(cache, "moonshotai/Kimi-K2-Base", {"config.json": b"{}"})
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     path = tmp_path / "mbridge_config.json"
     path.write_text(json.dumps(config(tmp_path)))
     assert cv.main(["--config", str(path)]) == 0
     import torch
 
-    assert calls == [("moonshotai/Kimi-K2-Base", {"torch_dtype": torch.bfloat16, "trust_remote_code": True})]
+    assert calls[0] == ("moonshotai/Kimi-K2-Base", {"torch_dtype": torch.bfloat16, "trust_remote_code": True})
+    assert calls[1:] == [("provider", True), ("model", {"wrap_with_ddp": False, "use_cpu_initialization": True})]
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
     out = capsys.readouterr()
     assert "hf_s3cr3tT0k3n" not in out.out + out.err and "HF_TOKEN set" in out.out
+    # APEX is not installed here: the fusion the conversion's model would refuse is switched off, and said
+    assert "MBRIDGE_FALLBACK gradient_accumulation_fusion=False" in out.out
+
+
+def test_hub_id_nobody_has_fails_fast_with_the_way_out(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = tmp_path / "mbridge_config.json"
+    path.write_text(json.dumps(config(tmp_path)))
+    assert cv.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "hf_model_id = 'moonshotai/Kimi-K2-Base'" in err and "HF_HUB_OFFLINE is set" in err
+    assert "huggingface-cli download moonshotai/Kimi-K2-Base" in err
+    assert not list(tmp_path.glob("**/.ckpt.partial-*"))
 
 
 @pytest.mark.parametrize(("change", "message"), [
