@@ -138,7 +138,9 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     start = time.perf_counter()
     try:
         run = launch(cfg, plan.world_size, timeout=args.timeout_s, module="cloudai_mbridge.payload.train", cwd=ROOT,
-                     env={"PYTHONUNBUFFERED": "1"})
+                     env={"PYTHONUNBUFFERED": "1",
+                          # bridge: the recipe's allocations by owner and dtype, and each later iteration's own peak
+                          **({"MBRIDGE_MEMORY_BREAKDOWN": "1"} if engine_of(name) == "bridge" else {})})
     finally:
         device_peaks = sampler.stop()
     wall = time.perf_counter() - start
@@ -179,8 +181,8 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
     return row
 
 
-PAYLOAD_LINE = re.compile(rb"^(MBRIDGE_(?:ENGINE|RECIPE|HF_CONFIG|FALLBACK|PROVIDER|DISPATCHER|CONFIG_ERROR) .*)$",
-                          re.M)
+PAYLOAD_LINE = re.compile(rb"^(MBRIDGE_(?:ENGINE|RECIPE|HF_CONFIG|FALLBACK|PROVIDER|DISPATCHER|CONFIG_ERROR|"
+                          rb"MEMORY_BREAKDOWN|STEP_MEMORY) .*)$", re.M)
 
 
 def payload_lines(folder: Path) -> list[str]:

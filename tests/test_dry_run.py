@@ -182,3 +182,16 @@ def test_shared_expert_overlap_can_be_held_off_in_both_ab_arms(tmp_path: Path) -
     assert sorted((c["dispatcher"], c["moe_shared_expert_overlap"]) for c in configs) == [
         ("alltoall", False), ("alltoall", True), ("deepep", False)]
     assert "[shared-expert-overlap]" in res.output  # deepep with the overlap on is refused, not run
+
+
+def test_dry_run_warns_when_a_bridge_run_will_need_the_hub(tmp_path: Path) -> None:
+    """kimi_k2_sft converts and tokenizes moonshotai/Kimi-K2-Base: the compute nodes need the hub, and the warning
+    says how to pre-stage it; pretraining (architecture from the catalog) needs nothing and says nothing."""
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", CONF / "test_scenario" / "kimi_k2_sft.toml", tmp_path)
+    assert res.returncode == 0, res.output
+    assert "hf_model_id = 'moonshotai/Kimi-K2-Base' from the Hugging Face hub" in res.output
+    assert "huggingface-cli download moonshotai/Kimi-K2-Base" in res.output
+    (tmp_path / "ab").mkdir()
+    ab = dry_run(CONF / "system" / "slurm_b300_efa.toml", CONF / "test_scenario" / "kimi_k2_dispatcher_ab.toml",
+                 tmp_path / "ab")
+    assert ab.returncode == 0 and "Hugging Face hub" not in ab.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from importlib.metadata import version
 from pathlib import Path
@@ -73,10 +74,14 @@ def container_image(url: str | None, cache: dict[str, DockerImage]) -> DockerIma
     return cache[url]
 
 
-def open_run_dir(tr: TestRun, problems: list[Violation]) -> Path:
-    """Refuse a point Megatron would reject, then take the point's run folder (never one holding earlier results)."""
+def open_run_dir(tr: TestRun, problems: list[Violation], system: System | None = None) -> Path:
+    """Refuse a point Megatron would reject, say what deserves a warning about an accepted one (its test's
+    ``cautions``), then take the point's run folder (never one holding earlier results)."""
     if problems:
         raise PointRejectedError(tr.name, problems)
+    cautions = getattr(tr.test, "cautions", None)
+    for caution in cautions(tr, system) if cautions else []:
+        logging.warning("%s: %s", tr.name, caution)
     out = tr.output_path.absolute()
     out.mkdir(parents=True, exist_ok=True)
     claim_run_dir(out)

@@ -40,6 +40,11 @@ class MBridgeTestDefinition(TestDefinition):
         """A line worth seeing at dry-run for every point (e.g. the memory estimate)."""
         return None
 
+    def cautions(self, tr: TestRun, system: System | None) -> list[str]:
+        """What will work but deserves a warning before GPUs are spent (e.g. a download on the compute nodes);
+        logged when the point's job is generated (systems/common.py open_run_dir)."""
+        return []
+
     def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
         return [
             *secret_env_violations(self.extra_env_vars, "extra_env_vars"),

@@ -18,6 +18,7 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import os
 import tempfile
 from typing import Any
 
@@ -134,7 +135,7 @@ def changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[
         old, new = before.get(name), after.get(name)
         try:
             same = bool(old == new)
-        except Exception:
+        except Exception:  # tensors, callables: identity is what we can say
             same = old is new
         if not same:
             out.append((name, old, new))
@@ -307,5 +308,84 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
                 print(deep_ep_line(deep_ep), flush=True)
             check_dispatcher(cfg["dispatcher"], built, backend)
 
+    class MemoryReport(Callback):
+        """MBRIDGE_MEMORY_BREAKDOWN after iteration 2 (what the recipe really allocated, by owner and dtype) and
+        MBRIDGE_STEP_MEMORY for later iterations (each iteration's own peak above what it started with); on when the
+        environment sets MBRIDGE_MEMORY_BREAKDOWN=1 (it resets torch's peak counter from iteration 3 on)."""
+
+        def on_train_step_start(self, context) -> None:
+            import torch
+
+            iteration = context.state.train_state.step + 1
+            if iteration >= 3:
+                torch.cuda.reset_peak_memory_stats()
+                context.user_state["allocated_before"] = torch.cuda.memory_allocated()
+
+        def on_train_step_end(self, context) -> None:
+            import torch
+
+            iteration = context.state.train_state.step
+            if iteration == 2:
+                try:
+                    parts = memory_breakdown(context.model, context.optimizer)
+                except Exception as e:  # a report must never stop training
+                    parts = {"error": repr(e)[:200]}
+                parts["allocated"] = torch.cuda.memory_allocated()
+                print(f"MBRIDGE_MEMORY_BREAKDOWN rank={dist.rank} iteration={iteration} "
+                      + " ".join(f"{k}={v}" for k, v in parts.items()), flush=True)
+            elif iteration >= 3 and "allocated_before" in context.user_state:
+                print(f"MBRIDGE_STEP_MEMORY rank={dist.rank} iteration={iteration} "
+                      f"start={context.user_state['allocated_before']} peak={torch.cuda.max_memory_allocated()} "
+                      f"end={torch.cuda.memory_allocated()}", flush=True)
+
+    callbacks = [DispatcherReport()]
+    if os.environ.get("MBRIDGE_MEMORY_BREAKDOWN") == "1":
+        callbacks.append(MemoryReport())
     entry = finetune if cfg["task"] == "sft" else pretrain
-    entry(container, forward_step, callbacks=[DispatcherReport()])
+    entry(container, forward_step, callbacks=callbacks)
+
+
+def memory_breakdown(model_chunks: list[Any], optimizer: Any) -> dict[str, Any]:
+    """Bytes on the GPU by owner, each storage counted once: the DDP param / grad buffers, parameters outside them,
+    the optimizer's per-parameter state by key and dtype (exp_avg, exp_avg_sq, master_param, remainders, ...) and
+    the tensors its parameter groups hold (the distributed optimizer's main-param shards) by dtype."""
+    import torch
+
+    seen: set[int] = set()
+    out: dict[str, int] = {}
+
+    def add(key: str, t: Any) -> None:
+        if not isinstance(t, torch.Tensor) or not t.is_cuda:
+            return
+        storage = t.untyped_storage()
+        if storage.data_ptr() in seen:
+            return
+        seen.add(storage.data_ptr())
+        out[key] = out.get(key, 0) + storage.nbytes()
+
+    for chunk in model_chunks:
+        for buf in [*getattr(chunk, "buffers", []), *getattr(chunk, "expert_parallel_buffers", [])]:
+            add(f"param_buffer[{getattr(buf.param_data, 'dtype', None)}]", buf.param_data)
+            add(f"grad_buffer[{buf.grad_data.dtype}]", buf.grad_data)
+        for param in chunk.parameters():
+            add(f"params_outside_buffers[{param.dtype}]", param)
+            add(f"main_grad[{getattr(param, 'main_grad', param).dtype}]", getattr(param, "main_grad", None))
+    stack = [optimizer]
+    while stack:
+        opt = stack.pop()
+        stack.extend(getattr(opt, "chained_optimizers", []))
+        inner = getattr(opt, "optimizer", None)
+        if inner is not None and inner is not opt:
+            stack.append(inner)
+        for state in getattr(opt, "state", {}).values() if isinstance(getattr(opt, "state", None), dict) else []:
+            for key, value in (state.items() if isinstance(state, dict) else []):
+                if isinstance(value, torch.Tensor):
+                    add(f"optimizer_state[{key}:{value.dtype}]", value)
+        for group in getattr(opt, "param_groups", []) if isinstance(getattr(opt, "param_groups", None), list) else []:
+            for param in group.get("params", []):
+                add(f"optimizer_params[{param.dtype}]", param)
+        for name in ("shard_fp32_from_float16_groups", "shard_float16_groups", "shard_fp32_groups"):
+            for group in getattr(opt, name, None) or []:
+                for param in group:
+                    add(f"{name}[{param.dtype}]", param)
+    return dict(sorted(out.items()))

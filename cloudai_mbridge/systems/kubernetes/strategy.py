@@ -185,7 +185,7 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
 
     def gen_objects(self) -> list[dict[str, Any]]:
         """Check, stage the payload + config into the output folder, render and write the manifests."""
-        out = open_run_dir(self.test_run, self.violations())
+        out = open_run_dir(self.test_run, self.violations(), self.system)
         payload_dir = stage_payload(out)
         config_path = write_config(out, self.payload_config(RESULTS_DIR))
         try:

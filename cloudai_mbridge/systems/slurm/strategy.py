@@ -92,7 +92,7 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
         )
 
     def gen_exec_command(self) -> str:
-        out = open_run_dir(self.test_run, self.check())
+        out = open_run_dir(self.test_run, self.check(), self.system)
         script = render_sbatch(self.sbatch_spec())
         stage_payload(out)
         write_config(out, self.payload_config())

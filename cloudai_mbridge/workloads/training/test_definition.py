@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...launch.training import training_config
+from ...payload import hf_config
 from ...payload.train.config import mcore_unsupported
 from ...plan import EchoOptions, TrainingPlan
 from ...plan.memory import estimate_memory
@@ -95,6 +96,9 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     optimizer: Literal["adam", "muon"] = "adam"
     data: str = "mock"
     hf_model_id: str | None = None
+    # a folder (on the cluster) with the model's Hugging Face config.json; unset: the catalog's architecture is written
+    # as config.json under the run's output folder, so no run needs the hub for its model config
+    hf_config_dir: str | None = None
     convert_checkpoint: bool = False
     checkpoint_dir: str | None = None
     container_image: str | None = None
@@ -116,7 +120,7 @@ class MBridgeTrainingCmdArgs(CmdArgs):
             _split_csv(item, CUDA_GRAPH_SCOPES, "cuda_graph_scope")
         return v
 
-    @field_validator("data", "checkpoint_dir")
+    @field_validator("data", "checkpoint_dir", "hf_config_dir")
     @classmethod
     def _absolute_path(cls, v: str | None, info: Any) -> str | None:
         if v is None or (info.field_name == "data" and v == "mock"):
@@ -192,6 +196,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             engine=a.engine,
             data=a.data,
             hf_model_id=a.hf_model_id or plan.model.hf_id,
+            hf_config_dir=a.hf_config_dir,
             checkpoint_dir=a.checkpoint_dir,
             seed=a.seed,
             log_interval=a.log_interval,
@@ -201,6 +206,21 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
     def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
         plan = self.plan(tr, system)
         return [*TRAINING_RULES.check(plan), *self._engine_violations(plan)]
+
+    def cautions(self, tr: TestRun, system: System | None) -> list[str]:
+        """A Bridge run that will need the Hugging Face hub on the compute nodes (payload/hf_config.py: the model's
+        architecture never does; an SFT tokenizer or a conversion from a hub id does)."""
+        a = self.cmd_args
+        if a.engine == "mcore":
+            return []
+        hf_id = a.hf_model_id or get_model(a.model).hf_id
+        cfg = {"task": a.task, "data": a.data, "hf_model_id": hf_id, "convert": a.convert_checkpoint}
+        refs = [r for r in hf_config.hub_refs(cfg) if not hf_config.is_local(r)]
+        if not refs:
+            return []
+        return [f"this run reads hf_model_id = {refs[0]!r} from the Hugging Face hub on the compute nodes (the "
+                f"tokenizer{' and the weights to convert' if a.convert_checkpoint else ''}); nodes without internet "
+                f"fail at once. To run offline: {hf_config.prestage_hint(refs)}"]
 
     def describe(self, tr: TestRun, system: System | None) -> str | None:
         return f"memory estimate per GPU: {estimate_memory(self.plan(tr, system)).summary()}"
