@@ -5,6 +5,7 @@
 #   part "train":    gpu_memory.py te_dsv3_bf16 te_k2_bf16 te_dsv3_fp8 te_k2_fp8 (40 iterations each: time + memory)
 #   part "heldout":  gpu_memory.py te_dsv3_s2048 te_k2_s1024 (memory, held out)
 #   part "sft":      gpu_sft.py (build, convert, finetune 40 iterations)
+#   part "breakdown": gpu_memory.py te_dsv3_bf16 te_k2_bf16 (the memory by owner/dtype and per-iteration peaks)
 # Results in $OUT (default /tmp/gpu_out): <part>.json, <part>.log, <part>_runs.tgz (run folders: config + rank logs;
 # model weights and checkpoints left out).
 set -u -o pipefail
@@ -22,7 +23,8 @@ case "$PART" in
            te_k2_fp8 --timeout-s 150 ;;
   heldout) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_s2048 te_k2_s1024 --timeout-s 150 ;;
   sft) set -- python3 benchmarks/gpu_sft.py --out "$WORK" --timeout-s 240 ;;
-  *) echo "error: part $PART is not smoke, train, heldout or sft"; exit 2 ;;
+  breakdown) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_bf16 te_k2_bf16 --timeout-s 150 ;;
+  *) echo "error: part $PART is not smoke, train, heldout, sft or breakdown"; exit 2 ;;
 esac
 echo "MBRIDGE_STACK $STACK; $*"
 "$@" 2>&1 | grep -v -E "UserWarning|warnings.warn|^\s*$" | tee "$OUT/$PART.log"

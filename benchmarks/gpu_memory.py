@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -160,6 +161,7 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
                  "iterations_done": max((r.iteration for r in m.iterations), default=0),
                  "loss_first_last": _first_last(m.loss_curve()),
                  "payload_lines": payload_lines(folder)}
+    row.update(bridge_memory_lines(row["payload_lines"]))
     peak = m.peak_allocated_bytes
     if peak:
         top = max(m.memory, key=lambda r: (r.max_allocated_bytes or 0, r.after_iterations))
@@ -192,6 +194,24 @@ def payload_lines(folder: Path) -> list[str]:
     if not log.is_file():
         return []
     return [m.group(1).decode(errors="replace") for m in PAYLOAD_LINE.finditer(log.read_bytes())]
+
+
+def bridge_memory_lines(lines: list[str]) -> dict:
+    """The payload's MBRIDGE_MEMORY_BREAKDOWN (bytes by owner and dtype after iteration 2) and MBRIDGE_STEP_MEMORY
+    lines (each later iteration's peak over what it started with: its activations and transients), rank 0."""
+    out: dict = {}
+    steps = []
+    for line in lines:
+        tag, _, rest = line.partition(" ")
+        fields = dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+        if tag == "MBRIDGE_MEMORY_BREAKDOWN":
+            out["breakdown"] = {k: int(v) for k, v in fields.items() if v.isdigit() and k not in ("rank", "iteration")}
+        elif tag == "MBRIDGE_STEP_MEMORY":
+            steps.append(int(fields["peak"]) - int(fields["start"]))
+    if steps:
+        out["step_peak_over_start"] = {"n": len(steps), "median": statistics.median(steps), "max": max(steps),
+                                       "min": min(steps)}
+    return out
 
 
 def _first_last(curve: dict[int, float]) -> list | None:
