@@ -112,9 +112,11 @@ ENV
 source "$ROOT/$STACK/env.sh"
 "$PY" - <<'PYEOF' 2>&1 | grep -v -i warn
 import importlib.metadata as md, os, torch
-import transformer_engine.pytorch  # noqa: F401  (loads the core library and the torch extension)
-import megatron.core, megatron.bridge  # noqa: F401
+# The payload's order (Bridge first): an import that only works after TE pulled in setuptools would pass otherwise.
 from megatron.bridge.training.pretrain import pretrain  # noqa: F401
+from megatron.bridge.training.finetune import finetune  # noqa: F401
+import megatron.core, megatron.bridge  # noqa: F401
+import transformer_engine.pytorch  # noqa: F401  (loads the core library and the torch extension)
 v = {n: md.version(n) for n in ("megatron-bridge", "megatron-core", "transformer-engine-cu13", "transformers")}
 print(f"MBRIDGE_STACK ready stack={os.environ['MBRIDGE_STACK']} " + " ".join(f"{k}={x}" for k, x in v.items())
       + f" torch={torch.__version__} device={torch.cuda.get_device_name(0)}")
