@@ -159,7 +159,7 @@ def run_config(name: str, args: argparse.Namespace, out: Path) -> dict:
                  "engine": engine_of(name), "iteration_source": m.iteration_source,
                  "iteration_time_ms": asdict(m.iteration_time_ms), "tflops_per_gpu": asdict(m.tflops_per_gpu),
                  "iterations_done": max((r.iteration for r in m.iterations), default=0),
-                 "loss_first_last": _first_last(m.loss_curve()),
+                 "loss_first_last": _first_last(m.loss_curve),
                  "payload_lines": payload_lines(folder)}
     row.update(bridge_memory_lines(row["payload_lines"]))
     peak = m.peak_allocated_bytes
