@@ -156,7 +156,7 @@ def load_golden_values(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def _steps(values: Mapping[str, Any], key: str) -> dict[int, float]:
+def step_values(values: Mapping[str, Any], key: str) -> dict[int, float]:
     out = {}
     for step, entry in values.items():
         if step.lstrip("-").isdigit() and isinstance(entry, Mapping) and isinstance(entry.get(key), int | float):
@@ -340,17 +340,17 @@ def compare_golden(
     except (OSError, ValueError) as exc:
         return GoldenComparison(str(path), error=f"cannot read {path}: {exc}")
     current = golden_values(metrics)
-    g_loss = _steps(golden, LOSS_KEY)
+    g_loss = step_values(golden, LOSS_KEY)
     if not g_loss:
         return GoldenComparison(str(path), error=f"{path} has no per-step '{LOSS_KEY}'")
-    checks = compare_loss(_steps(current, LOSS_KEY), g_loss, t)
+    checks = compare_loss(step_values(current, LOSS_KEY), g_loss, t)
     for check in (
         compare_mean(
             "step_timing",
             "step time",
             "ms",
-            _steps(current, TIME_KEY),
-            _steps(golden, TIME_KEY),
+            step_values(current, TIME_KEY),
+            step_values(golden, TIME_KEY),
             t.timing_threshold,
             t.skip_first_percent_time,
             higher_is_better=False,
@@ -359,8 +359,8 @@ def compare_golden(
             "tflops",
             "TFLOP/s per GPU",
             "TFLOP/s",
-            _steps(current, TFLOPS_KEY),
-            _steps(golden, TFLOPS_KEY),
+            step_values(current, TFLOPS_KEY),
+            step_values(golden, TFLOPS_KEY),
             t.tflops_threshold,
             t.skip_first_percent_time,
             higher_is_better=True,
@@ -369,6 +369,6 @@ def compare_golden(
         if check is not None:
             checks.append(check)
     checks += compare_memory(current, golden, t.memory_threshold)
-    compared = len(set(g_loss) & set(_steps(current, LOSS_KEY)))
+    compared = len(set(g_loss) & set(step_values(current, LOSS_KEY)))
     return GoldenComparison(str(path), checks=tuple(checks), steps_compared=compared)
 
