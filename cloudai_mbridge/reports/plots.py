@@ -44,7 +44,8 @@ def time_panel(ylabel: str, series: Mapping[str, Points], warmup: int) -> Panel:
     dropped = [y for pts in series.values() for x, y in pts if x <= warmup]
     note = None
     if dropped:
-        note = f"warm-up iterations 1-{warmup} not shown (up to {max(dropped):,.0f})"
+        unit = ylabel[ylabel.rfind("(") + 1 : -1] if ylabel.endswith(")") and "(" in ylabel else ""
+        note = f"warm-up iterations 1-{warmup} not shown (up to {max(dropped):,.0f} {unit})".replace(" )", ")")
     return Panel(ylabel, kept, note)
 
 
