@@ -165,6 +165,17 @@ def test_ab_bars_are_named_by_arm_with_interval_error_bars() -> None:
 
 # --- the refit scenario page -----------------------------------------------------------------------------------------
 def test_refit_page_headers_units_min_max_and_failure(tmp_path: Path) -> None:
+    page = build_refit_page(tmp_path).read_text()
+    for header in ("min time (ms)", "median time (ms)", "max time (ms)", "bandwidth (GB/s)", "status",
+                   "failure: class, rank, first error line"):
+        assert f"<th>{header}</th>" in page
+    assert "<b>model</b>: tiny_moe" in page and "<b>dtype</b>: fp32" in page
+    assert "refit error on rank 0: REFIT_ERROR phase=plan" in page
+    assert "<script" not in page and "http" not in page.replace("http-equiv", "")
+
+
+def build_refit_page(tmp_path: Path) -> Path:
+    """A dry-run of the CPU refit sweep, one verified point and one failed, then generate-report."""
     test_toml = (CONF / "test" / "refit_cpu_smoke.toml").read_text()
     scenario = (CONF / "test_scenario" / "refit_cpu_smoke.toml").read_text()
     _, scenario_path = write_case(tmp_path, test_toml.replace('name = "refit_cpu_smoke"', 'name = "case"'),
@@ -189,10 +200,4 @@ def test_refit_page_headers_units_min_max_and_failure(tmp_path: Path) -> None:
     proc = run_cli("generate-report", "--system-config", str(CONF / "system" / "local_slurm.toml"),
                    "--test-scenario", str(scenario_path), "--result-dir", str(root), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    page = (root / "mbridge_refit.html").read_text()
-    for header in ("min time (ms)", "median time (ms)", "max time (ms)", "bandwidth (GB/s)", "status",
-                   "failure: class, rank, first error line"):
-        assert f"<th>{header}</th>" in page
-    assert "<b>model</b>: tiny_moe" in page and "<b>dtype</b>: fp32" in page
-    assert "refit error on rank 0: REFIT_ERROR phase=plan" in page
-    assert "<script" not in page and "http" not in page.replace("http-equiv", "")
+    return root / "mbridge_refit.html"

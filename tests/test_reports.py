@@ -56,7 +56,11 @@ def fake_run(run: Path, times: list[float], losses: list[float], built: str) -> 
 
 @pytest.fixture(scope="module")
 def ab_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    tmp = tmp_path_factory.mktemp("ab")
+    return build_ab_results(tmp_path_factory.mktemp("ab"))
+
+
+def build_ab_results(tmp: Path) -> tuple[Path, Path]:
+    """A dry-run A/B (2 mbs x 2 dispatchers) with logs in Megatron's format, then generate-report."""
     _, scenario = write_case(tmp, AB_TEST, SCENARIO)
     res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp)
     assert res.returncode == 0, res.output
