@@ -38,14 +38,15 @@ class Panel:
 
 
 def time_panel(ylabel: str, series: Mapping[str, Points], warmup: int) -> Panel:
-    """A panel of per-iteration times without the first ``warmup`` iterations (x <= warmup); the note gives the
-    largest value left out, so the reader knows it exists."""
+    """A panel of per-iteration values without the first ``warmup`` iterations (x <= warmup); the note gives the
+    range of the values left out, so the reader knows they exist."""
     kept = {name: [(x, y) for x, y in pts if x > warmup] for name, pts in series.items()}
     dropped = [y for pts in series.values() for x, y in pts if x <= warmup]
     note = None
     if dropped:
         unit = ylabel[ylabel.rfind("(") + 1 : -1] if ylabel.endswith(")") and "(" in ylabel else ""
-        note = f"warm-up iterations 1-{warmup} not shown (up to {max(dropped):,.0f} {unit})".replace(" )", ")")
+        span = f"{min(dropped):,.1f}-{max(dropped):,.1f} {unit}".strip()
+        note = f"warm-up iterations 1-{warmup} not shown ({span})"
     return Panel(ylabel, kept, note)
 
 
