@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,11 @@ def fake_run(run: Path, times: list[float], losses: list[float], built: str) -> 
 
 @pytest.fixture(scope="module")
 def ab_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    tmp = tmp_path_factory.mktemp("ab")
+    return build_ab_results(tmp_path_factory.mktemp("ab"))
+
+
+def build_ab_results(tmp: Path) -> tuple[Path, Path]:
+    """A dry-run A/B (2 mbs x 2 dispatchers) with logs in Megatron's format, then generate-report."""
     _, scenario = write_case(tmp, AB_TEST, SCENARIO)
     res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp)
     assert res.returncode == 0, res.output
@@ -145,3 +150,29 @@ def test_delta_interval_is_welchs_by_hand() -> None:
     lo, hi = delta_interval(base, arm)
     assert (lo, hi) == (pytest.approx(-19.40, abs=0.01), pytest.approx(-0.60, abs=0.01))
     assert delta_interval(base, Stats(n=1, mean=90.0, stdev=0.0)) is None  # one iteration: no interval
+
+
+def test_scenario_page_has_runs_with_status_failure_mfu_and_facts(ab_results: tuple[Path, Path]) -> None:
+    root, _ = ab_results
+    with (root / "mbridge_runs.csv").open() as f:
+        runs = {r["point"]: r for r in csv.DictReader(f)}
+    assert set(runs) == {"dispatcher=alltoall mbs=1", "dispatcher=deepep mbs=1", "dispatcher=alltoall mbs=2",
+                         "dispatcher=deepep mbs=2"}
+    ok = runs["dispatcher=alltoall mbs=1"]
+    assert ok["status"] == "ok" and ok["failure"] == ""
+    assert float(ok["iter_ms"]) == pytest.approx(5000.0)
+    assert float(ok["tflops_per_gpu"]) == pytest.approx(20.0)  # 1000 / 5000 ms x 100
+    assert float(ok["mfu_pct"]) == pytest.approx(20.0 / 989.5 * 100)  # h100 dense BF16 peak
+    assert float(ok["tokens_per_s_per_gpu"]) == pytest.approx(16 * 4096 / 5.0 / 8)
+    # 8 GPUs x (9 + 3 x 6 + 8 x 5 s) = 8 x 67 s
+    assert float(ok["gpu_hours"]) == pytest.approx(8 * 67 / 3600)
+    bad = runs["dispatcher=deepep mbs=2"]
+    assert bad["status"] == "failed"
+    assert bad["failure"] == "dispatcher downgrade on rank 0: requested deepep, built alltoall backend none"
+    html = (root / "mbridge_ab.html").read_text()
+    assert "<b>model</b>: kimi_k2_proxy" in html and "<b>dtype</b>: bf16" in html
+    for header in ("status", "failure: class, rank, first error line", "time per iteration (ms)",
+                   "MFU (% of dense BF16 peak)", "tokens/s per GPU", "GPU-hours (iterations)",
+                   "baseline time per iteration (s)", "change 95 % interval (%)"):
+        assert f"<th>{header}</th>" in html
+    assert "<script" not in html and not re.search(r"(?:src|href)=['\"]?(?:https?:)?//", html)

@@ -4,6 +4,11 @@ Dispatcher support follows Megatron-Bridge's flex dispatcher backend check (trai
 DeepEP on compute capability 8.x/9.x or device names starting with B200/B300; HybridEP on 8.x/9.x/10.x. GB200/GB300
 with DeepEP is rejected there (the Grace-Blackwell parts report a name Bridge does not allow for DeepEP) and we
 reject it too instead of letting the run fall back to all-to-all.
+
+``bf16_dense_tflops`` is the dense (no 2:4 sparsity) BF16 Tensor Core peak per GPU from NVIDIA's datasheets, the
+denominator of the reports' MFU: H100 / H200 SXM 1,979 TFLOP/s with sparsity; HGX B200 and HGX B300 36 PFLOP/s with
+sparsity per 8 GPUs; GB200 / GB300 NVL72 360 PFLOP/s with sparsity per 72 GPUs; each halved for dense. An fp8 run is
+still measured against the BF16 peak (the reports say so).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ class GPUSpec:
     deepep: bool
     hybridep: bool
     fp8_recipes: frozenset[str]
+    bf16_dense_tflops: float = 0.0
 
     @property
     def is_blackwell(self) -> bool:
@@ -33,12 +39,30 @@ _BLACKWELL_FP8 = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
 GPUS: dict[str, GPUSpec] = {
     g.name: g
     for g in (
-        GPUSpec("h100", 79.6, 8, 8, (9, 0), deepep=True, hybridep=True, fp8_recipes=_HOPPER_FP8),
-        GPUSpec("h200", 139.8, 8, 8, (9, 0), deepep=True, hybridep=True, fp8_recipes=_HOPPER_FP8),
-        GPUSpec("b200", 178.4, 8, 8, (10, 0), deepep=True, hybridep=True, fp8_recipes=_BLACKWELL_FP8),
-        GPUSpec("b300", 268.0, 8, 8, (10, 3), deepep=True, hybridep=True, fp8_recipes=_BLACKWELL_FP8),
-        GPUSpec("gb200", 184.0, 4, 72, (10, 0), deepep=False, hybridep=True, fp8_recipes=_BLACKWELL_FP8),
-        GPUSpec("gb300", 268.0, 4, 72, (10, 3), deepep=False, hybridep=True, fp8_recipes=_BLACKWELL_FP8),
+        GPUSpec(
+            "h100", 79.6, 8, 8, (9, 0), deepep=True, hybridep=True, fp8_recipes=_HOPPER_FP8,
+            bf16_dense_tflops=989.5,
+        ),
+        GPUSpec(
+            "h200", 139.8, 8, 8, (9, 0), deepep=True, hybridep=True, fp8_recipes=_HOPPER_FP8,
+            bf16_dense_tflops=989.5,
+        ),
+        GPUSpec(
+            "b200", 178.4, 8, 8, (10, 0), deepep=True, hybridep=True, fp8_recipes=_BLACKWELL_FP8,
+            bf16_dense_tflops=2250.0,
+        ),
+        GPUSpec(
+            "b300", 268.0, 8, 8, (10, 3), deepep=True, hybridep=True, fp8_recipes=_BLACKWELL_FP8,
+            bf16_dense_tflops=2250.0,
+        ),
+        GPUSpec(
+            "gb200", 184.0, 4, 72, (10, 0), deepep=False, hybridep=True, fp8_recipes=_BLACKWELL_FP8,
+            bf16_dense_tflops=2500.0,
+        ),
+        GPUSpec(
+            "gb300", 268.0, 4, 72, (10, 3), deepep=False, hybridep=True, fp8_recipes=_BLACKWELL_FP8,
+            bf16_dense_tflops=2500.0,
+        ),
     )
 }
 

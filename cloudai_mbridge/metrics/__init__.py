@@ -6,12 +6,14 @@ Plain Python (no CloudAI, no pydantic; pandas only in :mod:`.frames`). Entry poi
   that says what was missing (``ok``, ``no_iterations``, ``missing_rank_log``, ``truncated``, ...);
 - :func:`classify_failure`: a run folder -> :class:`FailureReport` (OOM, NCCL timeout, segfault, node failure, NaN,
   dispatcher downgrade, ...);
+- :func:`compare_golden`: a run against a golden-values file (Megatron-Bridge's evaluate.py checks);
 - :func:`steady_state` and :func:`loss_equivalence`: the statistics the A/B reports rest on.
 
 The two log lines the training payload must print for the dispatcher checks are specified in :mod:`.signals`.
 """
 
 from .frames import runs_frame
+from .golden import GoldenCheck, GoldenComparison, GoldenThresholds, compare_golden, golden_values
 from .layout import RunLayout, dp_rank0_ranks, load_layout
 from .refit import RefitRunMetrics, RefitVerify, parse_refit_run, refit_frame
 from .runs import classify_failure, parse_run
@@ -40,6 +42,9 @@ __all__ = [
     "DispatcherReport",
     "FailureFinding",
     "FailureReport",
+    "GoldenCheck",
+    "GoldenComparison",
+    "GoldenThresholds",
     "IterationRecord",
     "MemoryReport",
     "RefitRunMetrics",
@@ -51,7 +56,9 @@ __all__ = [
     "ValiditySignals",
     "classify_failure",
     "classify_line",
+    "compare_golden",
     "dp_rank0_ranks",
+    "golden_values",
     "iterations_frame",
     "load_layout",
     "loss_equivalence",

@@ -112,6 +112,7 @@ class RefitRunMetrics:
             "status": self.status,
             "problems": ",".join(self.problems),
             "failure": self.failure.primary,
+            **self.failure.reason(),
             "n": t.n,
             "time_ms_mean": t.mean,
             "time_ms_median": t.median,

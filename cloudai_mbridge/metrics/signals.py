@@ -94,6 +94,7 @@ FAILURE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("cancelled", re.compile(r"CANCELLED AT")),
     ("killed", re.compile(r"SIGKILL|Signal 9\b|(?:^|: )Killed\b")),
     ("child_failed", re.compile(r"ChildFailedError")),
+    ("import_error", re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*(?:ImportError|ModuleNotFoundError)(?::|\s*$)")),
     ("exception", _EXCEPTION_RE),
 )
 # Root causes before their symptoms: a node failure or an OOM on one rank makes every other rank's NCCL watchdog
@@ -107,6 +108,7 @@ FAILURE_PRIORITY = (
     "oom",
     "segfault",
     "deepep_timeout",
+    "import_error",
     "exception",
     "nccl_error",
     "nccl_timeout",
@@ -117,6 +119,27 @@ FAILURE_PRIORITY = (
     "nan",
     "dispatcher_downgrade",
 )
+# What a reader sees for each kind (reports, mbridge_summary.json).
+FAILURE_LABELS = {
+    "node_failure": "node failure",
+    "config_error": "config error",
+    "dispatcher_error": "dispatcher error",
+    "refit_error": "refit error",
+    "verify_failed": "refit verification failed",
+    "oom": "out of memory",
+    "segfault": "segfault",
+    "deepep_timeout": "DeepEP timeout",
+    "import_error": "import error",
+    "exception": "Python exception",
+    "nccl_error": "NCCL error",
+    "nccl_timeout": "NCCL timeout",
+    "killed": "killed",
+    "time_limit": "time limit",
+    "cancelled": "cancelled",
+    "child_failed": "child process failed",
+    "nan": "NaN / Inf",
+    "dispatcher_downgrade": "dispatcher downgrade",
+}
 _DETAIL_CHARS = 300
 # torchrun's failure summary ("error_file: <N/A>" / "traceback : Signal 11 (SIGSEGV) ...") is not a failure line
 # itself but announces one that may not contain "rror": it only opens the full search.
@@ -175,6 +198,23 @@ class FailureReport:
     def kinds(self) -> tuple[str, ...]:
         present = {f.kind for f in self.findings}
         return tuple(k for k in FAILURE_PRIORITY if k in present)
+
+    @property
+    def first(self) -> FailureFinding | None:
+        """The finding the status rests on: the first line of the highest-priority kind, on its lowest rank."""
+        return self.findings[0] if self.findings else None
+
+    def reason(self) -> dict[str, object]:
+        """The failure as a reader wants it: class (words), the failing rank, its first error line and where."""
+        f = self.first
+        if f is None:
+            return {"failure_class": None, "failure_rank": None, "failure_line": None, "failure_source": None}
+        return {
+            "failure_class": FAILURE_LABELS.get(f.kind, f.kind),
+            "failure_rank": f.rank,
+            "failure_line": f.detail,
+            "failure_source": f.source,
+        }
 
     def ranks(self, kind: str) -> tuple[int, ...]:
         return tuple(sorted({f.rank for f in self.findings if f.kind == kind and f.rank is not None}))
@@ -291,6 +331,19 @@ def dispatcher_report(
         bridge_warnings=warnings,
         problems=tuple(dict.fromkeys(problems)),
     )
+
+
+_ENGINE_RE = re.compile(r"MBRIDGE_ENGINE\b(?P<rest>.*)$")
+
+
+def engine_line(contract_lines: Iterable[LogLine]) -> dict[str, str]:
+    """``MBRIDGE_ENGINE requested=<auto|bridge|mcore> selected=<bridge|mcore>`` (the training payload prints it once
+    on rank 0 before it builds anything): its fields, from the first complete line."""
+    for line in contract_lines:
+        match = _ENGINE_RE.search(line.text)
+        if match and line.terminated:
+            return {m.group("key"): m.group("value") for m in _KV_RE.finditer(match.group("rest")) if m.group("value")}
+    return {}
 
 
 def _rank_of(rank: int | None, line: LogLine) -> int | None:

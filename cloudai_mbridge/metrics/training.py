@@ -267,10 +267,48 @@ class TrainingRunMetrics:
     step_tflops_per_gpu: Stats
     validity: signals.ValiditySignals
     failure: signals.FailureReport
+    engine_requested: str | None = None
+    engine_selected: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def engine(self) -> str | None:
+        """The code path that produced the numbers: the payload's ``MBRIDGE_ENGINE selected=`` line, else the
+        config's ``engine`` unless that is ``auto`` (then nobody can say)."""
+        if self.engine_selected:
+            return self.engine_selected
+        configured = signals.config_str(self.config, "engine")
+        return configured if configured not in (None, "auto") else None
+
+    @property
+    def gpu_peak_tflops(self) -> float | None:
+        """Dense BF16 peak per GPU of the config's ``gpu`` (catalog/gpus.py); None for an unknown GPU."""
+        from ..catalog.gpus import GPUS
+
+        spec = GPUS.get(signals.config_str(self.config, "gpu") or "")
+        return spec.bf16_dense_tflops if spec is not None and spec.bf16_dense_tflops else None
+
+    @property
+    def mfu_pct(self) -> float | None:
+        """Steady-state mean TFLOP/s per GPU (Megatron's model FLOPs) over the GPU's dense BF16 peak, in %."""
+        peak = self.gpu_peak_tflops
+        if peak is None or self.tflops_per_gpu.mean is None:
+            return None
+        return self.tflops_per_gpu.mean / peak * 100.0
+
+    @property
+    def gpu_hours(self) -> float | None:
+        """GPUs x the time the logged iterations took (each record's time x the iterations it averages); start-up,
+        checkpointing and teardown are not in it."""
+        timed = [r for r in self.iterations if r.elapsed_ms is not None and math.isfinite(r.elapsed_ms)]
+        if not timed or not self.world_size:
+            return None
+        iterations = [r.iteration for r in self.iterations]
+        step = iterations[1] - iterations[0] if len(iterations) > 1 and iterations[1] > iterations[0] else 1
+        return self.world_size * math.fsum(r.elapsed_ms * step for r in timed) / 3.6e6
 
     @property
     def loss_curve(self) -> dict[int, float]:
@@ -319,6 +357,13 @@ class TrainingRunMetrics:
             "tokens_per_s_mean": tok.mean,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "step_time_s_mean": self.step_time_s.mean,
+            "mfu_pct": self.mfu_pct,
+            "gpu_peak_bf16_tflops": self.gpu_peak_tflops,
+            "gpu_hours": self.gpu_hours,
+            "engine": self.engine,
+            "engine_requested": self.engine_requested or signals.config_str(self.config, "engine"),
+            "engine_selected": self.engine_selected,
+            **self.failure.reason(),
             "peak_allocated_bytes": self.peak_allocated_bytes,
             "efa_ranks": len(self.validity.efa_ranks),
             "efa_on_all_ranks": self.validity.efa_on_all_ranks,
@@ -504,6 +549,7 @@ def parse_training_run(
     bridge_lines = list(rank0.lines(signals.BRIDGE_SKIP.name)) if rank0 else []
     bridge_lines += run.labelled(signals.BRIDGE_SKIP.name, (None, 0))
     dispatcher = signals.dispatcher_report(contract_lines, bridge_lines, signals.config_str(config, "dispatcher"))
+    engine = signals.engine_line(contract_lines)
 
     nan_iters, bad_grad, nan_details = _nan_evidence(records)
     skipped = sum(r.skipped_iterations or 0 for r in records)
@@ -586,4 +632,6 @@ def parse_training_run(
         step_tflops_per_gpu=steady_state([s.tflops_per_gpu for s in step_times], step_warm, stall_factor),
         validity=validity,
         failure=failure,
+        engine_requested=engine.get("requested"),
+        engine_selected=engine.get("selected"),
     )

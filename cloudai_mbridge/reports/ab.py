@@ -13,6 +13,7 @@ a run, not between machines or job starts: a delta outside it is necessary for a
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import math
@@ -26,8 +27,8 @@ from pydantic import Field
 
 from ..launch.payload import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
-from .common import html_page, html_table, runs_of
-from .plots import bar_plot, inline_png, series_plot
+from .common import html_page, html_table, run_title, runs_of, scenario_facts
+from .plots import Panel, bar_plot, inline_png, series_plot, time_panel
 
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
 VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes"})
@@ -53,7 +54,7 @@ class Arm:
         """Reasons this arm's numbers cannot be used (empty = valid)."""
         m, problems = self.metrics, []
         if not m.ok:
-            problems.append(f"status {m.status}")
+            problems.append(f"status {m.status}" + (f" ({failure_text(m)})" if m.failure.first else ""))
         d = m.validity.dispatcher
         if d.downgraded:
             problems.append(f"dispatcher downgraded ({d.wanted} -> {d.built})")
@@ -83,6 +84,75 @@ def _label(config: dict[str, Any], varying: list[str]) -> str:
     return " ".join(f"{k}={config.get(k)}" for k in varying) or "all"
 
 
+HEADERS = {
+    "cell": "point (what differs)",
+    "baseline": "baseline arm",
+    "arm": "compared arm",
+    "base_time_s": "baseline time per iteration (s)",
+    "arm_time_s": "arm time per iteration (s)",
+    "delta_pct": "change (%)",
+    "delta_ci95_pct": "change 95 % interval (%)",
+    "verdict": "verdict",
+    "base_tflops_per_gpu": "baseline TFLOP/s per GPU",
+    "arm_tflops_per_gpu": "arm TFLOP/s per GPU",
+    "base_stalls": "baseline stalls",
+    "arm_stalls": "arm stalls",
+    "loss_max_rel_diff": "max relative loss difference",
+    "point": "point (what differs)",
+    "status": "status",
+    "failure": "failure: class, rank, first error line",
+    "engine": "engine",
+    "iter_ms": "time per iteration (ms)",
+    "tflops_per_gpu": "TFLOP/s per GPU",
+    "mfu_pct": "MFU (% of dense BF16 peak)",
+    "tokens_per_s_per_gpu": "tokens/s per GPU",
+    "gpu_hours": "GPU-hours (iterations)",
+    "peak_mem_gb": "peak memory allocated (GB)",
+    "golden": "golden values",
+}
+
+
+def failure_text(m: TrainingRunMetrics) -> str | None:
+    """``<class> on rank <r>: <first error line>`` for a failed run; the parser's problems for an unfinished one."""
+    first = m.failure.first
+    if first is not None:
+        rank = f" on rank {first.rank}" if first.rank is not None else ""
+        return f"{m.failure.reason()['failure_class']}{rank}: {first.detail[:160]}"
+    return None if m.ok else ", ".join(m.problems)
+
+
+def run_row(label: str, tr: Any, m: TrainingRunMetrics) -> dict[str, Any]:
+    from ..workloads.reporting import golden_comparison
+
+    golden = golden_comparison(tr, m) if m.ok else None
+    status = m.status
+    if golden is not None:
+        status += ", golden " + ("met" if golden.passed else "breached")
+    return {
+        "point": label,
+        "status": status,
+        "failure": failure_text(m) or (golden.reason if golden is not None and not golden.passed else None),
+        "engine": m.engine,
+        "iter_ms": m.iteration_time_ms.mean,
+        "tflops_per_gpu": m.tflops_per_gpu.mean,
+        "mfu_pct": m.mfu_pct,
+        "tokens_per_s_per_gpu": m.tokens_per_s_per_gpu,
+        "gpu_hours": m.gpu_hours,
+        "peak_mem_gb": None if m.peak_allocated_bytes is None else m.peak_allocated_bytes / 1e9,
+        "golden": None if golden is None else ("met" if golden.passed else "breached"),
+        "title": run_title(m.config),
+        "run": str(tr.output_path),
+    }
+
+
+def mean_interval(stats: Stats) -> tuple[float, float] | None:
+    """95 % interval of a steady-state mean (Student's t over the iterations, like :func:`delta_interval`)."""
+    if stats.n < 2 or stats.mean is None or stats.stdev is None:
+        return None
+    half = _t975(stats.n - 1) * stats.stdev / math.sqrt(stats.n)
+    return stats.mean - half, stats.mean + half
+
+
 class MBridgeABReport(Reporter):
     """Writes ``mbridge_ab.csv`` and ``mbridge_ab.html`` (+ PNG plots) into the scenario's results folder."""
 
@@ -98,8 +168,16 @@ class MBridgeABReport(Reporter):
         configs = [c for _, c in found]
         keys = sorted({k for c in configs for k in c} - VOLATILE_KEYS - {cfg.field})
         varying = [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1]
+        all_varying = sorted(
+            k for k in {*keys, cfg.field} if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1
+        )
+        self._facts = scenario_facts(configs, ["model", "precision", "gpu", "engine"])
+        self._runs: list[dict[str, Any]] = []
         cells: dict[str, Cell] = {}
         for tr, config in found:
+            metrics = parse_training_run(tr.output_path, warmup=cfg.warmup)
+            label = _label(config, all_varying) if all_varying else run_title(config)
+            self._runs.append(run_row(label, tr, metrics))
             cell = cells.setdefault(_cell_key(config, cfg.field), Cell(_label(config, varying)))
             value = str(config.get(cfg.field))
             if value in cell.arms:
@@ -107,10 +185,9 @@ class MBridgeABReport(Reporter):
                     "mbridge_ab: two runs of %s=%s in cell %s; keeping the first", cfg.field, value, cell.label
                 )
                 continue
-            metrics = parse_training_run(tr.output_path, warmup=cfg.warmup)
             cell.arms[value] = Arm(value, tr.output_path, config, metrics)
         rows = [row for cell in sorted(cells.values(), key=lambda c: c.label) for row in self._rows(cell)]
-        if rows:
+        if rows or self._runs:
             self._write(rows, cells)
 
     def _baseline(self, cell: Cell) -> str:
@@ -181,16 +258,18 @@ class MBridgeABReport(Reporter):
     def _write(self, rows: list[dict[str, Any]], cells: dict[str, Cell]) -> None:
         import pandas as pd
 
+        cfg = self.config
         root = self.results_root
-        frame = pd.DataFrame(rows)
-        write_atomic(root / "mbridge_ab.csv", frame.to_csv(index=False))
+        write_atomic(root / "mbridge_ab.csv", pd.DataFrame(rows).to_csv(index=False))
+        write_atomic(root / "mbridge_runs.csv", pd.DataFrame(self._runs).to_csv(index=False))
         paired = [r for r in rows if r.get("arm") is not None]
-        sections = [
-            f"<p>Pairs differ only in <b>{self.config.field}</b>; times are steady-state means over the "
-            f"iterations after the first {self.config.warmup}. Work-equivalence: max relative lm-loss "
-            f"difference over the first {self.config.loss_first_k} iterations, flagged above "
-            f"{self.config.loss_rtol:g}.</p>"
-        ]
+        sections = [self._facts, *self._runs_section()]
+        sections.append(
+            f"<h2>A/B by {html.escape(cfg.field)}</h2>"
+            f"<p>Pairs differ only in <b>{html.escape(cfg.field)}</b>; times are steady-state means over the "
+            f"iterations after the first {cfg.warmup}. Work-equivalence: max relative lm-loss "
+            f"difference over the first {cfg.loss_first_k} iterations, flagged above {cfg.loss_rtol:g}.</p>"
+        )
         columns = [
             "cell",
             "baseline",
@@ -207,42 +286,82 @@ class MBridgeABReport(Reporter):
             "loss_max_rel_diff",
         ]
         classes = ["bad" if str(r["verdict"]).startswith(("invalid", "different", "work not")) else "" for r in rows]
-        sections.append(html_table(columns, ([r.get(c) for c in columns] for r in rows), classes))
-        if paired:
+        sections.append(html_table(columns, ([r.get(c) for c in columns] for r in rows), classes, HEADERS))
+        ordered = sorted(cells.values(), key=lambda c: c.label)
+        pairs = [c for c in ordered if len(c.arms) >= 2]
+        if paired and pairs:
             bars = root / "mbridge_ab_times.png"
-            labels = [f"{r['cell']} ({r['arm']})" for r in paired]
+            arms = sorted({v for c in pairs for v in c.arms})
+            groups = []
+            for c in pairs:
+                row = next((r for r in paired if r["cell"] == c.label), {})
+                change = ""
+                if row.get("delta_pct") is not None and row.get("delta_ci95_pct"):
+                    change = f"\n{row['arm']} vs {row['baseline']}: {row['delta_pct']:+.1f} % [{row['delta_ci95_pct']}]"
+                groups.append(f"{c.label}{change}")
+            values = {a: [_sec(c.arms[a].metrics.iteration_time_ms.mean) if a in c.arms else None for c in pairs]
+                      for a in arms}
+            errors = {
+                a: [
+                    None if a not in c.arms or (iv := mean_interval(c.arms[a].metrics.iteration_time_ms)) is None
+                    else (iv[0] / 1000.0, iv[1] / 1000.0)
+                    for c in pairs
+                ]
+                for a in arms
+            }
             bar_plot(
                 bars,
-                "steady-state iteration time",
-                "seconds",
-                labels,
-                {"baseline": [r["base_time_s"] for r in paired], "arm": [r["arm_time_s"] for r in paired]},
+                f"Steady-state time per iteration by {cfg.field}\n(error bars: 95 % interval of the mean)",
+                "time per iteration (s)",
+                groups,
+                values,
+                errors,
+                xlabel="point (what differs besides the arm)",
             )
-            sections.append(f"<h2>Iteration time</h2><img src='{inline_png(bars)}'>")
-        for i, cell in enumerate(sorted(cells.values(), key=lambda c: c.label)):
+            sections.append(f"<h2>Time per iteration</h2><img src='{inline_png(bars)}' alt='time per iteration'>")
+        for i, cell in enumerate(ordered):
             if len(cell.arms) < 2:
                 continue
             png = root / f"mbridge_ab_cell{i}.png"
             series_plot(
                 png,
-                cell.label,
+                f"{cfg.field} A/B at {cell.label}",
                 [
-                    ("lm loss", {v: sorted(a.metrics.loss_curve.items()) for v, a in cell.arms.items()}),
-                    (
-                        "iteration time (ms)",
+                    time_panel(
+                        "time per iteration (ms)",
                         {
                             v: [(r.iteration, r.elapsed_ms) for r in a.metrics.iterations if r.elapsed_ms is not None]
-                            for v, a in cell.arms.items()
+                            for v, a in sorted(cell.arms.items())
                         },
+                        cfg.warmup,
                     ),
+                    Panel("lm loss (nats)", {v: sorted(a.metrics.loss_curve.items()) for v, a in
+                                             sorted(cell.arms.items())}),
                 ],
                 "iteration",
             )
-            sections.append(f"<h2>{cell.label}</h2><img src='{inline_png(png)}'>")
-        write_atomic(
-            root / "mbridge_ab.html", html_page(f"A/B by {self.config.field}: {self.test_scenario.name}", sections)
-        )
+            name = html.escape(cell.label)
+            sections.append(f"<h2>{name}</h2><img src='{inline_png(png)}' alt='{name}'>")
+        write_atomic(root / "mbridge_ab.html", html_page(f"A/B by {cfg.field}: {self.test_scenario.name}", sections))
         logging.info("mbridge_ab: %d pair(s) written to %s", len(paired), root / "mbridge_ab.html")
+
+    def _runs_section(self) -> list[str]:
+        runs = self._runs
+        if not runs:
+            return []
+        columns = ["point", "status", "failure", "engine", "iter_ms", "tflops_per_gpu", "mfu_pct",
+                   "tokens_per_s_per_gpu", "gpu_hours", "peak_mem_gb"]
+        if any(r["golden"] is not None for r in runs):
+            columns.append("golden")
+        classes = ["" if r["status"] == "ok" or r["status"] == "ok, golden met" else "bad" for r in runs]
+        return [
+            "<h2>Runs</h2><p>One row per sweep point. Time, TFLOP/s and tokens/s are steady-state means (after the "
+            f"first {self.config.warmup} iterations); MFU is the logged model TFLOP/s per GPU over the GPU's dense "
+            "BF16 peak (fp8 runs too); GPU-hours count the logged iterations only; memory is the largest "
+            "<i>max allocated</i> of any rank (GB = 10<sup>9</sup> bytes). A failed point shows the class of the "
+            "failure, the rank and the first error line of that rank.</p>",
+            html_table(columns, ([r.get(c) for c in columns] for r in runs), classes, HEADERS),
+        ]
 
 
 def _t975(df: float) -> float:

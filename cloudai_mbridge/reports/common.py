@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cloudai.core import Reporter, TestRun
@@ -32,13 +32,68 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def html_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], classes: Iterable[str] | None = None) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+def html_table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    classes: Iterable[str] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> str:
+    """A table; ``headers`` maps a column key to the words (with unit) shown above it. Text cells (strings that
+    are not numbers) are left-aligned and wrap, so a long failure line cannot widen the table past the page."""
+    head = "".join(f"<th>{html.escape((headers or {}).get(c, c))}</th>" for c in columns)
     body = []
     for row, cls in zip(rows, classes or _forever(""), strict=False):
-        cells = "".join(f"<td>{html.escape(fmt(v))}</td>" for v in row)
+        cells = "".join(
+            f"<td class='text'>{html.escape(fmt(v))}</td>" if _is_text(v) else f"<td>{html.escape(fmt(v))}</td>"
+            for v in row
+        )
         body.append(f'<tr class="{html.escape(cls)}">{cells}</tr>')
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _is_text(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        float(value.replace(",", ""))
+    except ValueError:
+        return True
+    return False
+
+
+def run_title(config: Mapping[str, Any]) -> str:
+    """What one training point is, in words: model, precision, dispatcher, parallelism, batch, GPUs."""
+    model = config.get("model")
+    name = model.get("name") if isinstance(model, Mapping) else model
+    parallel = " ".join(
+        f"{k.upper()}{config[k]}" for k in ("tp", "pp", "vp", "cp", "ep", "etp") if config.get(k) not in (None, 1)
+    )
+    gpus = config.get("world_size")
+    parts = [
+        f"{name} {config.get('precision', '')}".strip(),
+        str(config.get("dispatcher") or ""),
+        parallel or "no model parallelism",
+        f"mbs {config.get('mbs')} gbs {config.get('gbs')} seq {config.get('seq_length')}",
+        f"{gpus} x {config.get('gpu')}" if gpus else str(config.get("gpu") or ""),
+    ]
+    return ", ".join(p for p in parts if p)
+
+
+def scenario_facts(configs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
+    """A paragraph naming the model(s), dtype(s), GPU and engine(s) of a scenario's runs."""
+    items = []
+    for key, label in (("model", "model"), ("precision", "dtype"), ("gpu", "GPU"), ("engine", "engine")):
+        if key not in keys:
+            continue
+        values = []
+        for c in configs:
+            v = c.get(key)
+            v = v.get("name") if isinstance(v, Mapping) else v
+            if v is not None and str(v) not in values:
+                values.append(str(v))
+        if values:
+            items.append(f"<b>{html.escape(label)}</b>: {html.escape(' / '.join(values))}")
+    return f"<p class='facts'>{' · '.join(items)}</p>" if items else ""
 
 
 def _forever(value: str) -> Iterable[str]:
@@ -47,10 +102,14 @@ def _forever(value: str) -> Iterable[str]:
 
 
 def html_page(title: str, sections: Sequence[str]) -> str:
+    # Self-contained: no script, no web font, no CDN; images are inline PNGs. Fits a 1,400 px window.
     style = (
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
-        "td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}th{background:#eee}"
-        "tr.bad td{background:#fde2e2}tr.warn td{background:#fff4cc}img{max-width:100%}"
+        "body{font-family:sans-serif;margin:1.5em auto;max-width:1400px;padding:0 1em}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:13px;max-width:100%}"
+        "td,th{border:1px solid #bbb;padding:3px 6px;text-align:right;vertical-align:top}"
+        "th{background:#eee;font-weight:600;white-space:normal}td.text{text-align:left;overflow-wrap:anywhere;"
+        "max-width:32em}tr.bad td{background:#fde2e2}tr.warn td{background:#fff4cc}img{max-width:100%}"
+        ".facts{color:#333}"
     )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"

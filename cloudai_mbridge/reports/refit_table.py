@@ -10,8 +10,24 @@ from cloudai.core import Reporter
 
 from ..launch.payload import write_atomic
 from ..metrics import parse_refit_run
-from .common import html_page, html_table, runs_of
+from .common import html_page, html_table, runs_of, scenario_facts
 from .plots import bar_plot, inline_png
+
+HEADERS = {
+    "mapping": "mapping (training → inference layout)",
+    "mode": "mode",
+    "transport": "transport",
+    "ranks": "ranks",
+    "layers": "layers",
+    "time_ms_min": "min time (ms)",
+    "time_ms_median": "median time (ms)",
+    "time_ms_max": "max time (ms)",
+    "n": "timed refits",
+    "bandwidth_gbps": "bandwidth (GB/s)",
+    "verification": "verification",
+    "status": "status",
+    "failure": "failure: class, rank, first error line",
+}
 
 
 def layout_name(side: dict[str, Any]) -> str:
@@ -53,6 +69,8 @@ class MBridgeRefitTable(Reporter):
                     "verification": m.verify.status if m.verify else "missing",
                     "mismatched": m.verify.mismatched if m.verify else None,
                     "status": m.status,
+                    "failure": _failure(m),
+                    "precision": config.get("dtype"),
                     "run": str(tr.output_path),
                 }
             )
@@ -75,24 +93,37 @@ class MBridgeRefitTable(Reporter):
             "bandwidth_gbps",
             "verification",
             "status",
+            "failure",
         ]
         classes = ["" if r["verification"] == "pass" and r["status"] == "ok" else "bad" for r in rows]
         sections = [
             "<p>Time per refit (megatron.core.resharding.swap_model_weights) over the timed iterations, "
             "after warm-up; bandwidth = bytes moved / median time (GB = 1e9 bytes). Rows in red failed "
             "verification or did not finish: they carry no time.</p>",
-            html_table(columns, ([r[c] for c in columns] for r in rows), classes),
+            html_table(columns, ([r[c] for c in columns] for r in rows), classes, HEADERS),
         ]
+        sections.insert(0, scenario_facts([{"model": r["model"], "precision": r["precision"]} for r in rows],
+                                          ["model", "precision"]))
         good = [r for r in rows if r["time_ms_median"] is not None]
         if good:
             png = root / "mbridge_refit.png"
             bar_plot(
                 png,
-                "refit time (median)",
-                "ms",
-                [f"{r['mapping']} {r['mode']}" for r in good],
+                "Refit time per mapping: median, error bars min to max",
+                "refit time (ms)",
+                [f"{r['mapping']} {r['mode']}\n{r['transport']}" for r in good],
                 {"median": [r["time_ms_median"] for r in good]},
+                {"median": [(r["time_ms_min"], r["time_ms_max"]) for r in good]},
+                xlabel="mapping (training → inference layout), mode, transport",
             )
-            sections.append(f"<img src='{inline_png(png)}'>")
+            sections.append(f"<img src='{inline_png(png)}' alt='refit time per mapping'>")
         write_atomic(root / "mbridge_refit.html", html_page(f"Refit: {self.test_scenario.name}", sections))
         logging.info("mbridge_refit: %d row(s) written to %s", len(rows), root / "mbridge_refit.html")
+
+
+def _failure(m: Any) -> str | None:
+    first = m.failure.first
+    if first is None:
+        return None
+    rank = f" on rank {first.rank}" if first.rank is not None else ""
+    return f"{m.failure.reason()['failure_class']}{rank}: {first.detail[:160]}"

@@ -7,10 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGenerationStrategy
+from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGenerationStrategy, TestRun
 
 from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_frame, load_layout, parse_run, refit_frame
-from ..reports.plots import series_plot
+from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
+from ..reports.common import run_title
+from ..reports.plots import Panel, series_plot, time_panel
 
 Metrics = TrainingRunMetrics | RefitRunMetrics
 
@@ -20,12 +22,35 @@ def run_status(output_path: Path) -> JobStatusResult:
     m = parse_run(output_path)
     if m.ok:
         return JobStatusResult(is_successful=True)
-    reason = m.failure.primary or m.status
+    first = m.failure.first
+    reason = m.status
+    if first is not None:
+        rank = f" on rank {first.rank}" if first.rank is not None else ""
+        reason = f"{m.failure.reason()['failure_class']}{rank}: {first.detail[:200]}"
     details = ", ".join(m.problems) or m.status
     verify = getattr(m, "verify", None)
     if verify is not None and verify.status == "fail":
         reason = f"refit verification failed ({verify.mismatched} of {verify.params} parameters differ)"
     return JobStatusResult(is_successful=False, error_message=f"{reason} [{details}] in {output_path}")
+
+
+def golden_comparison(tr: TestRun, m: TrainingRunMetrics | None = None) -> GoldenComparison | None:
+    """The run against the golden-values file its test names (None when it names none)."""
+    args = getattr(tr.test, "cmd_args", None)
+    path = getattr(args, "golden_values", None)
+    if not path:
+        return None
+    metrics = m if m is not None else parse_run(tr.output_path)
+    if not isinstance(metrics, TrainingRunMetrics):
+        return None
+    return compare_golden(metrics, Path(path).expanduser(), args.golden_thresholds.thresholds())
+
+
+def golden_status(tr: TestRun) -> JobStatusResult:
+    result = golden_comparison(tr)
+    if result is None or result.passed:
+        return JobStatusResult(is_successful=True)
+    return JobStatusResult(is_successful=False, error_message=f"{result.reason} in {tr.output_path}")
 
 
 class MBridgeReport(ReportGenerationStrategy):
@@ -50,9 +75,10 @@ class MBridgeReport(ReportGenerationStrategy):
         value = fn(m)
         return METRIC_ERROR if value is None else float(value)
 
-    def write_summary(self, m: Metrics) -> None:
+    def write_summary(self, m: Metrics, **extra: Any) -> None:
         summary = m.summary()
         summary["metrics"] = {name: self.get_metric(name) for name in self.metrics}
+        summary.update(extra)
         path = self.test_run.output_path / "mbridge_summary.json"
         path.write_text(json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n")
 
@@ -79,16 +105,46 @@ class MBridgeTrainingReport(MBridgeReport):
         out = self.test_run.output_path
         frame = iterations_frame(m)
         frame.to_csv(out / "mbridge_iterations.csv", index=False)
-        self.write_summary(m)
+        if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format
+            (out / GOLDEN_FILE).write_text(json.dumps(golden_values(m), indent=1) + "\n")
+        golden = golden_comparison(self.test_run, m) if m.ok else None
+        extra: dict[str, Any] = {}
+        if golden is not None:
+            extra["golden"] = golden.to_json()
+            (out / "mbridge_golden.json").write_text(json.dumps(golden.to_json(), indent=2, default=str) + "\n")
+        self.write_summary(m, **extra)
         if not frame.empty:
-            times = [(r.iteration, r.elapsed_ms) for r in m.iterations if r.elapsed_ms is not None]
-            losses = sorted(m.loss_curve.items())
-            series_plot(
-                out / "mbridge_iterations.png",
-                f"{self.test_run.name}: {m.status}",
-                [("iteration time (ms)", {"time": times}), ("lm loss", {"loss": losses})],
-                "iteration",
-            )
+            training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
+
+
+def training_figure_panels(m: TrainingRunMetrics, golden: GoldenComparison | None = None) -> list[Panel]:
+    """Iteration time (warm-up left out), TFLOP/s per GPU (same) and lm loss (with the golden curve)."""
+    times = [(r.iteration, r.elapsed_ms) for r in m.iterations if r.elapsed_ms is not None]
+    tflops = [(r.iteration, r.tflops_per_gpu) for r in m.iterations if r.tflops_per_gpu is not None]
+    loss = Panel("lm loss (nats)", {"lm loss": sorted(m.loss_curve.items())})
+    if golden is not None and golden.error is None:
+        from ..metrics.golden import LOSS_KEY, load_golden_values, step_values
+
+        curve = step_values(load_golden_values(golden.golden_path), LOSS_KEY)
+        loss.references = {"golden": [(s + 1, v) for s, v in sorted(curve.items())]}
+    return [
+        time_panel("iteration time (ms)", {"iteration time": times}, m.warmup),
+        time_panel("throughput (TFLOP/s per GPU)", {"TFLOP/s per GPU": tflops}, m.warmup),
+        loss,
+    ]
+
+
+def training_title(name: str, m: TrainingRunMetrics, golden: GoldenComparison | None = None) -> str:
+    verdict = "ok" if m.ok else f"{m.status}: {m.failure.reason()['failure_class'] or ', '.join(m.problems)}"
+    if golden is not None:
+        verdict += ", golden values " + ("met" if golden.passed else "breached")
+    return f"{name}: {run_title(m.config)}\n{verdict} (engine {m.engine or 'unknown'})"
+
+
+def training_figure_path(
+    name: str, m: TrainingRunMetrics, path: Path, golden: GoldenComparison | None = None
+) -> Path:
+    return series_plot(path, training_title(name, m, golden), training_figure_panels(m, golden), "iteration")
 
 
 class MBridgeRefitReport(MBridgeReport):
@@ -115,9 +171,10 @@ class MBridgeRefitReport(MBridgeReport):
         refit_frame(m).to_csv(out / "mbridge_refit_iterations.csv", index=False)
         self.write_summary(m)
         if m.iterations:
+            verify = m.verify.status if m.verify else "not verified"
             series_plot(
                 out / "mbridge_refit_iterations.png",
-                f"{self.test_run.name}: {m.status}",
-                [("refit time (ms)", {"time": list(m.iterations)})],
-                "timed iteration",
+                f"{self.test_run.name}: refit on {m.world_size} ranks\n{m.status}, verification {verify}",
+                [("refit time (ms)", {"refit time": list(m.iterations)})],
+                "timed refit (after warm-up)",
             )

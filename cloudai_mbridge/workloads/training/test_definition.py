@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
-from cloudai.core import System, TestRun
+from cloudai.core import JobStatusResult, System, TestRun
 from cloudai.models.workload import CmdArgs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...launch.training import training_config
+from ...metrics.golden import GoldenThresholds
 from ...payload import hf_config
 from ...payload.train.config import mcore_unsupported
 from ...plan import EchoOptions, TrainingPlan
@@ -57,6 +58,34 @@ class EchoArgs(BaseModel):
     received_token_capacity: Annotated[float, Field(gt=0)] | list[Annotated[float, Field(gt=0)]] | None = None
     device_initiated_grouped_gemm: bool | list[bool] = False
     recompute_expert_dispatch: bool | list[bool] = False
+
+
+Fraction = Annotated[float, Field(ge=0)]
+
+
+class GoldenThresholdArgs(BaseModel):
+    """Limits of the golden-values comparison; the defaults are Megatron-Bridge's (scripts/performance/utils/
+    evaluate.py). Fractions: 0.05 = 5 %."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    correlation_threshold: Annotated[float, Field(ge=-1, le=1)] = 0.95
+    high_loss_tolerance: Fraction = 0.10
+    medium_loss_tolerance: Fraction = 0.05
+    low_loss_tolerance: Fraction = 0.02
+    high_loss_above: float = 2.0
+    medium_loss_above: float = 0.5
+    final_loss_tolerance: Fraction = 0.03
+    max_outlier_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
+    outlier_threshold: Annotated[float, Field(gt=0)] = 3.0
+    skip_first_percent_loss: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    skip_first_percent_time: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    timing_threshold: Fraction = 0.05
+    tflops_threshold: Fraction = 0.05
+    memory_threshold: Fraction = 0.05
+
+    def thresholds(self) -> GoldenThresholds:
+        return GoldenThresholds(**self.model_dump())
 
 
 class MBridgeTrainingCmdArgs(CmdArgs):
@@ -105,6 +134,10 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     engine: Literal["auto", "bridge", "mcore"] = "auto"
     seed: int = 1234
     log_interval: PosInt = 1
+    # A golden-values JSON (Megatron-Bridge's format) on the machine that runs CloudAI, absolute or relative to the
+    # folder CloudAI runs in: the run fails when it breaches it. Every run writes its own as golden_values.json.
+    golden_values: str | None = None
+    golden_thresholds: GoldenThresholdArgs = Field(default_factory=GoldenThresholdArgs)
 
     @field_validator("recompute_modules")
     @classmethod
@@ -118,6 +151,13 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     def _cuda_graph_scope(cls, v: str | list[str]) -> str | list[str]:
         for item in v if isinstance(v, list) else [v]:
             _split_csv(item, CUDA_GRAPH_SCOPES, "cuda_graph_scope")
+        return v
+
+    @field_validator("golden_values")
+    @classmethod
+    def _golden_path(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or "\n" in v):
+            raise ValueError("golden_values must be a path to a JSON file")
         return v
 
     @field_validator("data", "checkpoint_dir", "hf_config_dir")
@@ -202,6 +242,15 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             log_interval=a.log_interval,
             output_dir=output_dir,
         )
+
+    def was_run_successful(self, tr: TestRun) -> JobStatusResult:
+        """The logs' verdict, then the golden values' when the test names a file."""
+        from ..reporting import golden_status
+
+        status = super().was_run_successful(tr)
+        if not status.is_successful or self.cmd_args.golden_values is None:
+            return status
+        return golden_status(tr)
 
     def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
         plan = self.plan(tr, system)
