@@ -10,10 +10,11 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from ._cloudai import CloudAIMissingError, require_cloudai
 
-_SCENARIO_VERBS = {"run", "dry-run", "install", "uninstall", "generate-report"}
+_SCENARIO_VERBS = {"run", "dry-run", "preflight", "install", "uninstall", "generate-report"}
 
 
 def _default_tests_dir(args: list[str]) -> list[str]:
@@ -59,9 +60,16 @@ def main(argv: list[str] | None = None) -> None:
             logging.error("verify-configs: %d file(s) failed", failed)
         raise SystemExit(1 if failed else 0)
 
+    def setup(log_file: str, log_level: str) -> None:
+        # preflight writes nothing outside --output-dir, CloudAI's debug.log included: log to stderr only
+        if click.get_current_context().invoked_subcommand == "preflight":
+            logging.basicConfig(level=log_level.upper(), format="[%(levelname)s] %(message)s", stream=sys.stderr)
+            return
+        cloudai_cli.main.callback(log_file, log_level)
+
     group = click.Group(
         name="cloudai-mbridge",
-        callback=cloudai_cli.main.callback,
+        callback=setup,
         params=list(cloudai_cli.main.params),
         help="CloudAI with the Megatron-Bridge MoE plugin (cloudai-mbridge) loaded.",
         context_settings={"help_option_names": ["-h", "--help"]},
@@ -69,9 +77,55 @@ def main(argv: list[str] | None = None) -> None:
     for name, command in cloudai_cli.main.commands.items():
         group.add_command(command, name)
     group.add_command(verify_configs, "verify-configs")
+    group.add_command(preflight_command(cloudai_cli.main.commands["dry-run"]), "preflight")
     args = sys.argv[1:] if argv is None else argv
     try:
         group.main(args=_default_tests_dir(args), prog_name="cloudai-mbridge")
     except (PointRejectedError, ResultsExistError) as exc:
         logging.error("%s", exc)
         raise SystemExit(1) from None
+
+
+def preflight_command(dry_run: Any) -> Any:
+    """``preflight``: dry-run's arguments (plus ``--result-dir``), every sweep point checked, no job generated."""
+    import click
+
+    def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
+                 output_dir: Path | None, result_dir: Path | None, **_ignored: object) -> None:
+        from .preflight import REPORT_CSV, REPORT_HTML, preflight, render_text, write_csv, write_html
+
+        try:
+            from cloudai.core import Parser
+            from cloudai.parser import HOOK_ROOT
+
+            system, _tests, scenario = Parser(system_cfg, hook_dir or HOOK_ROOT).parse(tests_dir, scenario_cfg)
+            if scenario is None:
+                raise ValueError("no test scenario was read")
+        except SystemExit:
+            print(f"preflight: could not read {scenario_cfg} with {system_cfg} (see the messages above)",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+        except Exception as exc:
+            print(f"preflight: could not read {scenario_cfg} with {system_cfg}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+        report = preflight(system, scenario, result_dir)
+        sys.stdout.write(render_text(report))
+        if output_dir is not None:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            csv_path = write_csv(report, output_dir / REPORT_CSV)
+            html_path = write_html(report, output_dir / REPORT_HTML)
+            print(f"wrote {csv_path} and {html_path}")
+        raise SystemExit(report.exit_code)
+
+    result_dir_opt = click.Option(
+        ["--result-dir"], type=click.Path(exists=True, file_okay=False, resolve_path=True, path_type=Path),
+        help="An earlier results folder of this scenario: GPU-hours from its measured iteration times.",
+    )
+    return click.Command(
+        name="preflight",
+        callback=callback,
+        params=[*dry_run.params, result_dir_opt],
+        help="Check every point of the scenario's sweeps (rules, memory estimate, GPU-hours) without generating "
+        "jobs; exit status 1 when every point, or a test without a sweep, is rejected.",
+    )
