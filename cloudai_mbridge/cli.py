@@ -6,7 +6,6 @@ scenario's folder (conf/test for conf/test_scenario/x.toml); ``verify-configs`` 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -42,23 +41,13 @@ def main(argv: list[str] | None = None) -> None:
 
     import click
     from cloudai.cli import cli as cloudai_cli
-    from cloudai.cli.handlers import handle_verify_all_configs
 
+    from .commands import guard_generate_report, list_command, verify_configs_command, version_message
     from .launch.payload import ResultsExistError
     from .registration import register
     from .rules import PointRejectedError
 
     register()
-
-    @click.command(name="verify-configs")
-    @click.argument("configs_dir", type=click.Path(exists=True, resolve_path=True, path_type=Path))
-    @click.option("--tests-dir", type=click.Path(exists=True, resolve_path=True, path_type=Path, file_okay=False))
-    def verify_configs(configs_dir: Path, tests_dir: Path | None) -> None:
-        """Verify the configuration TOML files (exit status = number of failing files, capped at 1)."""
-        failed = handle_verify_all_configs(argparse.Namespace(configs_dir=configs_dir, tests_dir=tests_dir))
-        if failed:
-            logging.error("verify-configs: %d file(s) failed", failed)
-        raise SystemExit(1 if failed else 0)
 
     def setup(log_file: str, log_level: str) -> None:
         # preflight writes nothing outside --output-dir, CloudAI's debug.log included: log to stderr only
@@ -70,13 +59,19 @@ def main(argv: list[str] | None = None) -> None:
     group = click.Group(
         name="cloudai-mbridge",
         callback=setup,
-        params=list(cloudai_cli.main.params),
+        params=[p for p in cloudai_cli.main.params if p.name != "version"],
         help="CloudAI with the Megatron-Bridge MoE plugin (cloudai-mbridge) loaded.",
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     for name, command in cloudai_cli.main.commands.items():
+        if name in ("dry-run", "run"):
+            command = with_session(command)
+        elif name == "generate-report":
+            command = guard_generate_report(command)
         group.add_command(command, name)
-    group.add_command(verify_configs, "verify-configs")
+    click.version_option(version_message(), "--version", message="%(version)s")(group)
+    group.add_command(verify_configs_command(), "verify-configs")
+    group.add_command(list_command(), "list")
     group.add_command(preflight_command(cloudai_cli.main.commands["dry-run"]), "preflight")
     args = sys.argv[1:] if argv is None else argv
     try:
@@ -129,3 +124,29 @@ def preflight_command(dry_run: Any) -> Any:
         help="Check every point of the scenario's sweeps (rules, memory estimate, GPU-hours) without generating "
         "jobs; exit status 1 when every point, or a test without a sweep, is rejected.",
     )
+
+
+def with_session(command: Any) -> Any:
+    """CloudAI's dry-run / run command inside a plugin session (session.py): a dry-run that asks no cluster and says
+    what it wrote, a run that exits 1 when every job failed."""
+    import copy
+
+    from . import session
+
+    original = command.callback
+    mode = "dry-run" if command.name == "dry-run" else "run"
+
+    def callback(**kwargs: Any) -> None:
+        with session.session(mode) as s:
+            try:
+                original(**kwargs)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            finish = session.finish_dry_run if mode == "dry-run" else session.finish_run
+            code = finish(s, code)
+        raise SystemExit(code)
+
+    wrapped = copy.copy(command)
+    wrapped.callback = callback
+    return wrapped
