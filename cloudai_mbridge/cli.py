@@ -1,7 +1,10 @@
 """``cloudai-mbridge``: CloudAI's own command line with this plugin registered.
 
 Differences from plain ``cloudai``: the plugin is loaded; ``--tests-dir`` defaults to the ``test/`` folder beside the
-scenario's folder (conf/test for conf/test_scenario/x.toml); ``verify-configs`` exits non-zero when a file fails.
+scenario's folder (conf/test for conf/test_scenario/x.toml); ``preflight`` checks every sweep point without generating
+jobs (preflight.py); ``dry-run`` asks no cluster and lists what it wrote, ``run`` exits 1 when every job failed
+(session.py); ``verify-configs`` says why a file fails and exits 1, ``list`` shows the plugin's workloads,
+``generate-report`` refuses a folder without the scenario's results, ``--version`` names the plugin (commands.py).
 """
 
 from __future__ import annotations
