@@ -1,19 +1,22 @@
 """``cloudai-mbridge``: CloudAI's own command line with this plugin registered.
 
 Differences from plain ``cloudai``: the plugin is loaded; ``--tests-dir`` defaults to the ``test/`` folder beside the
-scenario's folder (conf/test for conf/test_scenario/x.toml); ``verify-configs`` exits non-zero when a file fails.
+scenario's folder (conf/test for conf/test_scenario/x.toml); ``preflight`` checks every sweep point without generating
+jobs (preflight.py); ``dry-run`` asks no cluster and lists what it wrote, ``run`` exits 1 when every job failed
+(session.py); ``verify-configs`` says why a file fails and exits 1, ``list`` shows the plugin's workloads,
+``generate-report`` refuses a folder without the scenario's results, ``--version`` names the plugin (commands.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from ._cloudai import CloudAIMissingError, require_cloudai
 
-_SCENARIO_VERBS = {"run", "dry-run", "install", "uninstall", "generate-report"}
+_SCENARIO_VERBS = {"run", "dry-run", "preflight", "install", "uninstall", "generate-report"}
 
 
 def _default_tests_dir(args: list[str]) -> list[str]:
@@ -41,37 +44,112 @@ def main(argv: list[str] | None = None) -> None:
 
     import click
     from cloudai.cli import cli as cloudai_cli
-    from cloudai.cli.handlers import handle_verify_all_configs
 
+    from .commands import guard_generate_report, list_command, verify_configs_command, version_message
     from .launch.payload import ResultsExistError
     from .registration import register
     from .rules import PointRejectedError
 
     register()
 
-    @click.command(name="verify-configs")
-    @click.argument("configs_dir", type=click.Path(exists=True, resolve_path=True, path_type=Path))
-    @click.option("--tests-dir", type=click.Path(exists=True, resolve_path=True, path_type=Path, file_okay=False))
-    def verify_configs(configs_dir: Path, tests_dir: Path | None) -> None:
-        """Verify the configuration TOML files (exit status = number of failing files, capped at 1)."""
-        failed = handle_verify_all_configs(argparse.Namespace(configs_dir=configs_dir, tests_dir=tests_dir))
-        if failed:
-            logging.error("verify-configs: %d file(s) failed", failed)
-        raise SystemExit(1 if failed else 0)
+    def setup(log_file: str, log_level: str) -> None:
+        # preflight writes nothing outside --output-dir, CloudAI's debug.log included: log to stderr only
+        if click.get_current_context().invoked_subcommand == "preflight":
+            logging.basicConfig(level=log_level.upper(), format="[%(levelname)s] %(message)s", stream=sys.stderr)
+            return
+        cloudai_cli.main.callback(log_file, log_level)
 
     group = click.Group(
         name="cloudai-mbridge",
-        callback=cloudai_cli.main.callback,
-        params=list(cloudai_cli.main.params),
+        callback=setup,
+        params=[p for p in cloudai_cli.main.params if p.name != "version"],
         help="CloudAI with the Megatron-Bridge MoE plugin (cloudai-mbridge) loaded.",
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     for name, command in cloudai_cli.main.commands.items():
+        if name in ("dry-run", "run"):
+            command = with_session(command)
+        elif name == "generate-report":
+            command = guard_generate_report(command)
         group.add_command(command, name)
-    group.add_command(verify_configs, "verify-configs")
+    click.version_option(version_message(), "--version", message="%(version)s")(group)
+    group.add_command(verify_configs_command(), "verify-configs")
+    group.add_command(list_command(), "list")
+    group.add_command(preflight_command(cloudai_cli.main.commands["dry-run"]), "preflight")
     args = sys.argv[1:] if argv is None else argv
     try:
         group.main(args=_default_tests_dir(args), prog_name="cloudai-mbridge")
     except (PointRejectedError, ResultsExistError) as exc:
         logging.error("%s", exc)
         raise SystemExit(1) from None
+
+
+def preflight_command(dry_run: Any) -> Any:
+    """``preflight``: dry-run's arguments (plus ``--result-dir``), every sweep point checked, no job generated."""
+    import click
+
+    def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
+                 output_dir: Path | None, result_dir: Path | None, **_ignored: object) -> None:
+        from .preflight import REPORT_CSV, REPORT_HTML, preflight, render_text, write_csv, write_html
+
+        try:
+            from cloudai.core import Parser
+            from cloudai.parser import HOOK_ROOT
+
+            system, _tests, scenario = Parser(system_cfg, hook_dir or HOOK_ROOT).parse(tests_dir, scenario_cfg)
+            if scenario is None:
+                raise ValueError("no test scenario was read")
+        except SystemExit:
+            print(f"preflight: could not read {scenario_cfg} with {system_cfg} (see the messages above)",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+        except Exception as exc:
+            print(f"preflight: could not read {scenario_cfg} with {system_cfg}: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            raise SystemExit(2) from None
+        report = preflight(system, scenario, result_dir)
+        sys.stdout.write(render_text(report))
+        if output_dir is not None:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            csv_path = write_csv(report, output_dir / REPORT_CSV)
+            html_path = write_html(report, output_dir / REPORT_HTML)
+            print(f"wrote {csv_path} and {html_path}")
+        raise SystemExit(report.exit_code)
+
+    result_dir_opt = click.Option(
+        ["--result-dir"], type=click.Path(exists=True, file_okay=False, resolve_path=True, path_type=Path),
+        help="An earlier results folder of this scenario: GPU-hours from its measured iteration times.",
+    )
+    return click.Command(
+        name="preflight",
+        callback=callback,
+        params=[*dry_run.params, result_dir_opt],
+        help="Check every point of the scenario's sweeps (rules, memory estimate, GPU-hours) without generating "
+        "jobs; exit status 1 when every point, or a test without a sweep, is rejected.",
+    )
+
+
+def with_session(command: Any) -> Any:
+    """CloudAI's dry-run / run command inside a plugin session (session.py): a dry-run that asks no cluster and says
+    what it wrote, a run that exits 1 when every job failed."""
+    import copy
+
+    from . import session
+
+    original = command.callback
+    mode = "dry-run" if command.name == "dry-run" else "run"
+
+    def callback(**kwargs: Any) -> None:
+        with session.session(mode) as s:
+            try:
+                original(**kwargs)
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            finish = session.finish_dry_run if mode == "dry-run" else session.finish_run
+            code = finish(s, code)
+        raise SystemExit(code)
+
+    wrapped = copy.copy(command)
+    wrapped.callback = callback
+    return wrapped

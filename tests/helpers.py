@@ -74,6 +74,7 @@ def sbatch_scripts(results: Path) -> list[Path]:
 def normalize(text: str, output_dir: Path) -> str:
     """Golden-file placeholders, CloudAI style."""
     text = text.replace(str(output_dir), "__OUTPUT_DIR__")
+    text = text.replace(f" {sys.executable} -m mbridge_payload.", " __PYTHON__ -m mbridge_payload.")
     text = re.sub(r"_\d{8}_\d{6}\b", "_<TIMESTAMP>", text)
     return re.sub(r"cloudai-mbridge \S+ with CloudAI \S+", "cloudai-mbridge <VERSION> with CloudAI <VERSION>", text)
 

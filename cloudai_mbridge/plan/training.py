@@ -104,8 +104,10 @@ class TrainingPlan:
 
     @property
     def effective_mtp_layers(self) -> int | None:
-        """MTP layers as Megatron will see them: the explicit override wins over the model's own."""
-        return self.mtp_num_layers if self.mtp_num_layers is not None else self.model.mtp_num_layers
+        """MTP layers as Megatron will see them: the explicit override wins over the model's own, and 0 is None
+        (payload/train/config.py megatron_mtp_layers hands Megatron None for 0)."""
+        mtp = self.mtp_num_layers if self.mtp_num_layers is not None else self.model.mtp_num_layers
+        return mtp or None
 
     @property
     def pipeline(self) -> ResolvedLayout:

@@ -106,6 +106,17 @@ def _sequence_parallel(p: TrainingPlan) -> Iterator[Violation]:
                  f"use a seq_length that is a multiple of cp*tp = {p.cp * p.tp}")
 
 
+@rule("moe-tp-sequence-parallel")
+def _moe_tp_sequence_parallel(p: TrainingPlan) -> Iterator[Violation]:
+    """megatron/core/transformer/moe/moe_layer.py L379-L383 (core_v0.16.1) MoELayer.forward raises ValueError in
+    training when the attention TP group is larger than one and sequence parallelism is off (the payload turns
+    sequence_parallel on exactly when tp > 1 and the test asks for it)."""
+    if p.tp > 1 and not p.sequence_parallel:
+        yield _v({"tp": p.tp, "sequence_parallel": False},
+                 "MoE layers with tensor parallelism need sequence parallelism (Megatron raises at the first step)",
+                 "set sequence_parallel = true, or tp = 1")
+
+
 @rule("context-parallel")
 def _context_parallel(p: TrainingPlan) -> Iterator[Violation]:
     """bridge:training/config.py L1176-L1179 (and megatron/core/utils.py get_batch_on_this_cp_rank): each CP rank
@@ -233,7 +244,7 @@ def _a2a_overlap(p: TrainingPlan) -> Iterator[Violation]:
     if mtp not in (None, 1):
         yield _v({"moe_a2a_overlap": True, "mtp_num_layers": mtp},
                  "a2a overlap supports only mtp_num_layers None or 1 ('MTP layernum only supports 1')",
-                 "leave mtp_num_layers unset for a model without MTP (0 is rejected), or use 1")
+                 "use mtp_num_layers 0 (or unset) for no MTP, or 1")
     elif mtp == 1 and p.pp == 1:
         yield _v({"moe_a2a_overlap": True, "mtp_num_layers": 1, "pp": p.pp},
                  "a2a overlap with an MTP layer needs pipeline parallelism", "use pp > 1 or moe_a2a_overlap = false")

@@ -11,6 +11,7 @@ from cloudai.models.workload import TestDefinition
 from pydantic import PrivateAttr, field_validator
 
 from ..rules import Violation
+from ..session import note_rejected
 from ..systems.common import container_image, redact_secret_env, secret_env_violations, system_env
 from .reporting import run_status
 
@@ -59,6 +60,8 @@ class MBridgeTestDefinition(TestDefinition):
             logging.info("%s: %s", tr.name, note)
         for v in found:
             logging.error("%s: rejected: %s", tr.name, v)
+        if found:
+            note_rejected(tr.name)
         return not found
 
     def was_run_successful(self, tr: TestRun) -> JobStatusResult:

@@ -23,5 +23,5 @@ export NCCL_IB_QPS_PER_CONNECTION=4
 mkdir -p __OUTPUT_DIR__/logs
 
 echo 'cloudai-mbridge: step train starts' "$(date -u +%FT%TZ)"
-srun --export=ALL --mpi=pmix --nodes=32 --ntasks-per-node=8 --kill-on-bad-exit=1 --output=__OUTPUT_DIR__/logs/rank-%t.log python3 -m mbridge_payload.train --config __OUTPUT_DIR__/mbridge_config.json
+srun --export=ALL --mpi=pmix --nodes=32 --ntasks-per-node=8 --kill-on-bad-exit=1 --output=__OUTPUT_DIR__/logs/rank-%t.log __PYTHON__ -m mbridge_payload.train --config __OUTPUT_DIR__/mbridge_config.json
 echo 'cloudai-mbridge: job finished' "$(date -u +%FT%TZ)"

@@ -20,6 +20,7 @@ CASES = {
     "experts-per-ep": (small_plan(ep=3, gpus_per_node=6, gbs=6), small_plan(ep=2, gpus_per_node=6, gbs=6)),
     "heads-per-tp": (small_plan(tp=3, ep=2, gpus_per_node=6), small_plan(tp=2, ep=2, gpus_per_node=6, gbs=6)),
     "sequence-parallel": (seed_plan(seq_length=4100), seed_plan(seq_length=4104)),
+    "moe-tp-sequence-parallel": (seed_plan(sequence_parallel=False), seed_plan(sequence_parallel=False, tp=1)),
     "context-parallel": (seed_plan(cp=2, seq_length=4098), seed_plan(cp=2)),
     "distributed-optimizer-instances": (small_plan(ep=2, num_distributed_optimizer_instances=3),
                                         small_plan(ep=2, num_distributed_optimizer_instances=2)),
@@ -28,7 +29,8 @@ CASES = {
     "pipeline-layout": (seed_plan(pipeline_layout="Et*4|(t*4|)*14,ttL"),
                         seed_plan(pipeline_layout="Et*4|(t*4|)*14,tL")),
     "interleaved-microbatches": (seed_plan(gbs=48), seed_plan(gbs=64)),
-    "a2a-overlap": (seed_plan(**OVERLAP, mtp_num_layers=0), seed_plan(**OVERLAP)),
+    "a2a-overlap": (seed_plan(model="deepseek_v3", **OVERLAP, mtp_num_layers=2),
+                    seed_plan(model="deepseek_v3", **OVERLAP)),
     "a2a-overlap-cuda-graph": (seed_plan(**OVERLAP, cuda_graph_impl="local", cuda_graph_scope=("full_iteration",)),
                                seed_plan(**OVERLAP, cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",))),
     "delay-wgrad": (seed_plan(delay_wgrad_compute=True), seed_plan(**OVERLAP, delay_wgrad_compute=True)),
@@ -95,12 +97,13 @@ def test_gb200_deepep_names_the_allowlist() -> None:
     assert v.fields == {"dispatcher": "deepep", "gpu": "gb200", "compute_capability": "10.0"}
 
 
-def test_mtp_zero_with_overlap_is_rejected_but_none_and_one_pass() -> None:
-    (v,) = TRAINING_RULES.check(seed_plan(**OVERLAP, mtp_num_layers=0))
-    assert v.rule == "a2a-overlap" and "MTP layernum only supports 1" in v.message
+def test_mtp_two_with_overlap_is_rejected_but_zero_none_and_one_pass() -> None:
+    # 0 is what the payload hands Megatron as None (megatron_mtp_layers): Megatron never sees a 0 to reject
+    assert TRAINING_RULES.check(seed_plan(**OVERLAP, mtp_num_layers=0)) == []
     assert TRAINING_RULES.check(seed_plan(**OVERLAP)) == []  # Kimi-K2: None
     assert TRAINING_RULES.check(seed_plan(model="deepseek_v3", **OVERLAP)) == []  # DSV3: 1
     (v,) = TRAINING_RULES.check(seed_plan(model="deepseek_v3", **OVERLAP, mtp_num_layers=2))
+    assert v.rule == "a2a-overlap" and "MTP layernum only supports 1" in v.message
     assert v.fields["mtp_num_layers"] == 2
 
 
@@ -151,3 +154,17 @@ def test_deepep_allowlist_predicate_agrees_with_the_catalog() -> None:
         assert deepep_allowed(gpu) == gpu.deepep, gpu.name
         assert hybridep_allowed(gpu) == gpu.hybridep, gpu.name
     assert cuda_device_name(GPUS["b300"]).startswith("NVIDIA B300")
+
+
+def test_moe_with_tp_needs_sequence_parallel_only_when_tp_is_above_one() -> None:
+    (v,) = TRAINING_RULES.check(seed_plan(sequence_parallel=False))
+    assert v.rule == "moe-tp-sequence-parallel" and v.fields == {"tp": 8, "sequence_parallel": False}
+    assert "moe-tp-sequence-parallel" not in {v.rule for v in TRAINING_RULES.check(small_plan(sequence_parallel=False))}
+
+
+def test_explicit_vp_must_match_the_layout_but_unset_vp_is_derived() -> None:
+    layout = "Et*4|(t*4|)*14,tL"  # 16 stages: vp 2 at pp 8
+    assert TRAINING_RULES.check(seed_plan(pipeline_layout=layout, vp=None)) == []  # Megatron derives vp = 2
+    assert TRAINING_RULES.check(seed_plan(pipeline_layout=layout, vp=2)) == []
+    (v,) = TRAINING_RULES.check(seed_plan(pipeline_layout=layout, vp=4))
+    assert v.rule == "pipeline-layout" and "vp=4 conflicts with the layout's 2 virtual stages" in v.message

@@ -32,7 +32,8 @@ def test_seed_000_point_with_deepep_is_rejected_on_gb200(model: str, mbs: int, o
 
 
 @pytest.mark.parametrize("model", ["kimi_k2", "deepseek_v3"])
-def test_mtp_zero_with_overlap_is_rejected(model: str) -> None:
-    (v,) = TRAINING_RULES.check(seed_plan(model=model, mbs=4, moe_a2a_overlap=True, mtp_num_layers=0))
-    assert v.rule == "a2a-overlap" and v.fields == {"moe_a2a_overlap": True, "mtp_num_layers": 0}
+def test_mtp_zero_with_overlap_is_accepted(model: str) -> None:
+    """mtp_num_layers = 0 reaches Megatron as None (payload/train/config.py megatron_mtp_layers), which the a2a
+    overlap accepts; the rules judge what Megatron sees."""
+    assert TRAINING_RULES.check(seed_plan(model=model, mbs=4, moe_a2a_overlap=True, mtp_num_layers=0)) == []
     assert TRAINING_RULES.check(seed_plan(model=model, mbs=4, moe_a2a_overlap=False, mtp_num_layers=0)) == []

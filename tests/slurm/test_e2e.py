@@ -70,7 +70,9 @@ def test_refit_cpu_smoke_sweep_runs_tracks_and_reports(slurm_cluster: SlurmClust
 def test_a_failing_job_is_reported_failed_with_its_reason(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     # A whole-run timeout of 1 s: the payload gives up (exit 4) with a REFIT_ERROR line, srun fails the job.
     scenario = refit_case(tmp_path, {"timeout_s": 1, "dst": {"tp": 1, "ep": 4}})
-    _, _, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
+    rc, output, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
+    assert rc == 1, "a run whose every job failed must not exit 0"
+    assert "run: every job failed (1 of 1)" in output and "refit_error" in output, output
     run = root / "case" / "0"
     job = toml.load(run / "slurm-job.toml")
     assert job["state"] == "FAILED", job

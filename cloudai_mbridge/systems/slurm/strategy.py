@@ -6,6 +6,7 @@ double-quoted shell string. Our script is rendered by launch/slurm.py, where eve
 
 from __future__ import annotations
 
+import sys
 from abc import abstractmethod
 from typing import Any
 
@@ -20,8 +21,13 @@ SBATCH_NAME = "cloudai_sbatch_script.sh"
 
 
 class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
-    python: str = "python3"
     entry: str = ""
+
+    @property
+    def python(self) -> str:
+        """The container's python3; without a container, the interpreter running CloudAI (sys.executable): the
+        python3 first on a compute node's PATH is rarely the environment that has torch and megatron-core."""
+        return "python3" if self.image_url() else sys.executable
 
     def _container_mounts(self) -> list[str]:
         return []

@@ -16,7 +16,7 @@ class MBridgeRefitKubernetesJsonGenStrategy(MBridgeKubernetesStrategy):
         return cast(MBridgeRefitTestDefinition, self.test_run.test)
 
     def python(self) -> str:
-        return self.tdef.cmd_args.python
+        return self.tdef.cmd_args.python or super().python()
 
     def nproc_per_node(self) -> int:
         return self.tdef.plan(self.test_run, self.system).tasks_per_node

@@ -18,7 +18,7 @@ class MBridgeRefitSlurmCommandGenStrategy(MBridgeSlurmStrategy):
 
     @property
     def python(self) -> str:  # type: ignore[override]
-        return self.tdef.cmd_args.python
+        return self.tdef.cmd_args.python or super().python
 
     def ntasks_per_node(self) -> int:
         return self.tdef.plan(self.test_run, self.system).tasks_per_node

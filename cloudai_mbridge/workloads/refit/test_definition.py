@@ -53,7 +53,8 @@ class MBridgeRefitCmdArgs(CmdArgs):
     timeout_s: PosInt = 1800
     seed: int = 1234
     container_image: str | None = None
-    python: str = "python3"
+    # None: python3 in a container, else the interpreter that runs CloudAI (sys.executable)
+    python: str | None = None
 
 
 class MBridgeRefitTestDefinition(MBridgeTestDefinition):

@@ -1,0 +1,210 @@
+"""The commands ``cloudai-mbridge`` replaces or adds over CloudAI's own (imported only once CloudAI is importable)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import click
+from cloudai.cli import handlers
+
+PLUGIN_TEMPLATES = ("MBridgeTraining", "MBridgeRefit")
+
+
+def version_message() -> str:
+    here = Path(__file__).resolve().parent
+    return f"cloudai-mbridge {version('cloudai-mbridge')} ({here}) with CloudAI {version('cloudai')}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# verify-configs
+# --------------------------------------------------------------------------------------------------------------
+
+
+def sibling_tests_dir(configs: Path) -> Path | None:
+    """conf/test for conf/test_scenario (or a scenario file in it), when the folder checked holds scenarios but no
+    test TOMLs: the same default as the scenario commands."""
+    root = configs if configs.is_dir() else configs.parent
+    tomls = [configs] if configs.is_file() else list(root.rglob("*.toml"))
+    kinds = handlers.load_tomls_by_type(tomls)
+    if kinds["test"] or not kinds["scenario"]:
+        return None
+    candidate = root.parent / "test"
+    return candidate if candidate.is_dir() else None
+
+
+def explain_failures(configs: Path, tests_dir: Path | None) -> list[str]:
+    """CloudAI counts failing files without saying why (its exceptions go to debug level or nowhere): parse each
+    file again the way it does and return '<file>: <reason>' for each failure."""
+    from unittest.mock import Mock
+
+    from cloudai.core import Parser, System, TestParser
+    from cloudai.test_parser import load_test_toml_file
+
+    tomls = [configs] if configs.is_file() else list(configs.rglob("*.toml"))
+    kinds = handlers.load_tomls_by_type(tomls)
+    test_tomls = list(tests_dir.glob("*.toml")) if tests_dir else kinds["test"]
+    reasons: list[str] = []
+
+    class Capture(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.ERROR)
+            self.messages: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.messages.append(" ".join(record.getMessage().split()))
+
+    def attempt(path: Path, fn: Any) -> None:
+        root = logging.getLogger()
+        saved, cap = root.handlers[:], Capture()
+        root.handlers = [cap]  # CloudAI logs the detail itself; keep it for the reason, not twice on the terminal
+        try:
+            fn()
+        except (Exception, SystemExit) as exc:
+            text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            reasons.append(f"{path}: {' | '.join([*cap.messages, text])}")
+        finally:
+            root.handlers = saved
+
+    for path in kinds["system"]:
+        if 'scheduler = "kubernetes"' in path.read_text():
+            continue  # CloudAI needs a kubeconfig to parse these; its own check covers them
+        attempt(path, lambda p=path: Parser.parse_system(p))
+    tp = TestParser([], None)  # type: ignore[arg-type]
+
+    def load_test(path: Path) -> None:
+        with path.open() as fh:
+            tp.current_file = path
+            tp.load_test_definition(load_test_toml_file(fh, path))
+
+    for path in test_tomls:
+        attempt(path, lambda p=path: load_test(p))
+    system = Mock(spec=System)
+    for path in kinds["scenario"]:
+
+        def load_scenario(p: Path = path) -> None:
+            tests = Parser.parse_tests(test_tomls, system)
+            Parser.parse_test_scenario(p, system, {t.name: t for t in tests}, {})
+
+        attempt(path, load_scenario)
+    reasons += [f"{p}: not a system, test or scenario TOML" for p in kinds["unknown"]]
+    return reasons
+
+
+def verify_configs_command() -> click.Command:
+    @click.command(name="verify-configs")
+    @click.argument("configs_dir", type=click.Path(exists=True, resolve_path=True, path_type=Path))
+    @click.option("--tests-dir", type=click.Path(exists=True, resolve_path=True, path_type=Path, file_okay=False))
+    def verify_configs(configs_dir: Path, tests_dir: Path | None) -> None:
+        """Verify the configuration TOML files; exit 1 with each failing file's reason. Scenarios are checked
+        against the test/ folder beside theirs unless --tests-dir says otherwise."""
+        if tests_dir is None:
+            tests_dir = sibling_tests_dir(configs_dir)
+            if tests_dir is not None:
+                logging.info(f"verify-configs: scenarios checked against the tests in {tests_dir}")
+        hook_root = handlers.HOOK_ROOT
+        expand = handlers.expand_file_list
+
+        def expand_quiet(root: Path, glob: str = "*.toml") -> tuple[int, list[Path]]:
+            if root == hook_root and not root.exists():
+                return 0, []  # no hooks here: nothing to verify, not an error
+            return expand(root, glob)
+
+        handlers.expand_file_list = expand_quiet
+        try:
+            failed = handlers.handle_verify_all_configs(argparse.Namespace(configs_dir=configs_dir,
+                                                                           tests_dir=tests_dir))
+        finally:
+            handlers.expand_file_list = expand
+        if failed:
+            for reason in explain_failures(configs_dir, tests_dir):
+                logging.error(f"verify-configs: {reason}")
+            logging.error("verify-configs: %d file(s) failed", failed)
+        raise SystemExit(1 if failed else 0)
+
+    return verify_configs
+
+
+# --------------------------------------------------------------------------------------------------------------
+# list
+# --------------------------------------------------------------------------------------------------------------
+
+
+def list_command() -> click.Command:
+    @click.command(name="list")
+    @click.argument("type", type=click.Choice(["workloads", "reports", "agents"], case_sensitive=False),
+                    default="workloads")
+    @click.option("-v", "--verbose", is_flag=True, default=False, help="Verbose output.")
+    def list_items(type: str, verbose: bool) -> None:
+        """List registered workloads (test templates; the default), scenario reports or agents."""
+        if type.lower() != "workloads":
+            raise SystemExit(handlers.handle_list_registered_items(type, verbose))
+        from cloudai.core import Registry
+
+        tdefs = Registry().test_definitions_map
+        print(f"Workloads of cloudai-mbridge {version('cloudai-mbridge')} (test_template_name):")
+        for idx, name in enumerate(PLUGIN_TEMPLATES, start=1):
+            doc = (tdefs[name].__doc__ or "").strip().splitlines()[0]
+            print(f'{idx}. "{name}" {doc}')
+        others = sorted(n for n in tdefs if n not in PLUGIN_TEMPLATES)
+        print(f"CloudAI's own workloads ({len(others)}): {', '.join(others)}")
+        from .rules import TRAINING_RULES
+        from .rules.refit import REFIT_RULES
+
+        print(f"Rules checked before a job is written: {len(TRAINING_RULES.rules)} for MBridgeTraining, "
+              f"{len(REFIT_RULES.rules)} for MBridgeRefit (`cloudai-mbridge preflight` shows them per sweep point); "
+              "scenario reports: `cloudai-mbridge list reports`.")
+        raise SystemExit(0)
+
+    return list_items
+
+
+# --------------------------------------------------------------------------------------------------------------
+# generate-report
+# --------------------------------------------------------------------------------------------------------------
+
+
+def results_problem(result_dir: Path, scenario: Any) -> str | None:
+    """Why ``result_dir`` is not a results folder of ``scenario`` (None when it is): every test run writes
+    ``<result_dir>/<test run name>/<iteration>/...``; at least one of them must hold a run."""
+    names = [tr.name for tr in scenario.test_runs]
+    present = [n for n in names if (result_dir / n).is_dir() and any((result_dir / n).iterdir())]
+    if present:
+        return None
+    found = sorted(p.name for p in result_dir.iterdir() if p.is_dir()) if result_dir.is_dir() else []
+    what = f"it holds {', '.join(found[:8])}" if found else "it is empty"
+    return (f"{result_dir} holds no results of scenario {scenario.name!r} (expected a folder named "
+            f"{' or '.join(repr(n) for n in names)}; {what}). Fix: pass the folder `run` printed as "
+            "'Scenario results will be stored at', with the scenario that produced it.")
+
+
+def guard_generate_report(command: click.Command) -> click.Command:
+    import copy
+
+    original = command.callback
+
+    def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
+                 result_dir: Path) -> None:
+        from cloudai.core import Parser
+        from cloudai.parser import HOOK_ROOT
+
+        try:
+            _, _, scenario = Parser(system_cfg, hook_dir or HOOK_ROOT).parse(tests_dir, scenario_cfg)
+        except SystemExit:
+            raise SystemExit(2) from None
+        except Exception as exc:
+            logging.error(f"generate-report: cannot read {scenario_cfg}: {type(exc).__name__}: {exc}")
+            raise SystemExit(2) from None
+        problem = results_problem(result_dir, scenario) if scenario is not None else "no scenario was read"
+        if problem:
+            logging.error(f"generate-report: nothing written: {problem}")
+            raise SystemExit(1)
+        original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg, hook_dir=hook_dir,
+                 result_dir=result_dir)
+
+    wrapped = copy.copy(command)
+    wrapped.callback = callback
+    return wrapped

@@ -1,0 +1,392 @@
+"""``cloudai-mbridge preflight``: every point of a scenario's sweeps checked in seconds, without generating a job.
+
+A point is what CloudAI's grid search would run: the product of a test's list-valued cmd_args (and list-valued
+extra_env_vars / num_nodes), in CloudAI's order (``TestRun.param_space``), so point N here is DSE step N there. Each
+point is checked with the plugin's own ``violations`` (the rules ``constraint_check`` runs at dry-run / run time) and
+estimated with plan/memory.py; nothing is rendered, staged or written except the table under ``--output-dir``.
+
+GPU-hours: the upper bound is GPUs x the test's time limit (what the scheduler may hold); with ``--result-dir`` (an
+earlier run of the same scenario) a point whose run logged iteration times gets train_iters x its measured mean
+iteration time instead.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import html
+import io
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .plan.memory import GIB, MemoryEstimate, estimate_memory
+from .rules import Violation
+
+REPORT_CSV = "preflight.csv"
+REPORT_HTML = "preflight.html"
+
+
+@dataclass
+class PointResult:
+    test: str
+    point: int  # DSE step number (1-based); 0 for a test without a sweep
+    values: dict[str, Any]
+    violations: list[Violation]
+    gpus: int | None
+    memory: MemoryEstimate | None = None
+    limit_hours: float | None = None  # GPU-hours at the time limit (upper bound)
+    measured_hours: float | None = None  # GPU-hours from train_iters x measured iteration time
+    measured_step_s: float | None = None
+    error: str | None = None  # the point could not even be built (CloudAI would abort the sweep)
+    checked: bool = True  # False for a workload that is not the plugin's (CloudAI's own: no rules here)
+
+    @property
+    def swept(self) -> bool:
+        return self.point > 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and self.error is None
+
+    @property
+    def verdict(self) -> str:
+        if not self.checked:
+            return "not checked"
+        return "ok" if self.ok else "rejected"
+
+    @property
+    def gpu_hours(self) -> float | None:
+        return self.measured_hours if self.measured_hours is not None else self.limit_hours
+
+    @property
+    def hours_basis(self) -> str:
+        if self.measured_hours is not None:
+            return f"measured {self.measured_step_s:.2f} s/iter"
+        return "time limit" if self.limit_hours is not None else ""
+
+    @property
+    def largest_term(self) -> str:
+        if self.memory is None:
+            return ""
+        name, value = max(self.memory.terms().items(), key=lambda kv: kv[1])
+        return f"{name} {value / GIB:.1f}"
+
+    @property
+    def memory_gib(self) -> str:
+        if self.memory is None:
+            return ""
+        return f"{self.memory.total / GIB:.1f}/{self.memory.capacity / GIB:.0f}"
+
+    @property
+    def varies(self) -> str:
+        return " ".join(f"{k}={_fmt(v)}" for k, v in self.values.items()) or "(no sweep)"
+
+    @property
+    def rules(self) -> str:
+        return "; ".join(v.rule for v in self.violations) or ("invalid-point" if self.error else "")
+
+    @property
+    def reasons(self) -> str:
+        if self.error:
+            return self.error
+        return " | ".join(f"{v.message}. Fix: {v.fix}" for v in self.violations)
+
+
+@dataclass
+class PreflightReport:
+    scenario: str
+    system: str
+    points: list[PointResult] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> list[PointResult]:
+        return [p for p in self.points if p.ok]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when nothing would run, or when a test without a sweep (its only point) is rejected."""
+        if not self.points or not self.accepted:
+            return 1
+        return 1 if any(not p.ok and not p.swept for p in self.points) else 0
+
+    def sweep_hours(self) -> tuple[float, float | None, int]:
+        """(GPU-hours of the accepted points, best estimate; the time-limit bound or None; measured points)."""
+        acc = self.accepted
+        best = sum(p.gpu_hours or 0.0 for p in acc)
+        bound = None if any(p.limit_hours is None for p in acc) else sum(p.limit_hours or 0.0 for p in acc)
+        return best, bound, sum(p.measured_hours is not None for p in acc)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "none" if v is None else str(v)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Sweep expansion (as CloudAI's grid search) and one point, unrolled cheaply
+# --------------------------------------------------------------------------------------------------------------
+
+
+def sweep_points(tr: Any) -> list[dict[str, Any]]:
+    """The actions of CloudAI's GridSearchAgent for this test run, in its order; [{}] for a test without a sweep."""
+    space = tr.param_space if tr.is_dse_job else {}
+    if not space:
+        return [{}]
+    keys = list(space)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*space.values())]
+
+
+def unroll(tr: Any, action: dict[str, Any], step: int) -> Any:
+    """``TestRun.apply_params_set`` without its deep copies (the sweep's lists are already validated element by
+    element at parse time; ``validate`` re-checks the point as a whole, as CloudAI does)."""
+    from pydantic import BaseModel
+
+    tdef = tr.test.model_copy()
+    args = tdef.cmd_args.model_copy()
+    env = dict(tdef.extra_env_vars)
+    copied: dict[tuple[str, ...], Any] = {(): args}
+    for key, value in action.items():
+        if key == "NUM_NODES":
+            continue
+        if key.startswith("extra_env_vars."):
+            env[key[len("extra_env_vars."):]] = value
+            continue
+        attrs = key.split(".")
+        obj = args
+        for depth in range(1, len(attrs)):
+            path = tuple(attrs[:depth])
+            if path not in copied:
+                child = obj[attrs[depth - 1]] if isinstance(obj, dict) else getattr(obj, attrs[depth - 1])
+                child = child.model_copy() if isinstance(child, BaseModel) else dict(child)
+                if isinstance(obj, dict):
+                    obj[attrs[depth - 1]] = child
+                else:
+                    setattr(obj, attrs[depth - 1], child)
+                copied[path] = child
+            obj = copied[path]
+        if isinstance(obj, dict):
+            obj[attrs[-1]] = value
+        else:
+            setattr(obj, attrs[-1], value)
+    tdef.cmd_args = args
+    tdef.extra_env_vars = env
+    return dataclasses.replace(tr, test=tdef, num_nodes=action.get("NUM_NODES", tr.num_nodes), step=step)
+
+
+def validate(tr: Any) -> str | None:
+    """What CloudAI's apply_params_set would raise for this point (it validates the unrolled definition)."""
+    from pydantic import ValidationError
+
+    tdef = tr.test
+    data = tdef.model_dump()
+    data.pop("env_params", None)
+    try:
+        type(tdef)(**data)
+    except ValidationError as exc:
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Time limits and measured step times
+# --------------------------------------------------------------------------------------------------------------
+
+
+def time_limit_hours(limit: str | None) -> float | None:
+    """Slurm's formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    if not limit:
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", limit.strip())
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    if days is not None:
+        h, mi, s = int(a), int(b or 0), int(c or 0)
+        return int(days) * 24 + h + mi / 60 + s / 3600
+    if c is not None:
+        return int(a) + int(b) / 60 + int(c) / 3600
+    if b is not None:
+        return int(a) / 60 + int(b) / 3600
+    return int(a) / 60
+
+
+def measured_step_seconds(result_dir: Path, tr_name: str, point: int, values: dict[str, Any]) -> float | None:
+    """Mean iteration time of this point's run in an earlier results folder of the scenario, if it logged any.
+
+    The run folder is CloudAI's ``<test>/0/<step>`` (``<test>/0`` without a sweep); its recorded config must agree
+    with the point on every swept field it records under the same name, else it is not this point's run."""
+    run = result_dir / tr_name / "0"
+    if point:
+        run = run / str(point)
+    config_path = run / "mbridge_config.json"
+    if not config_path.is_file():
+        return None
+    try:
+        config = json.loads(config_path.read_text())
+    except (OSError, ValueError):
+        return None
+    for key, value in values.items():
+        name = key.split(".")[-1]
+        if name in config and not isinstance(config[name], dict) and config[name] != value:
+            return None
+    from .metrics import parse_run
+
+    try:
+        m = parse_run(run)
+    except Exception:
+        return None
+    mean = getattr(getattr(m, "iteration_time_ms", None), "mean", None)
+    return None if mean is None else mean / 1000.0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The check
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _gpus_and_memory(tr: Any, system: Any) -> tuple[int | None, MemoryEstimate | None]:
+    tdef = tr.test
+    plan = tdef.plan(tr, system)
+    if hasattr(plan, "gpu"):  # training
+        memory = None
+        if plan.dp and plan.expert_dp and plan.experts_per_rank:
+            try:
+                memory = estimate_memory(plan)
+            except Exception:  # a layout the rules reject; they say why
+                memory = None
+        return plan.world_size, memory
+    device = getattr(tdef.cmd_args, "device", "cuda")
+    return (plan.world_size if device == "cuda" else 0), None
+
+
+def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path | None = None) -> PointResult:
+    tdef = tr.test
+    res = PointResult(test=tr.name, point=tr.step, values=values, violations=[], gpus=None)
+    if not hasattr(tdef, "violations"):
+        res.checked = False
+        return res
+    if tr.step:
+        res.error = validate(tr)
+        if res.error:
+            return res
+    try:
+        res.violations = tdef.violations(tr, system)
+        res.gpus, res.memory = _gpus_and_memory(tr, system)
+    except Exception as exc:  # a value combination the plan cannot even be built from
+        res.error = f"{type(exc).__name__}: {exc}"
+        return res
+    limit = time_limit_hours(tr.time_limit)
+    if res.gpus is not None and limit is not None:
+        res.limit_hours = res.gpus * limit
+    iters = getattr(tdef.cmd_args, "train_iters", None)
+    if result_dir is not None and iters and res.gpus:
+        step_s = measured_step_seconds(result_dir, tr.name, tr.step, values)
+        if step_s is not None:
+            res.measured_step_s = step_s
+            res.measured_hours = res.gpus * iters * step_s / 3600
+    return res
+
+
+def preflight(system: Any, scenario: Any, result_dir: Path | None = None) -> PreflightReport:
+    report = PreflightReport(scenario=scenario.name, system=system.name)
+    for tr in scenario.test_runs:
+        for step, action in enumerate(sweep_points(tr), start=1):
+            point_step = step if action else 0
+            try:
+                point = unroll(tr, action, point_step) if action else dataclasses.replace(tr, step=0)
+            except Exception as exc:
+                report.points.append(PointResult(tr.name, point_step, action, [], None, error=str(exc)))
+                continue
+            values = {("num_nodes" if k == "NUM_NODES" else k): v for k, v in action.items()}
+            report.points.append(check_point(point, system, values, result_dir))
+    return report
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Output: terminal, CSV, HTML
+# --------------------------------------------------------------------------------------------------------------
+
+COLUMNS = ("test", "point", "varies", "verdict", "rule", "reason_and_fix", "gpus", "memory_gib_per_gpu",
+           "largest_term_gib", "gpu_hours", "gpu_hours_basis")
+
+
+def rows(report: PreflightReport) -> list[dict[str, str]]:
+    out = []
+    for p in report.points:
+        out.append({
+            "test": p.test, "point": str(p.point), "varies": p.varies, "verdict": p.verdict, "rule": p.rules,
+            "reason_and_fix": p.reasons, "gpus": "" if p.gpus is None else str(p.gpus),
+            "memory_gib_per_gpu": p.memory_gib, "largest_term_gib": p.largest_term,
+            "gpu_hours": "" if p.gpu_hours is None else f"{p.gpu_hours:.1f}", "gpu_hours_basis": p.hours_basis,
+        })
+    return out
+
+
+def summary_lines(report: PreflightReport) -> list[str]:
+    n, acc = len(report.points), len(report.accepted)
+    best, bound, measured = report.sweep_hours()
+    lines = [f"preflight {report.scenario} on {report.system}: {acc} of {n} point(s) accepted, {n - acc} rejected"]
+    if acc:
+        hours = f"estimated {best:.1f} GPU-hours for the accepted points"
+        if measured:
+            hours += f" ({measured} from measured iteration times, the rest at their time limit"
+            hours += f"; {bound:.1f} at the time limits)" if bound is not None else ")"
+        elif bound is not None:
+            hours += " (upper bound: GPUs x time limit; pass --result-dir for measured step times)"
+        else:
+            hours = "GPU-hours unknown (no time_limit in the scenario)"
+        lines.append(hours)
+    if not acc:
+        lines.append("every point is rejected: nothing of this scenario would run")
+    bad = sorted({p.test for p in report.points if not p.ok and not p.swept})
+    if bad:
+        lines.append(f"rejected test(s) without a sweep: {', '.join(bad)} (dry-run and run stop there)")
+    return lines
+
+
+def render_text(report: PreflightReport) -> str:
+    table = rows(report)
+    cols = ("test", "point", "varies", "verdict", "gpus", "memory_gib_per_gpu", "largest_term_gib", "gpu_hours")
+    heads = {"test": "test", "point": "#", "varies": "values that vary", "verdict": "verdict", "gpus": "GPUs",
+             "memory_gib_per_gpu": "mem/GPU GiB", "largest_term_gib": "largest term", "gpu_hours": "GPU-h"}
+    width = {c: max(len(heads[c]), *(len(r[c]) for r in table)) for c in cols}
+    buf = io.StringIO()
+    buf.write("  ".join(heads[c].ljust(width[c]) for c in cols).rstrip() + "\n")
+    for r, p in zip(table, report.points, strict=True):
+        buf.write("  ".join(r[c].ljust(width[c]) for c in cols).rstrip() + "\n")
+        if p.error:
+            buf.write(f"    invalid point: {p.error}\n")
+        for v in p.violations:
+            buf.write(f"    [{v.rule}] {v.message}. Fix: {v.fix}\n")
+    for line in summary_lines(report):
+        buf.write(line + "\n")
+    return buf.getvalue()
+
+
+def write_csv(report: PreflightReport, path: Path) -> Path:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        w.writerows(rows(report))
+    return path
+
+
+def write_html(report: PreflightReport, path: Path) -> Path:
+    e = html.escape
+    body = [f"<h1>preflight: {e(report.scenario)} on {e(report.system)}</h1>"]
+    body += [f"<p>{e(line)}</p>" for line in summary_lines(report)]
+    body.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in COLUMNS) + "</tr>")
+    for r in rows(report):
+        cls = "ok" if r["verdict"] == "ok" else "rejected"
+        body.append(f'<tr class="{cls}">' + "".join(f"<td>{e(r[c])}</td>" for c in COLUMNS) + "</tr>")
+    body.append("</table>")
+    style = ("table{border-collapse:collapse;font:13px sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}"
+             "tr.rejected{background:#fde8e8}tr.ok{background:#e8f6e8}")
+    path.write_text(f"<!doctype html><html><head><meta charset=\"utf-8\"><title>preflight {e(report.scenario)}"
+                    f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+    return path

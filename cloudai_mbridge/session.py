@@ -1,0 +1,170 @@
+"""What ``cloudai-mbridge dry-run`` and ``run`` add around CloudAI's own flow.
+
+dry-run: CloudAI's Slurm flow queries the cluster even when nothing is submitted (``sinfo``/``squeue`` in
+``SlurmSystem.update``, ``scontrol show config`` for GPU directives, ``sacct`` in ``complete_job`` after every point),
+logs ``Submitted slurm job: 0`` and a ``Reward: -1.0`` per DSE point, and generates the scenario reports from results
+that cannot exist (a FAILED status table, an empty A/B report). Inside a dry-run session none of that happens: the
+cluster is not asked, the per-point job chatter is dropped from the terminal (debug.log keeps it), no report is
+generated, and the session ends by saying which job files were written where. A dry-run that writes no job at all
+(every point rejected) exits 1.
+
+run: a run whose every job failed exits 1, with each job's reason (CloudAI's DSE loop counts a failed job as a -1
+reward and exits 0).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .launch.payload import CONFIG_NAME
+
+# Terminal lines of CloudAI's runner / DSE loop that describe a submission or a result a dry-run does not have.
+_DRY_RUN_NOISE = re.compile(
+    r"^(Submitted slurm job: 0$|Job completed: |Step \d+: Observation: |Waiting for all jobs|All jobs are complete"
+    r"|Retrieved cached result)"
+)
+
+
+@dataclass
+class Session:
+    mode: str
+    scenario_roots: list[Path] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+
+    def run_dirs(self) -> list[Path]:
+        dirs: list[Path] = []
+        for root in self.scenario_roots:
+            dirs += sorted((p.parent for p in root.rglob(CONFIG_NAME)), key=_natural)
+        return dirs
+
+
+_current: Session | None = None
+
+
+def current() -> Session | None:
+    return _current
+
+
+def note_rejected(name: str) -> None:
+    if _current is not None:
+        _current.rejected.append(name)
+
+
+def _natural(path: Path) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+class _DropNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _DRY_RUN_NOISE.match(record.getMessage())
+
+
+@contextmanager
+def session(mode: str) -> Iterator[Session]:
+    """Patch CloudAI for the duration of one dry-run / run command of this process (the CLI runs one)."""
+    global _current
+    from cloudai.cli import handlers
+    from cloudai.systems.slurm import SlurmSystem
+
+    s = Session(mode)
+    saved: list[tuple[Any, str, Any]] = []
+
+    def patch(owner: Any, name: str, value: Any) -> None:
+        saved.append((owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)))
+        setattr(owner, name, value)
+
+    runner_cls = handlers.Runner
+
+    def capturing_runner(*args: Any, **kwargs: Any) -> Any:
+        runner = runner_cls(*args, **kwargs)
+        s.scenario_roots.append(Path(runner.runner.scenario_root))
+        return runner
+
+    patch(handlers, "Runner", capturing_runner)
+    noise: list[tuple[logging.Handler, logging.Filter]] = []
+    if mode == "dry-run":
+
+        def update(self: Any) -> None:
+            logging.debug("dry-run: cluster state not queried (no sinfo/squeue)")
+
+        def complete_job(self: Any, job: Any) -> None:
+            return None
+
+        def supports_gpu_directives(self: Any) -> bool:
+            # without scontrol: GPU directives exactly when the system file declares GPUs
+            if self.supports_gpu_directives_cache is None:
+                self.supports_gpu_directives_cache = bool(self.gpus_per_node)
+            return self.supports_gpu_directives_cache
+
+        def no_reports(*args: Any, **kwargs: Any) -> None:
+            logging.debug("dry-run: no reports (nothing ran)")
+
+        patch(SlurmSystem, "update", update)
+        patch(SlurmSystem, "complete_job", complete_job)
+        patch(SlurmSystem, "supports_gpu_directives", property(supports_gpu_directives))
+        patch(handlers, "generate_reports", no_reports)
+        for handler in logging.getLogger().handlers:
+            if type(handler) is logging.StreamHandler:  # the terminal, not debug.log
+                f = _DropNoise()
+                handler.addFilter(f)
+                noise.append((handler, f))
+    _current = s
+    try:
+        yield s
+    finally:
+        _current = None
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+        for handler, f in noise:
+            handler.removeFilter(f)
+
+
+def finish_dry_run(s: Session, code: int) -> int:
+    """Say what the dry-run wrote and where; 1 when it wrote nothing because every point was rejected."""
+    dirs = s.run_dirs()
+    if not dirs:
+        if s.rejected:
+            logging.error("dry-run: no job written: every point was rejected (reasons above)")
+            return code or 1
+        return code
+    root = s.scenario_roots[-1] if s.scenario_roots else dirs[0].parent
+    logging.info(f"dry-run: nothing was submitted; {len(dirs)} job(s) written under {root}:")
+    for d in dirs:
+        files = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix in (".sh", ".yaml", ".json"))
+        rel = d.relative_to(root) if d.is_relative_to(root) else d
+        logging.info(f"  {rel}/  {', '.join(files)}")
+    if s.rejected:
+        logging.info(f"dry-run: {len(s.rejected)} point(s) skipped because Megatron would reject them (reasons above)")
+    return code
+
+
+def finish_run(s: Session, code: int) -> int:
+    """A run whose every job failed exits 1, each job's reason logged."""
+    if code:
+        return code
+    dirs = s.run_dirs()
+    if not dirs:
+        return code
+    from .workloads.reporting import run_status
+
+    failed = []
+    for d in dirs:
+        status = run_status(d)
+        if not status.is_successful:
+            failed.append((d, status.error_message or "no result in the job's logs"))
+    if len(failed) == len(dirs):
+        logging.error(f"run: every job failed ({len(dirs)} of {len(dirs)}):")
+        for d, reason in failed:
+            logging.error(f"  {d}: {reason}")
+        return 1
+    if failed:
+        logging.warning(f"run: {len(failed)} of {len(dirs)} job(s) failed:")
+        for d, reason in failed:
+            logging.warning(f"  {d}: {reason}")
+    return code

@@ -1,0 +1,135 @@
+"""cloudai-mbridge preflight through the real CLI: exit codes, the table, files only under --output-dir."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from helpers import CONF, run_cli, write_case
+
+from cloudai_mbridge.preflight import time_limit_hours
+
+B300 = CONF / "system" / "slurm_b300_efa.toml"
+KIMI = (
+    'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+    'model = "kimi_k2"\ngpu = "b300"\ntp = 8\npp = 8\nvp = 2\ngbs = 256\ntrain_iters = 24\n'
+)
+SCENARIO = 'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 32\ntime_limit = "02:00:00"\n'
+
+
+def preflight(tmp: Path, scenario: Path, *extra: str, system: Path = B300, output: bool = True):
+    cwd = tmp / "cwd"
+    cwd.mkdir(exist_ok=True)
+    out = ["--output-dir", str(tmp / "out")] if output else []
+    proc = run_cli("preflight", "--system-config", str(system), "--test-scenario", str(scenario), *out, *extra,
+                   cwd=cwd)
+    return proc, cwd
+
+
+def test_ab_scenario_all_points_accepted_with_memory_and_hours(tmp_path: Path) -> None:
+    proc, cwd = preflight(tmp_path, CONF / "test_scenario" / "kimi_k2_dispatcher_ab.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("kimi_k2_dispatcher_ab ")]
+    assert len(lines) == 8
+    assert all(" ok " in ln and " 256 " in ln for ln in lines)
+    assert "mbs=4 dispatcher=deepep moe_a2a_overlap=true" in proc.stdout
+    # 8 points x 256 GPUs x 2 h time limit
+    assert "8 of 8 point(s) accepted" in proc.stdout and "4096.0 GPU-hours" in proc.stdout
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "out" / "preflight.csv").read_text())))
+    assert [r["point"] for r in rows] == [str(i) for i in range(1, 9)]
+    assert all(r["verdict"] == "ok" and r["memory_gib_per_gpu"].endswith("/268") for r in rows)
+    assert rows[4]["largest_term_gib"].startswith("activations")
+    html = (tmp_path / "out" / "preflight.html").read_text()
+    assert "kimi_k2_dispatcher_ab" in html and "<table>" in html
+    # nothing written outside --output-dir: no debug.log, no results folder, no job
+    assert list(cwd.iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["preflight.csv", "preflight.html"]
+
+
+def test_without_output_dir_nothing_is_written(tmp_path: Path) -> None:
+    proc, cwd = preflight(tmp_path, CONF / "test_scenario" / "refit_cpu_smoke.toml",
+                          system=CONF / "system" / "local_slurm.toml", output=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "3 of 4 point(s) accepted" in proc.stdout and "[refit-layout]" in proc.stdout
+    assert list(cwd.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_rejected_point_shows_rule_and_fix(tmp_path: Path) -> None:
+    _, scenario = write_case(tmp_path / "conf", KIMI + "ep = [32, 7]\n", SCENARIO)
+    proc, _ = preflight(tmp_path, scenario)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 of 2 point(s) accepted, 1 rejected" in proc.stdout
+    assert "[experts-per-ep] 384 experts cannot be split evenly over ep=7" in proc.stdout
+    assert "Fix: use an ep that divides the number of experts" in proc.stdout
+    rows = {r["varies"]: r for r in csv.DictReader(io.StringIO((tmp_path / "out" / "preflight.csv").read_text()))}
+    assert rows["ep=7"]["verdict"] == "rejected" and "experts-per-ep" in rows["ep=7"]["rule"]
+    assert rows["ep=32"]["verdict"] == "ok" and rows["ep=32"]["rule"] == ""
+    assert "512.0 GPU-hours" in proc.stdout  # the accepted point only
+
+
+def test_every_point_rejected_exits_1(tmp_path: Path) -> None:
+    _, scenario = write_case(tmp_path / "conf", KIMI + "ep = [7, 5]\n", SCENARIO)
+    proc, _ = preflight(tmp_path, scenario)
+    assert proc.returncode == 1
+    assert "0 of 2 point(s) accepted" in proc.stdout and "every point is rejected" in proc.stdout
+
+
+def test_rejected_point_without_sweep_exits_1(tmp_path: Path) -> None:
+    _, scenario = write_case(tmp_path / "conf", KIMI + "ep = 7\n", SCENARIO)
+    proc, _ = preflight(tmp_path, scenario)
+    assert proc.returncode == 1
+    assert "[experts-per-ep]" in proc.stdout and "rejected test(s) without a sweep: case" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("test_toml", "scenario_toml"),
+    [
+        (KIMI + "ep = 32\n", SCENARIO.replace('test_name = "case"', 'test_name = "missing"')),
+        (KIMI + "ep = 32\nbogus_field = 1\n", SCENARIO),
+        (KIMI + "ep = = 32\n", SCENARIO),
+    ],
+    ids=["missing-test", "unknown-field", "broken-toml"],
+)
+def test_bad_input_exits_2_without_traceback(tmp_path: Path, test_toml: str, scenario_toml: str) -> None:
+    _, scenario = write_case(tmp_path / "conf", test_toml, scenario_toml)
+    proc, cwd = preflight(tmp_path, scenario)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "preflight: could not read" in proc.stderr
+    assert list(cwd.iterdir()) == [] and not (tmp_path / "out").exists()
+
+
+def test_measured_step_time_from_a_result_dir(tmp_path: Path) -> None:
+    _, scenario = write_case(tmp_path / "conf", KIMI + "ep = 32\nmbs = [1, 2]\n", SCENARIO)
+    results = tmp_path / "results"
+    run = results / "case" / "0" / "1"
+    logs = run / "logs"
+    logs.mkdir(parents=True)
+    (run / "mbridge_config.json").write_text(json.dumps({"workload": "training", "mbs": 1, "tp": 8}))
+    line = (" [2024-04-06 02:55:45] iteration {i:8d}/      24 | consumed samples: 256 | elapsed time per iteration "
+            "(ms): 5000.0 | lm loss: 2.0E+00 | loss scale: 1.0 | number of skipped iterations:   0 | "
+            "number of nan iterations:   0 |\n")
+    (logs / "rank-0.log").write_text("".join(line.format(i=i) for i in range(1, 25)))
+    # step 2 recorded a different mbs: not this point's run, so it keeps the time-limit bound
+    (results / "case" / "0" / "2" / "logs").mkdir(parents=True)
+    (results / "case" / "0" / "2" / "mbridge_config.json").write_text(json.dumps({"workload": "training", "mbs": 4}))
+    (results / "case" / "0" / "2" / "logs" / "rank-0.log").write_text(line.format(i=1))
+    proc, _ = preflight(tmp_path, scenario, "--result-dir", str(results))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "out" / "preflight.csv").read_text())))
+    # 256 GPUs x 24 iterations x 5 s = 8.53 GPU-hours
+    assert rows[0]["gpu_hours"] == "8.5" and rows[0]["gpu_hours_basis"] == "measured 5.00 s/iter"
+    assert rows[1]["gpu_hours"] == "512.0" and rows[1]["gpu_hours_basis"] == "time limit"
+    assert "1 from measured iteration times" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("limit", "hours"),
+    [("30", 0.5), ("01:30", 1 / 40), ("02:00:00", 2.0), ("1-00:00:00", 24.0), ("1-12", 36.0), (None, None),
+     ("soon", None)],
+)
+def test_time_limit_formats(limit: str | None, hours: float | None) -> None:
+    assert time_limit_hours(limit) == (pytest.approx(hours) if hours is not None else None)
