@@ -114,7 +114,7 @@ def make_plan(name: str, iters: int) -> TrainingPlan:
         force_balanced_routing=c["balanced"], sequence_parallel=False,
         use_distributed_optimizer=USE_DISTRIBUTED_OPTIMIZER, optimizer="adam",
         # engine "mcore": Megatron-Core's local layers; "bridge": TE layers (what test_definition.plan() sets)
-        transformer_impl="transformer_engine" if bridge else "local",
+        transformer_impl="transformer_engine" if bridge else "local", precision_aware_optimizer=bridge,
     )
 
 

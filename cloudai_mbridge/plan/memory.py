@@ -41,7 +41,10 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
    ``grad_reduce_in_fp32`` (Kimi's own recipe; the DSV3 recipe the seed ran uses bf16). Sharded like the weights
    under Megatron FSDP.
 
-4. Optimizer state: Adam keeps an fp32 master copy and two fp32 moments, ``12`` bytes per parameter
+4. Optimizer state: Adam keeps an fp32 master copy and two fp32 moments, ``12`` bytes per parameter (``8`` with the
+   Megatron-Bridge recipes' precision-aware optimizer, ``plan.precision_aware_optimizer``: bf16 moments; measured by
+   owner and dtype on the bridge engine, benchmarks/results/bridge/README.md; its step transient, the fp32 gradient
+   of the shard kept until the next ``zero_grad``, measured 4.4 B per parameter, is counted as ``4``)
    (megatron/core/optimizer/distrib_optimizer.py); Muon (``dist_muon``, megatron/core/optimizer/muon.py) keeps an
    fp32 master copy and one momentum buffer, ``8`` bytes, for every matrix except embedding / output, which stay on
    Adam. The distributed optimizer (and Muon's layer-wise distribution) divides dense state by DP·CP and expert
@@ -77,7 +80,9 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
      with balanced routing), ``2·(2h + 3f)`` (expert input, fc1 output, activation output, expert output kept
      for the probability-weighted combine).
    - dense MLP: ``2·(T/t)·2h + 2·T·3F/t``.
-   - loss stage: the logits, ``T·V/t`` in bf16 plus the fp32 softmax the vocab-parallel cross entropy keeps:
+   - loss stage (TE path: TE's fused cross entropy, as the Bridge recipes set it, keeps only the bf16 logits
+     ``2·T·V/t`` and writes their gradient in place; the local path below):
+     the logits, ``T·V/t`` in bf16 plus the fp32 softmax the vocab-parallel cross entropy keeps:
      ``6·T·V/t``; the MTP layer adds its own MoE layer, the eh_proj input ``2·(T/t)·2h`` and another set of
      logits.
    - local layers (``transformer_impl`` "local", megatron-core's non-TE specs as the mcore engine builds them;
@@ -344,10 +349,14 @@ def _activations(p: TrainingPlan, recompute: str) -> _Activations:
         dense_mlp += 2 * tokens * (3 if te else 5) * m.ffn_hidden_size / t
 
     vocab = _padded_vocab(m.vocab_size, t) / t
-    logits = 6 * tokens * vocab
     layer_input = 2 * local * h
     scale = CALIBRATION["activation_factor"]
-    logits_grad = 2 * tokens * vocab
+    if te:
+        # TE path = the Bridge recipes' cross_entropy_loss_fusion with cross_entropy_fusion_impl "te": TE's fused
+        # cross entropy keeps only the bf16 logits and writes their gradient into the same buffer
+        logits, logits_grad = 2 * tokens * vocab, 0.0
+    else:  # vocab-parallel cross entropy: bf16 logits + the fp32 softmax it saves; a bf16 gradient in backward
+        logits, logits_grad = 6 * tokens * vocab, 2 * tokens * vocab
     if recompute == "full":
         return _Activations(layer_input * scale, layer_input * scale, layer_input, logits, layer_input + logits,
                             scores, 0.0, logits_grad)
@@ -432,8 +441,13 @@ def _dispatcher_bytes(p: TrainingPlan) -> int:
 
 
 def _optimizer_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards: int) -> float:
-    per_matrix = 8 if p.optimizer == "muon" else 12
-    return (params.embedding * 12 + params.dense * per_matrix) / dp_shards + params.expert * per_matrix / ep_shards
+    """Adam: 12 B per parameter (fp32 master + two fp32 moments). The Bridge recipes' precision-aware Adam: 8 B (fp32
+    master 4 + bf16 exp_avg 2 + bf16 exp_avg_sq 2), as measured by owner and dtype on an H100 with megatron-core 0.17.1
+    and 0.19.2 (MBRIDGE_MEMORY_BREAKDOWN; the recipes' store_param_remainders = True left the master in fp32). Muon:
+    8 B for its matrices; embeddings stay on Adam."""
+    adam = 8 if p.precision_aware_optimizer else 12
+    per_matrix = 8 if p.optimizer == "muon" else adam
+    return (params.embedding * adam + params.dense * per_matrix) / dp_shards + params.expert * per_matrix / ep_shards
 
 
 def _step_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards: int) -> float:

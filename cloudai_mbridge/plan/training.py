@@ -73,6 +73,9 @@ class TrainingPlan:
     # TE's FusedAdam (engine bridge / auto); "local": unfused DotProductAttention, standard attention instead of MLA,
     # unfused SwiGLU, torch AdamW (engine mcore, payload/train/mcore.py). Only plan/memory.py reads it.
     transformer_impl: str = "transformer_engine"
+    # Megatron's use_precision_aware_optimizer, as Megatron-Bridge's DeepSeek-V3 / Kimi-K2 recipes set it (engine
+    # bridge): bf16 exp_avg / exp_avg_sq and bf16 main grads next to an fp32 master copy. Only plan/memory.py reads it.
+    precision_aware_optimizer: bool = False
 
     @property
     def world_size(self) -> int:

@@ -3,7 +3,11 @@ iteration, Step Time and memory lines; the full logs are in benchmarks/results/b
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import gpu_memory  # benchmarks/ is on pytest's pythonpath
+import pytest
 
 from cloudai_mbridge.metrics import parse_training_run
 
@@ -33,3 +37,37 @@ def test_payload_lines_say_which_code_path_ran():
     assert "MBRIDGE_RECIPE deepseek_v3 task=pretrain" in text
     assert "MBRIDGE_HF_CONFIG source=catalog deepseek_v3_proxy" in text and "hub=offline" in text
     assert "MBRIDGE_FALLBACK gradient_accumulation_fusion=False" in text
+
+
+RESULTS = Path(__file__).resolve().parent.parent.parent / "benchmarks" / "results" / "bridge"
+TE_RUNS = [(stack, row) for stack, name in (("0.4.2", "bridge_train_memory"), ("0.6.2", "bridge_0.6.2_train_memory"))
+           for row in json.loads((RESULTS / f"{name}.json").read_text())["configs"]]
+
+
+@pytest.mark.parametrize(("stack", "row"), TE_RUNS, ids=[f"{s}-{r['name']}" for s, r in TE_RUNS])
+def test_todays_estimate_meets_the_te_target_on_the_recorded_runs(stack, row):
+    """plan/memory.py as it is now against the Bridge-engine runs on record (Megatron-Bridge 0.4.2 / 0.6.2, TE, one
+    H100): within 10 % of torch's max allocated without the runtime term (issue 12's target), within 15 % of the
+    nvidia-smi device peak with it (its runtime term was fitted on the mcore engine: 6 GiB vs 4.1-5.2 measured)."""
+    from cloudai_mbridge.plan.memory import estimate_memory
+
+    plan = gpu_memory.make_plan(row["name"], 4)
+    assert plan.precision_aware_optimizer and plan.transformer_impl == "transformer_engine"
+    errors = gpu_memory.compare(plan, estimate_memory(plan), row["measured"])
+    assert abs(errors["error_pct_without_runtime"]) <= 10.0
+    assert abs(errors["device_error_pct"]) <= 15.0
+
+
+def test_the_recipes_optimizer_state_is_what_the_estimate_counts():
+    """By owner and dtype (MBRIDGE_MEMORY_BREAKDOWN after iteration 2): fp32 master 4 B, bf16 moments 2 + 2 B per
+    parameter, bf16 weights and gradients 2 + 2 B; the estimate's optimizer term is those 8 B."""
+    from cloudai_mbridge.plan.memory import estimate_memory
+
+    for row in json.loads((RESULTS / "bridge_breakdown.json").read_text())["configs"]:
+        b = row["breakdown"]
+        params = b["param_buffer[torch.bfloat16]"] / 2
+        assert b["optimizer_params[torch.float32]"] / params == 4.0
+        assert b["optimizer_state[exp_avg:torch.bfloat16]"] / params == 2.0
+        assert b["optimizer_state[exp_avg_sq:torch.bfloat16]"] / params == 2.0
+        est = estimate_memory(gpu_memory.make_plan(row["name"], 4))
+        assert abs(est.optimizer / (8 * params) - 1) < 0.005

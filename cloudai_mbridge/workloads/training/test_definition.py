@@ -223,6 +223,8 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             # the mcore engine builds Megatron-Core's local (non-TE) layers; bridge, and auto in the TE containers,
             # build Transformer Engine ones (plan/memory.py estimates both)
             transformer_impl="local" if a.engine == "mcore" else "transformer_engine",
+            # the Bridge recipes' Adam is precision-aware (bf16 moments); the mcore loop's is not
+            precision_aware_optimizer=a.engine != "mcore",
         )
 
     def payload_config(self, tr: TestRun, system: System | None, output_dir: str) -> dict[str, Any]:
