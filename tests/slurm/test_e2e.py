@@ -72,7 +72,7 @@ def test_a_failing_job_is_reported_failed_with_its_reason(slurm_cluster: SlurmCl
     scenario = refit_case(tmp_path, {"timeout_s": 1, "dst": {"tp": 1, "ep": 4}})
     rc, output, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
     assert rc == 1, "a run whose every job failed must not exit 0"
-    assert "run: every job failed (1 of 1)" in output and "refit_error" in output, output
+    assert "run: every job failed (1 of 1)" in output and "refit error on rank 0" in output, output
     run = root / "case" / "0"
     job = toml.load(run / "slurm-job.toml")
     assert job["state"] == "FAILED", job
