@@ -195,3 +195,18 @@ def test_dry_run_warns_when_a_bridge_run_will_need_the_hub(tmp_path: Path) -> No
     ab = dry_run(CONF / "system" / "slurm_b300_efa.toml", CONF / "test_scenario" / "kimi_k2_dispatcher_ab.toml",
                  tmp_path / "ab")
     assert ab.returncode == 0 and "Hugging Face hub" not in ab.output
+
+
+def test_bridge_version_is_a_field_the_allowlist_follows(tmp_path: Path) -> None:
+    """A B300 DeepEP point swept over the container's Megatron-Bridge release: 0.3 would silently run all-to-all
+    (whole-name allowlist), 0.4 runs DeepEP; only the 0.4 point gets a job."""
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+        'model = "kimi_k2_proxy"\ngpu = "b300"\nengine = "bridge"\ndispatcher = "deepep"\nep = 8\ngbs = 16\n'
+        'bridge_version = ["0.3", "0.4"]\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 1\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
+    assert len(sbatch_scripts(res.output_dir)) == 1, res.output
+    assert "NVIDIA B300 SXM6 AC is not on Megatron-Bridge 0.3's DeepEP allowlist" in res.output

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ..catalog import GPUSpec
+from ..catalog.bridge import BRIDGE_RELEASES, DEFAULT_BRIDGE, device_name
 from ..plan import TrainingPlan
 from ..plan.memory import estimate_memory
 from .base import RuleSet, Violation
@@ -283,35 +284,37 @@ def _delay_wgrad(p: TrainingPlan) -> Iterator[Violation]:
 
 
 def cuda_device_name(gpu: GPUSpec) -> str:
-    """The name torch.cuda.get_device_properties reports (``NVIDIA B300 SXM6 AC``, ``NVIDIA GB200``): the
-    catalog name upper-cased after ``NVIDIA``, which is the prefix Bridge's allowlist looks at."""
-    return f"NVIDIA {gpu.name.upper()}"
+    """The name torch.cuda.get_device_properties reports (``NVIDIA B300 SXM6 AC``, ``NVIDIA GB200``)."""
+    return device_name(gpu)
 
 
-def deepep_allowed(gpu: GPUSpec) -> bool:
-    """bridge:training/flex_dispatcher_backend.py L47-L50 (v0.4.0): compute capability 8.x/9.x, or a device name
-    starting with 'NVIDIA B200' / 'NVIDIA B300'."""
-    return gpu.compute_capability[0] in (8, 9) or cuda_device_name(gpu).startswith(("NVIDIA B200", "NVIDIA B300"))
+def deepep_allowed(gpu: GPUSpec, bridge_version: str = DEFAULT_BRIDGE) -> bool:
+    """bridge:training/flex_dispatcher_backend.py apply_flex_dispatcher_backend: compute capability 8.x/9.x, or a
+    Blackwell device by name (whole name in 0.3, prefix from 0.4; catalog/bridge.py)."""
+    return BRIDGE_RELEASES[bridge_version].deepep_allowed(gpu)
 
 
-def hybridep_allowed(gpu: GPUSpec) -> bool:
-    """bridge:training/flex_dispatcher_backend.py L57-L58 (v0.4.0): compute capability 8.x, 9.x or 10.x."""
-    return gpu.compute_capability[0] in (8, 9, 10)
+def hybridep_allowed(gpu: GPUSpec, bridge_version: str = DEFAULT_BRIDGE) -> bool:
+    """bridge:training/flex_dispatcher_backend.py: compute capability 8.x, 9.x or 10.x (every release read)."""
+    return BRIDGE_RELEASES[bridge_version].hybridep_allowed(gpu)
 
 
 @rule("dispatcher-gpu")
 def _dispatcher_gpu(p: TrainingPlan) -> Iterator[Violation]:
-    """bridge:training/flex_dispatcher_backend.py L27-L72 apply_flex_dispatcher_backend (v0.4.0): outside its
-    allowlist Bridge only logs a warning and keeps the alltoall dispatcher, so a 'deepep' arm of an A/B would
-    silently measure alltoall; validate_flex_dispatcher_backend (L75-L92) raises for the same GPUs."""
+    """bridge:training/flex_dispatcher_backend.py apply_flex_dispatcher_backend (0.3-0.6): outside its allowlist
+    Bridge only logs a warning and keeps the alltoall dispatcher, so a 'deepep' arm of an A/B would silently measure
+    alltoall; validate_flex_dispatcher_backend raises for the same GPUs. The allowlist is the plan's Bridge
+    release's (catalog/bridge.py)."""
     cc = ".".join(map(str, p.gpu.compute_capability))
-    if p.dispatcher == "deepep" and not deepep_allowed(p.gpu):
-        yield _v({"dispatcher": "deepep", "gpu": p.gpu.name, "compute_capability": cc},
-                 f"{cuda_device_name(p.gpu)} is not on Megatron-Bridge's DeepEP allowlist (compute capability 8.x/9.x "
-                 "or a device name starting with 'NVIDIA B200'/'NVIDIA B300'); Bridge would silently fall back to "
-                 "alltoall",
-                 "use dispatcher = \"hybridep\" on this GPU, or a GPU on the DeepEP allowlist (H100, H200, B200, B300)")
-    if p.dispatcher == "hybridep" and not hybridep_allowed(p.gpu):
+    release = BRIDGE_RELEASES[p.bridge_version]
+    if p.dispatcher == "deepep" and not release.deepep_allowed(p.gpu):
+        yield _v({"dispatcher": "deepep", "gpu": p.gpu.name, "compute_capability": cc,
+                  "bridge_version": p.bridge_version},
+                 f"{cuda_device_name(p.gpu)} is not on Megatron-Bridge {p.bridge_version}'s DeepEP allowlist "
+                 f"({release.deepep_rule_text()}); Bridge would silently fall back to alltoall",
+                 "use dispatcher = \"hybridep\" on this GPU, a GPU on the DeepEP allowlist, or a container with "
+                 "Megatron-Bridge >= 0.4 (bridge_version) for a B300")
+    if p.dispatcher == "hybridep" and not release.hybridep_allowed(p.gpu):
         yield _v({"dispatcher": "hybridep", "gpu": p.gpu.name, "compute_capability": cc},
                  f"{p.gpu.name} is not on Megatron-Bridge's HybridEP allowlist (compute capability 8.x/9.x/10.x)",
                  "use dispatcher = \"deepep\" or \"alltoall\"")

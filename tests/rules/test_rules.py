@@ -94,7 +94,7 @@ def test_gb200_deepep_names_the_allowlist() -> None:
     (v,) = TRAINING_RULES.check(seed_plan(dispatcher="deepep", **GB200))
     assert v.rule == "dispatcher-gpu"
     assert "allowlist" in v.message and "NVIDIA GB200" in v.message and "fall back to alltoall" in v.message
-    assert v.fields == {"dispatcher": "deepep", "gpu": "gb200", "compute_capability": "10.0"}
+    assert v.fields == {"dispatcher": "deepep", "gpu": "gb200", "compute_capability": "10.0", "bridge_version": "0.4"}
 
 
 def test_mtp_two_with_overlap_is_rejected_but_zero_none_and_one_pass() -> None:
@@ -168,3 +168,22 @@ def test_explicit_vp_must_match_the_layout_but_unset_vp_is_derived() -> None:
     assert TRAINING_RULES.check(seed_plan(pipeline_layout=layout, vp=2)) == []
     (v,) = TRAINING_RULES.check(seed_plan(pipeline_layout=layout, vp=4))
     assert v.rule == "pipeline-layout" and "vp=4 conflicts with the layout's 2 virtual stages" in v.message
+
+
+def test_b300_deepep_depends_on_the_bridge_release() -> None:
+    """Megatron-Bridge 0.3 matches the whole device name ('NVIDIA B300 SXM6 AC' is not 'NVIDIA B300'), 0.4 on the
+    prefix: the same DeepEP arm is silently all-to-all in a 0.3 container and real DeepEP in a 0.4 one."""
+    from dataclasses import replace
+
+    from cloudai_mbridge.catalog import get_gpu
+    from cloudai_mbridge.catalog.bridge import bridge_release
+
+    plan = replace(seed_plan(dispatcher="deepep"), gpu=get_gpu("b300"))
+    assert [v for v in TRAINING_RULES.check(plan) if v.rule == "dispatcher-gpu"] == []
+    (v,) = [v for v in TRAINING_RULES.check(replace(plan, bridge_version="0.3")) if v.rule == "dispatcher-gpu"]
+    assert "NVIDIA B300 SXM6 AC" in v.message and "Megatron-Bridge 0.3" in v.message and "equal to" in v.message
+    assert v.fields["bridge_version"] == "0.3"
+    assert bridge_release(None, "nvcr.io/nvidia/nemo:26.04.01").version == "0.4"
+    assert bridge_release("0.6", "nvcr.io/nvidia/nemo:26.04.01").version == "0.6"  # the field wins
+    with pytest.raises(ValueError, match="is not one of"):
+        bridge_release("0.9")

@@ -15,6 +15,7 @@ from cloudai.models.workload import CmdArgs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
+from ...catalog.bridge import bridge_release
 from ...launch.training import training_config
 from ...metrics.golden import GoldenThresholds
 from ...payload import hf_config
@@ -36,6 +37,7 @@ DeepEPImpl = Literal["uccl", "nvidia"]
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8"]
 CudaGraphImpl = Literal["none", "local", "transformer_engine"]
+BridgeVersion = Literal["0.3", "0.4", "0.5", "0.6"]
 
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts", "layernorm")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
@@ -132,6 +134,9 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     checkpoint_dir: str | None = None
     container_image: str | None = None
     engine: Literal["auto", "bridge", "mcore"] = "auto"
+    # The Megatron-Bridge release series in the container ("0.3" .. "0.6"); unset: the container's where known
+    # (nemo:26.04 -> 0.4), else 0.4. The rules read its allowlists (catalog/bridge.py).
+    bridge_version: BridgeVersion | list[BridgeVersion] | None = None
     seed: int = 1234
     log_interval: PosInt = 1
     # A golden-values JSON (Megatron-Bridge's format) on the machine that runs CloudAI, absolute or relative to the
@@ -225,6 +230,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             transformer_impl="local" if a.engine == "mcore" else "transformer_engine",
             # the Bridge recipes' Adam is precision-aware (bf16 moments); the mcore loop's is not
             precision_aware_optimizer=a.engine != "mcore",
+            bridge_version=bridge_release(a.bridge_version, a.container_image).version,
         )
 
     def payload_config(self, tr: TestRun, system: System | None, output_dir: str) -> dict[str, Any]:

@@ -1,0 +1,76 @@
+"""What differs between Megatron-Bridge releases that the rules mirror, one entry per release series.
+
+Read from the released wheels (megatron-bridge 0.3.0, 0.4.2, 0.5.1, 0.6.2 on PyPI, 2026-11-24):
+
+- The DeepSeek-V3 recipe's (PP, VP) layout table (``set_deepseek_v3_pipeline_model_parallel_layout``): the same seven
+  pairs in every release read; 0.6 moved it to ``recipes/deepseek/h100/deepseek_v3.py`` (the old module is an alias).
+- The DeepEP allowlist of ``training/flex_dispatcher_backend.py apply_flex_dispatcher_backend``: compute capability
+  8.x / 9.x, or a Blackwell device by name. 0.3 compares the whole name (``device_properties.name in ["NVIDIA B200",
+  "NVIDIA B300"]``), so a B300, which reports ``NVIDIA B300 SXM6 AC``, is skipped there and trains with all-to-all;
+  0.4 and later compare the prefix (``name.startswith(...)``).
+- The HybridEP allowlist: compute capability 8.x / 9.x / 10.x in all of them.
+
+The release a job gets is the test's ``bridge_version``, else the one its container ships (NGC ``nemo:26.04`` ships
+Megatron-Bridge 0.4.2, the image seed 000 ran), else ``DEFAULT_BRIDGE``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .gpus import GPUSpec
+
+DSV3_LAYOUT_PP_VP = frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)})
+
+# What torch.cuda.get_device_properties(0).name reports, where it is more than "NVIDIA <catalog name>".
+DEVICE_NAMES = {"b300": "NVIDIA B300 SXM6 AC", "h100": "NVIDIA H100 80GB HBM3"}
+
+
+@dataclass(frozen=True)
+class BridgeRelease:
+    version: str
+    deepep_names: tuple[str, ...]  # Blackwell device names on the DeepEP allowlist
+    deepep_name_prefix: bool  # True: the name must start with one of them; False: equal one of them
+    deepep_cc_majors: tuple[int, ...] = (8, 9)
+    hybridep_cc_majors: tuple[int, ...] = (8, 9, 10)
+    dsv3_layout_pp_vp: frozenset[tuple[int, int]] = DSV3_LAYOUT_PP_VP
+
+    def deepep_allowed(self, gpu: GPUSpec) -> bool:
+        name = device_name(gpu)
+        by_name = name.startswith(self.deepep_names) if self.deepep_name_prefix else name in self.deepep_names
+        return gpu.compute_capability[0] in self.deepep_cc_majors or by_name
+
+    def hybridep_allowed(self, gpu: GPUSpec) -> bool:
+        return gpu.compute_capability[0] in self.hybridep_cc_majors
+
+    def deepep_rule_text(self) -> str:
+        how = "starting with" if self.deepep_name_prefix else "equal to"
+        return (f"compute capability {'/'.join(f'{m}.x' for m in self.deepep_cc_majors)} or a device name {how} "
+                + " / ".join(repr(n) for n in self.deepep_names))
+
+
+_BLACKWELL = ("NVIDIA B200", "NVIDIA B300")
+BRIDGE_RELEASES = {
+    "0.3": BridgeRelease("0.3", _BLACKWELL, deepep_name_prefix=False),
+    "0.4": BridgeRelease("0.4", _BLACKWELL, deepep_name_prefix=True),
+    "0.5": BridgeRelease("0.5", _BLACKWELL, deepep_name_prefix=True),
+    "0.6": BridgeRelease("0.6", _BLACKWELL, deepep_name_prefix=True),
+}
+DEFAULT_BRIDGE = "0.4"
+# Container image (without registry tag suffix beyond the release) -> the Megatron-Bridge release it ships.
+CONTAINER_BRIDGE = {"nvcr.io/nvidia/nemo:26.04": "0.4"}
+
+
+def device_name(gpu: GPUSpec) -> str:
+    return DEVICE_NAMES.get(gpu.name, f"NVIDIA {gpu.name.upper()}")
+
+
+def bridge_release(version: str | None = None, container_image: str | None = None) -> BridgeRelease:
+    """The test's bridge_version, else its container's, else the default; an unknown version is a ValueError."""
+    if version is None and container_image:
+        version = next((v for prefix, v in CONTAINER_BRIDGE.items() if container_image.startswith(prefix)), None)
+    version = version or DEFAULT_BRIDGE
+    try:
+        return BRIDGE_RELEASES[version]
+    except KeyError:
+        raise ValueError(f"bridge_version = {version!r} is not one of {', '.join(BRIDGE_RELEASES)}") from None
