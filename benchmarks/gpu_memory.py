@@ -438,7 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     info = provenance([f"benchmarks/{Path(__file__).name}", *argv])
     print(f"device: {info.get('gpus')} torch {info.get('torch')} megatron-core {info.get('megatron_core')}")
-    print("method: payload train.py engine mcore, one process per GPU; measured = max of the Megatron memory lines' "
+    per_config = ", ".join(f"{n}={engine_of(n)}" for n in args.configs)
+    print(f"method: payload train.py, engine per config ({per_config}), one process per GPU; "
+          "measured = max of the Megatron memory lines' "
           "'max allocated' (torch.cuda.max_memory_allocated, after iterations 1 and 2); estimate = "
           "plan.memory.estimate_memory(plan) for the same plan; units MiB", flush=True)
     result: dict = {"experiment": "gpu_memory", "provenance": info, "calibration": _calibration(), "configs": []}
