@@ -71,3 +71,20 @@ def test_the_recipes_optimizer_state_is_what_the_estimate_counts():
         assert b["optimizer_state[exp_avg_sq:torch.bfloat16]"] / params == 2.0
         est = estimate_memory(gpu_memory.make_plan(row["name"], 4))
         assert abs(est.optimizer / (8 * params) - 1) < 0.005
+
+
+@pytest.mark.parametrize(("model", "engine", "aware"), [
+    ("deepseek_v3", "bridge", True), ("kimi_k2_proxy", "auto", True),  # the DeepSeek-V3 recipe's optimizer
+    ("kimi_k2", "bridge", False),  # Kimi-K2's own recipe: use_precision_aware_optimizer = False, fp32 moments
+    ("kimi_k2_proxy", "mcore", False),  # the mcore loop's plain Adam
+])
+def test_the_plan_takes_the_recipes_optimizer(model, engine, aware):
+    from types import SimpleNamespace
+
+    from cloudai_mbridge.workloads.training.test_definition import MBridgeTrainingTestDefinition
+
+    tdef = MBridgeTrainingTestDefinition.model_validate({
+        "name": "t", "description": "d", "test_template_name": "MBridgeTraining",
+        "cmd_args": {"model": model, "gpu": "h100", "engine": engine}})
+    plan = tdef.plan(SimpleNamespace(nnodes=1), None)
+    assert plan.precision_aware_optimizer is aware

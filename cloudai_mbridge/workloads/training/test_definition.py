@@ -228,8 +228,9 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             # the mcore engine builds Megatron-Core's local (non-TE) layers; bridge, and auto in the TE containers,
             # build Transformer Engine ones (plan/memory.py estimates both)
             transformer_impl="local" if a.engine == "mcore" else "transformer_engine",
-            # the Bridge recipes' Adam is precision-aware (bf16 moments); the mcore loop's is not
-            precision_aware_optimizer=a.engine != "mcore",
+            # the DeepSeek-V3 recipe's Adam is precision-aware (bf16 moments); Kimi-K2's own recipe (model kimi_k2)
+            # switches it off (recipes/kimi/kimi_k2.py, 0.4.2 L175: fp32 moments and main grads); mcore's is plain
+            precision_aware_optimizer=a.engine != "mcore" and a.model != "kimi_k2",
             bridge_version=bridge_release(a.bridge_version, a.container_image).version,
         )
 
