@@ -210,3 +210,21 @@ def test_bridge_version_is_a_field_the_allowlist_follows(tmp_path: Path) -> None
     res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
     assert len(sbatch_scripts(res.output_dir)) == 1, res.output
     assert "NVIDIA B300 SXM6 AC is not on Megatron-Bridge 0.3's DeepEP allowlist" in res.output
+
+
+def test_local_model_folders_are_mounted_into_the_container(tmp_path: Path) -> None:
+    """hf_model_id as a folder on the cluster (pre-staged, no hub) and hf_config_dir reach the container."""
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+        'model = "kimi_k2_proxy"\ngpu = "b300"\nengine = "bridge"\ntask = "sft"\ndata = "/fsx/sft"\n'
+        'checkpoint_dir = "/fsx/ckpt"\nhf_model_id = "/fsx/models/k2"\nhf_config_dir = "/fsx/models/k2"\n'
+        'container_image = "nvcr.io/nvidia/nemo:26.04.01"\nep = 8\ngbs = 16\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 1\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
+    (script,) = sbatch_scripts(res.output_dir)
+    text = script.read_text()
+    assert "/fsx/models/k2:/fsx/models/k2" in text and text.count("/fsx/models/k2:/fsx/models/k2") == text.count(
+        "--container-mounts")
+    assert "Hugging Face hub" not in res.output  # a local folder needs no hub
