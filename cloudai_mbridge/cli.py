@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     from cloudai.cli import cli as cloudai_cli
 
     from .commands import guard_generate_report, list_command, verify_configs_command, version_message
-    from .launch.payload import ResultsExistError
+    from .launch.payload import ResultsExistError, UnsafeOutputPathError
     from .registration import register
     from .rules import PointRejectedError
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
         group.main(args=_default_tests_dir(args), prog_name="cloudai-mbridge")
-    except (PointRejectedError, ResultsExistError) as exc:
+    except (PointRejectedError, ResultsExistError, UnsafeOutputPathError) as exc:
         logging.error("%s", exc)
         raise SystemExit(1) from None
 

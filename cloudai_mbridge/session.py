@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .launch.payload import CONFIG_NAME
+from .launch.payload import CONFIG_NAME, check_folder_name, claim_scenario_root
 
 # Terminal lines of CloudAI's runner / DSE loop that describe a submission or a result a dry-run does not have.
 _DRY_RUN_NOISE = re.compile(
@@ -82,8 +82,15 @@ def session(mode: str) -> Iterator[Session]:
     runner_cls = handlers.Runner
 
     def capturing_runner(*args: Any, **kwargs: Any) -> Any:
+        for arg in (*args, *kwargs.values()):  # refused before CloudAI writes anything for the scenario
+            if hasattr(arg, "test_runs"):
+                check_folder_name("scenario name", arg.name, "test scenario")
+                for tr in arg.test_runs:
+                    check_folder_name("test id", tr.name, f"test scenario {arg.name!r}")
         runner = runner_cls(*args, **kwargs)
-        s.scenario_roots.append(Path(runner.runner.scenario_root))
+        root = claim_scenario_root(Path(runner.runner.scenario_root))
+        runner.runner.scenario_root = root
+        s.scenario_roots.append(root)
         return runner
 
     patch(handlers, "Runner", capturing_runner)

@@ -29,6 +29,33 @@ class ResultsExistError(FileExistsError):
     """A run folder already holds a generated job or its results; nothing is overwritten."""
 
 
+class UnsafeOutputPathError(ValueError):
+    """A scenario or test name that would put a job's files outside --output-dir; nothing was written."""
+
+
+def check_folder_name(kind: str, value: str, source: str) -> None:
+    """``value`` becomes one folder name under --output-dir: no separator, no ``..``, not absolute, not empty."""
+    text = str(value)
+    if text in ("", ".", "..") or any(c in text for c in "/\\\0") or Path(text).is_absolute():
+        raise UnsafeOutputPathError(
+            f"{source}: {kind} {text!r} cannot name a results folder: it would put files outside --output-dir. "
+            "Fix: use a plain name without '/', '\\' or '..' (letters, digits, '-', '_', '.')."
+        )
+
+
+def claim_scenario_root(root: Path) -> Path:
+    """Create the scenario's results folder atomically (mkdir fails when it exists): a second run of the scenario
+    started in the same second gets ``<name>_2`` instead of sharing the first one's folder."""
+    for n in range(1, 1000):
+        candidate = root if n == 1 else root.with_name(f"{root.name}_{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise ResultsExistError(f"{root} and 998 numbered siblings exist. Fix: pass another --output-dir.")
+
+
 def claim_run_dir(output_dir: Path) -> None:
     """Refuse a folder that an earlier generation already used (CloudAI names results by the second, so two runs of
     one scenario started within a second would share a folder)."""

@@ -33,7 +33,7 @@ from . import signals
 from .frames import frame
 from .layout import load_layout
 from .scan import LogLine, Marker, scan_run
-from .stats import STALL_FACTOR, Stats, steady_state
+from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,7 +42,8 @@ REFIT = Marker("refit", (b"REFIT_", b"refit time:", b"Effective bandwidth:"))
 REFIT_ERROR = Marker("refit_error", (b"REFIT_ERROR",))
 
 _FLOAT = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_ITER_RE = re.compile(rf"REFIT_ITER\s+iter=(?P<iter>\d+)\s+time_ms=(?P<ms>{_FLOAT})(?=\s|$)")
+# Any time_ms token is read (nan/inf included): one that is not a real time makes the run invalid, not unseen.
+_ITER_RE = re.compile(r"REFIT_ITER\s+iter=(?P<iter>\d+)\s+time_ms=(?P<ms>\S+)(?=\s|$)")
 _STATS_RE = re.compile(
     r"REFIT_STATS\s+bytes_remote=(?P<remote>-?\d+)\s+bytes_local=(?P<local>-?\d+)\s+send_ops=(?P<send>-?\d+)"
     r"\s+recv_ops=(?P<recv>-?\d+)(?=\s|$)"
@@ -58,6 +59,7 @@ _RESULT_RE = re.compile(r"REFIT_RESULT\s+(?P<json>\{.*\})\s*$")
 STATUS_ORDER = (
     "no_logs",
     "failed",
+    "bad_iteration_time",
     "no_iterations",
     "missing_rank_log",
     "truncated",
@@ -100,6 +102,7 @@ class RefitRunMetrics:
     result: Mapping[str, Any] | None
     validity: signals.ValiditySignals
     failure: signals.FailureReport
+    time_errors: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -113,6 +116,7 @@ class RefitRunMetrics:
             "problems": ",".join(self.problems),
             "failure": self.failure.primary,
             **self.failure.reason(),
+            "bad_iteration_times": "; ".join(self.time_errors) or None,
             "n": t.n,
             "time_ms_mean": t.mean,
             "time_ms_median": t.median,
@@ -141,7 +145,10 @@ def _tolerance(printed: str) -> float:
     mantissa = printed.lower().split("e")[0]
     decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
     exponent = int(printed.lower().split("e")[1]) if "e" in printed.lower() else 0
-    return 0.5 * 10.0 ** (exponent - decimals)
+    try:
+        return 0.5 * 10.0 ** (exponent - decimals)
+    except OverflowError:  # a printed "1e999": no tolerance makes it agree with a real time
+        return math.inf
 
 
 def _count(match: re.Match[str] | None, group: str) -> int | None:
@@ -172,6 +179,7 @@ def parse_refit_run(
             problems.append("refit_from_job_logs")
 
     by_iter: dict[int, float] = {}
+    time_errors: list[str] = []
     printed: dict[str, float] = {}
     printed_text: dict[str, str] = {}
     bandwidth = stats_match = verify = result = None
@@ -180,14 +188,26 @@ def parse_refit_run(
             continue
         text = line.text
         for m in _ITER_RE.finditer(text):
-            if int(m.group("iter")) in by_iter:
+            i = int(m.group("iter"))
+            try:
+                ms = float(m.group("ms")) if m.group("ms").isascii() and "_" not in m.group("ms") else math.nan
+            except ValueError:
+                ms = math.nan
+            if i in by_iter:
                 problems.append("duplicate_iterations")
-            by_iter[int(m.group("iter"))] = float(m.group("ms"))
+            why = iteration_time_problem(ms)
+            if why is not None:  # a damaged time never enters a statistic; the run is invalid
+                time_errors.append(f"REFIT_ITER iter={i} time_ms={m.group('ms')} is {why}")
+                by_iter.pop(i, None)
+                continue
+            by_iter[i] = ms
         for m in _SUMMARY_RE.finditer(text):
             printed[m.group("which").lower()] = float(m.group("ms"))
             printed_text[m.group("which").lower()] = m.group("ms")
         if m := _BANDWIDTH_RE.search(text):
             bandwidth = float(m.group("gbps"))
+            if not (math.isfinite(bandwidth) and bandwidth >= 0.0):
+                bandwidth = None
         stats_match = _STATS_RE.search(text) or stats_match
         if m := _VERIFY_RE.search(text):
             verify = RefitVerify(
@@ -201,6 +221,8 @@ def parse_refit_run(
             else:
                 result = decoded if isinstance(decoded, dict) else None
 
+    if time_errors:
+        problems.append("bad_iteration_time")
     iterations = tuple(sorted(by_iter.items()))
     time_ms = steady_state([ms for _, ms in iterations], warmup, stall_factor)
     if time_ms.n == 0:
@@ -257,4 +279,5 @@ def parse_refit_run(
         result=result,
         validity=validity,
         failure=failure,
+        time_errors=tuple(time_errors),
     )

@@ -7,6 +7,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 STALL_FACTOR = 3.0
+# No training or refit iteration takes 11.6 days: a larger logged time is a damaged line, not a measurement.
+MAX_ITERATION_MS = 1e9
+
+
+def iteration_time_problem(ms: float) -> str | None:
+    """Why a logged iteration time (ms) is not a measurement, or None when it is one."""
+    if math.isnan(ms):
+        return "not a number"
+    if math.isinf(ms):
+        return "infinite"
+    if ms < 0.0:
+        return "negative"
+    if ms == 0.0:
+        return "zero"
+    if ms > MAX_ITERATION_MS:
+        return f"above {MAX_ITERATION_MS:.0e} ms"
+    return None
 
 
 @dataclass(frozen=True)
@@ -68,8 +85,16 @@ def steady_state(values: Iterable[float | None], warmup: int = 4, stall_factor: 
         return Stats(n=0, n_warmup=n_warmup, n_invalid=n_invalid)
     ordered = sorted(finite)
     median = percentile(ordered, 50.0)
-    mean = math.fsum(finite) / len(finite)
-    stdev = math.sqrt(math.fsum((v - mean) ** 2 for v in finite) / (len(finite) - 1)) if len(finite) > 1 else 0.0
+    try:
+        mean = math.fsum(finite) / len(finite)
+    except OverflowError:  # finite values near float max: divided first, the mean stays finite
+        mean = math.fsum(v / len(finite) for v in finite)
+    stdev = 0.0
+    if len(finite) > 1:
+        try:
+            stdev = math.sqrt(math.fsum((v - mean) ** 2 for v in finite) / (len(finite) - 1))
+        except OverflowError:
+            stdev = math.inf
     threshold = stall_factor * median
     stalls = tuple(i for i, v in enumerate(finite) if v > threshold)
     return Stats(

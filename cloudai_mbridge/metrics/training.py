@@ -26,6 +26,7 @@ so a line cut by a kill, or spliced with another rank's output, never yields a s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,7 @@ from . import signals
 from .frames import frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
 from .scan import FileScan, LogLine, Marker, RunScan, scan_run
-from .stats import STALL_FACTOR, Stats, steady_state
+from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,6 +91,7 @@ _MEM_UNIT_BYTES = {"MB": float(1 << 20), "GB": 1e9}
 STATUS_ORDER = (
     "no_logs",
     "failed",
+    "bad_iteration_time",
     "no_iterations",
     "no_steady_state",
     "missing_rank_log",
@@ -269,6 +271,7 @@ class TrainingRunMetrics:
     failure: signals.FailureReport
     engine_requested: str | None = None
     engine_selected: str | None = None
+    time_errors: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -340,6 +343,7 @@ class TrainingRunMetrics:
             "status": self.status,
             "problems": ",".join(self.problems),
             "failure": self.failure.primary,
+            "bad_iteration_times": "; ".join(self.time_errors) or None,
             "dispatcher": dispatcher.wanted,
             "dispatcher_built": dispatcher.built,
             "dispatcher_backend": dispatcher.backend,
@@ -480,6 +484,31 @@ def _nan_evidence(records: Sequence[IterationRecord]) -> tuple[list[int], list[i
     return nan_iters, bad_grad, details
 
 
+def _drop_bad_times(
+    records: list[IterationRecord], step_times: list[StepTimeRecord], problems: list[str]
+) -> tuple[list[IterationRecord], list[StepTimeRecord], tuple[str, ...]]:
+    """A damaged time (negative, zero, nan/inf, absurd) never enters a statistic and makes the run invalid."""
+    errors: list[str] = []
+    kept = []
+    for r in records:
+        why = None if r.elapsed_ms is None else iteration_time_problem(r.elapsed_ms)
+        if why is not None:
+            where = f"iteration {r.iteration}" + (f" ({r.source})" if r.source else "")
+            errors.append(f"{where}: elapsed time per iteration (ms) {r.elapsed_ms} is {why}")
+            r = dataclasses.replace(r, elapsed_ms=None, tflops_per_gpu=None)
+        kept.append(r)
+    steps = []
+    for i, s in enumerate(step_times):
+        why = iteration_time_problem(s.step_time_s * 1000.0)
+        if why is not None:
+            errors.append(f"Step Time line {i + 1}: {s.step_time_s} s is {why}")
+            continue
+        steps.append(s)
+    if errors:
+        problems.append("bad_iteration_time")
+    return kept, steps, tuple(errors)
+
+
 def tokens_per_s(record: IterationRecord, gbs: int | None, seq: int | None) -> float | None:
     """gbs x seq_length / iteration time; the line's own global batch size wins (batch-size ramp-up)."""
     batch = record.global_batch_size or gbs
@@ -537,6 +566,7 @@ def parse_training_run(
     rank0 = run.ranks.get(0)
     step_lines = list(rank0.lines(STEP_TIME.name)) if rank0 else run.labelled(STEP_TIME.name, (None, 0))
     step_times = [s for line in step_lines for s in parse_step_time_line(line.text)]
+    records, step_times, time_errors = _drop_bad_times(records, step_times, problems)
     memory_lines = [line for s in (*run.ranks.values(), *run.jobs) for line in s.lines(MEMORY.name)]
     memory = sorted(
         {(m.rank, m.after_iterations): m for line in memory_lines for m in parse_memory_line(line)}.values(),
@@ -634,4 +664,5 @@ def parse_training_run(
         failure=failure,
         engine_requested=engine.get("requested"),
         engine_selected=engine.get("selected"),
+        time_errors=time_errors,
     )

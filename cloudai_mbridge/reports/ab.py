@@ -54,7 +54,8 @@ class Arm:
         """Reasons this arm's numbers cannot be used (empty = valid)."""
         m, problems = self.metrics, []
         if not m.ok:
-            problems.append(f"status {m.status}" + (f" ({failure_text(m)})" if m.failure.first else ""))
+            explained = m.failure.first or m.time_errors
+            problems.append(f"status {m.status}" + (f" ({failure_text(m)})" if explained else ""))
         d = m.validity.dispatcher
         if d.downgraded:
             problems.append(f"dispatcher downgraded ({d.wanted} -> {d.built})")
@@ -118,7 +119,14 @@ def failure_text(m: TrainingRunMetrics) -> str | None:
     if first is not None:
         rank = f" on rank {first.rank}" if first.rank is not None else ""
         return f"{m.failure.reason()['failure_class']}{rank}: {first.detail[:160]}"
+    if m.time_errors:
+        return f"damaged log, no time is used: {'; '.join(m.time_errors)}"[:300]
     return None if m.ok else ", ".join(m.problems)
+
+
+def mean_time_ms(m: TrainingRunMetrics) -> float | None:
+    """The steady-state mean time per iteration, or None when the log carried a damaged time (never a number)."""
+    return None if m.time_errors else m.iteration_time_ms.mean
 
 
 def run_row(label: str, tr: Any, m: TrainingRunMetrics) -> dict[str, Any]:
@@ -133,11 +141,11 @@ def run_row(label: str, tr: Any, m: TrainingRunMetrics) -> dict[str, Any]:
         "status": status,
         "failure": failure_text(m) or (golden.reason if golden is not None and not golden.passed else None),
         "engine": m.engine,
-        "iter_ms": m.iteration_time_ms.mean,
-        "tflops_per_gpu": m.tflops_per_gpu.mean,
-        "mfu_pct": m.mfu_pct,
-        "tokens_per_s_per_gpu": m.tokens_per_s_per_gpu,
-        "gpu_hours": m.gpu_hours,
+        "iter_ms": mean_time_ms(m),
+        "tflops_per_gpu": None if m.time_errors else m.tflops_per_gpu.mean,
+        "mfu_pct": None if m.time_errors else m.mfu_pct,
+        "tokens_per_s_per_gpu": None if m.time_errors else m.tokens_per_s_per_gpu,
+        "gpu_hours": None if m.time_errors else m.gpu_hours,
         "peak_mem_gb": None if m.peak_allocated_bytes is None else m.peak_allocated_bytes / 1e9,
         "golden": None if golden is None else ("met" if golden.passed else "breached"),
         "title": run_title(m.config),
@@ -203,7 +211,7 @@ class MBridgeABReport(Reporter):
                     "baseline": arm.value,
                     "arm": None,
                     "verdict": "unpaired",
-                    "base_time_s": _sec(arm.metrics.iteration_time_ms.mean),
+                    "base_time_s": _sec(mean_time_ms(arm.metrics)),
                 }
             ]
         base = cell.arms[self._baseline(cell)]
@@ -212,12 +220,12 @@ class MBridgeABReport(Reporter):
             if arm is base:
                 continue
             b, a = base.metrics, arm.metrics
-            bt, at = _sec(b.iteration_time_ms.mean), _sec(a.iteration_time_ms.mean)
+            bt, at = _sec(mean_time_ms(b)), _sec(mean_time_ms(a))
             diff, n = loss_equivalence(b.loss_curve, a.loss_curve, first_k=cfg.loss_first_k)
             equal_work = n > 0 and math.isfinite(diff) and diff <= cfg.loss_rtol
             gates = [f"{base.value}: {g}" for g in base.gates()] + [f"{value}: {g}" for g in arm.gates()]
             delta = None if bt in (None, 0.0) or at is None else (at - bt) / bt * 100.0
-            interval = delta_interval(b.iteration_time_ms, a.iteration_time_ms)
+            interval = None if bt is None or at is None else delta_interval(b.iteration_time_ms, a.iteration_time_ms)
             if gates:
                 verdict = "invalid: " + "; ".join(gates)
             elif not equal_work:
@@ -299,11 +307,12 @@ class MBridgeABReport(Reporter):
                 if row.get("delta_pct") is not None and row.get("delta_ci95_pct"):
                     change = f"\n{row['arm']} vs {row['baseline']}: {row['delta_pct']:+.1f} % [{row['delta_ci95_pct']}]"
                 groups.append(f"{c.label}{change}")
-            values = {a: [_sec(c.arms[a].metrics.iteration_time_ms.mean) if a in c.arms else None for c in pairs]
+            values = {a: [_sec(mean_time_ms(c.arms[a].metrics)) if a in c.arms else None for c in pairs]
                       for a in arms}
             errors = {
                 a: [
-                    None if a not in c.arms or (iv := mean_interval(c.arms[a].metrics.iteration_time_ms)) is None
+                    None if a not in c.arms or c.arms[a].metrics.time_errors
+                    or (iv := mean_interval(c.arms[a].metrics.iteration_time_ms)) is None
                     else (iv[0] / 1000.0, iv[1] / 1000.0)
                     for c in pairs
                 ]

@@ -47,7 +47,8 @@ class MBridgeRefitTable(Reporter):
         rows = []
         for tr, config in runs_of(self, MBridgeRefitTestDefinition):
             m = parse_refit_run(tr.output_path)
-            verified = m.verify is not None and m.verify.status == "pass"
+            # A damaged REFIT_ITER time makes the whole run's times unusable: the row stays, without a time.
+            verified = m.verify is not None and m.verify.status == "pass" and not m.time_errors
             t = m.time_ms
             rows.append(
                 {
@@ -124,6 +125,6 @@ class MBridgeRefitTable(Reporter):
 def _failure(m: Any) -> str | None:
     first = m.failure.first
     if first is None:
-        return None
+        return f"damaged log, no time is used: {'; '.join(m.time_errors)}"[:300] if m.time_errors else None
     rank = f" on rank {first.rank}" if first.rank is not None else ""
     return f"{m.failure.reason()['failure_class']}{rank}: {first.detail[:160]}"

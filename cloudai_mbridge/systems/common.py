@@ -11,7 +11,7 @@ from typing import Any
 from cloudai.core import DockerImage, System, TestRun
 
 from ..catalog import get_gpu
-from ..launch.payload import claim_run_dir
+from ..launch.payload import UnsafeOutputPathError, claim_run_dir
 from ..rules import PointRejectedError, Violation
 
 # Environment variable names whose values are credentials: they must come from the submitting shell's environment
@@ -83,6 +83,10 @@ def open_run_dir(tr: TestRun, problems: list[Violation], system: System | None =
     for caution in cautions(tr, system) if cautions else []:
         logging.warning("%s: %s", tr.name, caution)
     out = tr.output_path.absolute()
+    # The CLI refuses unsafe scenario names / test ids before CloudAI derives folders from them (session.py).
+    if ".." in tr.output_path.parts:
+        raise UnsafeOutputPathError(f"test {tr.name!r}: results folder {tr.output_path} steps out with '..'. "
+                                    "Fix: use a plain test id / scenario name without '/' or '..'.")
     out.mkdir(parents=True, exist_ok=True)
     claim_run_dir(out)
     return out

@@ -27,6 +27,8 @@ def run_status(output_path: Path) -> JobStatusResult:
     if first is not None:
         rank = f" on rank {first.rank}" if first.rank is not None else ""
         reason = f"{m.failure.reason()['failure_class']}{rank}: {first.detail[:200]}"
+    elif m.time_errors:
+        reason = f"damaged log, no time is used: {'; '.join(m.time_errors)[:200]}"
     details = ", ".join(m.problems) or m.status
     verify = getattr(m, "verify", None)
     if verify is not None and verify.status == "fail":

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from cloudai.core import System, TestRun
 from cloudai.models.workload import CmdArgs
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from ...catalog import MODELS, get_model
 from ...plan.refit import RefitPlan, refit_model
@@ -14,8 +14,11 @@ from ...rules import Violation
 from ...rules.refit import REFIT_RULES
 from ..base import MBridgeTestDefinition
 
-PosInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
+# Strict: a TOML "8", 8.0 or true is refused, never coerced into 8 / 1.
+PosInt = Annotated[StrictInt, Field(ge=1)]
+# torch.manual_seed takes a 64-bit value; below 2**63 it is also a valid signed int64 everywhere it is passed on.
+Seed = Annotated[StrictInt, Field(ge=0, lt=2**63)]
+NonNegInt = Annotated[StrictInt, Field(ge=0)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
 Transport = Literal["gloo", "nccl", "nvshmem"]
@@ -50,8 +53,8 @@ class MBridgeRefitCmdArgs(CmdArgs):
     warmup: PosInt = 2
     iterations: PosInt = 5
     verify: bool = True
-    timeout_s: PosInt = 1800
-    seed: int = 1234
+    timeout_s: Annotated[StrictInt, Field(ge=1, le=7 * 24 * 3600)] = 1800  # at most a week
+    seed: Seed = 1234
     container_image: str | None = None
     # None: python3 in a container, else the interpreter that runs CloudAI (sys.executable)
     python: str | None = None

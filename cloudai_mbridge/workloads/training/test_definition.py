@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from cloudai.core import JobStatusResult, System, TestRun
 from cloudai.models.workload import CmdArgs
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...catalog.bridge import bridge_release
@@ -29,7 +29,10 @@ from ...systems.common import (
 )
 from ..base import MBridgeTestDefinition
 
-PosInt = Annotated[int, Field(ge=1)]
+# Strict: a TOML "8", 8.0 or true is refused, never coerced into 8 / 1.
+PosInt = Annotated[StrictInt, Field(ge=1)]
+# torch.manual_seed takes a 64-bit value; below 2**63 it is also a valid signed int64 everywhere it is passed on.
+Seed = Annotated[StrictInt, Field(ge=0, lt=2**63)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 GPUName = Literal[tuple(GPUS)]  # type: ignore[valid-type]
 Dispatcher = Literal["alltoall", "deepep", "hybridep"]
@@ -137,7 +140,7 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     # The Megatron-Bridge release series in the container ("0.3" .. "0.6"); unset: the container's where known
     # (nemo:26.04 -> 0.4), else 0.4. The rules read its allowlists (catalog/bridge.py).
     bridge_version: BridgeVersion | list[BridgeVersion] | None = None
-    seed: int = 1234
+    seed: Seed = 1234
     log_interval: PosInt = 1
     # A golden-values JSON (Megatron-Bridge's format) on the machine that runs CloudAI, absolute or relative to the
     # folder CloudAI runs in: the run fails when it breaches it. Every run writes its own as golden_values.json.
