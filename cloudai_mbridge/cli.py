@@ -35,6 +35,42 @@ def _default_tests_dir(args: list[str]) -> list[str]:
     return [*args, "--tests-dir", str(tests_dir)] if tests_dir.is_dir() else args
 
 
+_TOML_OPTIONS = ("--system-config", "--test-scenario", "--tests-dir", "--hook-dir")
+
+
+def _option_values(args: list[str], names: tuple[str, ...]) -> list[str]:
+    out = []
+    for i, a in enumerate(args):
+        if a in names and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif "=" in a and a.split("=", 1)[0] in names:
+            out.append(a.split("=", 1)[1])
+    return out
+
+
+def toml_problems(args: list[str]) -> list[str]:
+    """Every TOML file the command will read (the configs named on the command line, the *.toml of the folders),
+    decoded and parsed here first: a file that is not UTF-8 or not TOML is a message naming the file, the place and
+    the fix, never a traceback from deep inside the parser."""
+    import tomllib
+
+    files: list[Path] = []
+    for value in _option_values(args, _TOML_OPTIONS):
+        path = Path(value)
+        files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.is_file() else [])
+    problems = []
+    for path in files:
+        data = path.read_bytes()
+        try:
+            tomllib.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            problems.append(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}). "
+                            "Fix: save the file as UTF-8")
+        except tomllib.TOMLDecodeError as e:
+            problems.append(f"{path}: not valid TOML ({e}). Fix: correct the file at that line")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         require_cloudai()
@@ -76,9 +112,14 @@ def main(argv: list[str] | None = None) -> None:
     group.add_command(verify_configs_command(), "verify-configs")
     group.add_command(list_command(), "list")
     group.add_command(preflight_command(cloudai_cli.main.commands["dry-run"]), "preflight")
-    args = sys.argv[1:] if argv is None else argv
+    args = _default_tests_dir(sys.argv[1:] if argv is None else argv)
+    problems = toml_problems(args)
+    if problems:
+        for problem in problems:
+            print(f"cloudai-mbridge: {problem}", file=sys.stderr)
+        raise SystemExit(2)
     try:
-        group.main(args=_default_tests_dir(args), prog_name="cloudai-mbridge")
+        group.main(args=args, prog_name="cloudai-mbridge")
     except (PointRejectedError, ResultsExistError, UnsafeOutputPathError) as exc:
         logging.error("%s", exc)
         raise SystemExit(1) from None
