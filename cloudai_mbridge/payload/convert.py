@@ -83,13 +83,10 @@ def convert(cfg: dict[str, Any], import_ckpt=None) -> Path:
     if import_ckpt is None:
         # Before Bridge imports huggingface_hub: a hub id no cache holds while the hub is off or silent fails now,
         # with the way out, instead of retrying; a local folder (or a cached id) runs offline.
-        missing = hf_config.needs_hub({"hf_model_id": cfg["hf_model_id"], "convert": True})
         try:
-            hf_config.check_hub(missing)
+            hf_config.settle_hub({"hf_model_id": cfg["hf_model_id"], "convert": True})
         except hf_config.HubError as e:
             raise ConvertError(str(e)) from None
-        if not missing:
-            os.environ["HF_HUB_OFFLINE"] = "1"
         import torch
         from megatron.bridge import AutoBridge
 

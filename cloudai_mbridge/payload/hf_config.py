@@ -12,7 +12,7 @@ retries for about 70 s and dies. Here:
   from) and ``hub/`` (a Hugging Face hub cache). The hub cache serves the same config under each id a recipe asks
   for, and links every model of the user's own cache (``HF_HUB_CACHE``, ``HF_HOME/hub`` or ``~/.cache/huggingface/hub``)
   so that tokenizers and weights already cached there are still found. Nothing is written outside the output folder.
-- ``hub_plan`` says which ids still need the hub (a hub id that no cache holds). None: the process runs with
+- ``settle_hub`` says which ids still need the hub (a hub id that no cache holds). None: the process runs with
   ``HF_HUB_OFFLINE=1``, so nothing can sit in a retry loop. Some, and ``HF_HUB_OFFLINE`` is set or the hub does not
   answer within a few seconds: a ``HubError`` that names ``hf_model_id`` and how to pre-stage it.
 
@@ -224,6 +224,17 @@ def check_hub(ids: list[str], env: dict[str, str] | None = None, probe=hub_reach
                        + prestage_hint(ids))
 
 
+def settle_hub(cfg: dict[str, Any], env: dict[str, str] | None = None, probe=hub_reachable) -> list[str]:
+    """The ids of `hub_refs` only the hub has; refused at once if the hub is off or silent (HubError); none:
+    HF_HUB_OFFLINE=1 in `env`, so nothing can sit in a retry loop."""
+    env = os.environ if env is None else env
+    missing = needs_hub(cfg, env)
+    check_hub(missing, env, probe)
+    if not missing:
+        env["HF_HUB_OFFLINE"] = "1"
+    return missing
+
+
 def prepare(cfg: dict[str, Any], output_dir: str | Path, env: dict[str, str] | None = None,
             probe=hub_reachable) -> HubPlan:
     """Write the model's config and the private hub cache under output_dir, check what needs the hub, and set the
@@ -250,9 +261,6 @@ def prepare(cfg: dict[str, Any], output_dir: str | Path, env: dict[str, str] | N
             with contextlib.suppress(FileExistsError):  # another rank made it meanwhile
                 link.symlink_to(entry.resolve(), target_is_directory=True)
             linked += 1
-    missing = needs_hub(cfg, env)
-    check_hub(missing, env, probe)
+    missing = settle_hub(cfg, env, probe)  # user_hub_cache(env) was read above: the private cache comes after
     env["HF_HUB_CACHE"] = str(cache)
-    if not missing:
-        env["HF_HUB_OFFLINE"] = "1"
     return HubPlan(cache=cache, model_dir=model_dir, source=source, needs_hub=missing, linked=linked)

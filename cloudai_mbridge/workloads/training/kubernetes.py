@@ -7,7 +7,6 @@ from typing import Any
 
 from ...launch.kubernetes import CONFIG_PATH, K8sConfigError, PodStep
 from ...launch.payload import payload_argv
-from ...payload import hf_config
 from ...systems.kubernetes.strategy import MBridgeKubernetesStrategy
 from .job import TrainingJob
 
@@ -29,13 +28,6 @@ class MBridgeTrainingKubernetesJsonGenStrategy(TrainingJob, MBridgeKubernetesStr
     def shared_paths(self) -> dict[str, str]:
         a = self.tdef.cmd_args
         return {"cmd_args.checkpoint_dir": a.checkpoint_dir} if self._converts() and a.checkpoint_dir else {}
-
-    def cluster_paths(self) -> dict[str, str]:
-        a = self.tdef.cmd_args
-        paths = {"cmd_args.checkpoint_dir": a.checkpoint_dir, "cmd_args.data": None if a.data == "mock" else a.data,
-                 "cmd_args.hf_config_dir": a.hf_config_dir,
-                 "cmd_args.hf_model_id": a.hf_model_id if hf_config.is_local(a.hf_model_id) else None}
-        return {k: v for k, v in paths.items() if v}
 
     def pre_steps(self) -> list[PodStep]:
         if not self._converts():

@@ -7,7 +7,6 @@ from typing import Any
 
 from ...launch.payload import payload_argv
 from ...launch.slurm import SrunStep
-from ...payload import hf_config
 from ...systems.slurm.strategy import MBridgeSlurmStrategy
 from .job import TrainingJob
 
@@ -17,10 +16,7 @@ class MBridgeTrainingSlurmCommandGenStrategy(TrainingJob, MBridgeSlurmStrategy):
         return self.plan().gpus_per_node
 
     def extra_mounts(self) -> list[str]:
-        a = self.tdef.cmd_args
-        paths = [p for p in (a.checkpoint_dir, None if a.data == "mock" else a.data, a.hf_config_dir,
-                             a.hf_model_id if hf_config.is_local(a.hf_model_id) else None) if p]
-        return [f"{p}:{p}" for p in dict.fromkeys(paths)]
+        return [f"{p}:{p}" for p in dict.fromkeys(self.cluster_paths().values())]
 
     def payload_config(self) -> dict[str, Any]:
         return self.tdef.payload_config(self.test_run, self.system, str(self.test_run.output_path.absolute()))
