@@ -58,18 +58,19 @@ GRAFT_FIELDS = (
 )
 
 
-def available() -> bool:
+def _importable(module: str) -> bool:
     try:
-        return importlib.util.find_spec("megatron.bridge") is not None
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def available() -> bool:
+    return _importable("megatron.bridge")
 
 
 def _kimi_recipe_available() -> bool:
-    try:
-        return importlib.util.find_spec(KIMI_RECIPE) is not None
-    except (ImportError, ValueError):
-        return False
+    return _importable(KIMI_RECIPE)
 
 
 def set_fields(container: Any, overrides: dict[str, Any]) -> None:
@@ -145,13 +146,6 @@ def changed_fields(before: dict[str, Any], after: dict[str, Any]) -> list[tuple[
 def _short(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def apply_fusion_fallbacks(model_cfg: Any) -> list[tuple[str, str]]:
