@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -108,7 +109,7 @@ def plan(iters: int, seq: int) -> TrainingPlan:
 def run(cmd: list[str], log: Path, timeout: int) -> int:
     with log.open("w") as f:
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, timeout=timeout,
-                              env={**__import__("os").environ, "PYTHONUNBUFFERED": "1"}).returncode
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
