@@ -55,14 +55,30 @@ def toml_problems(args: list[str]) -> list[str]:
     import tomllib
 
     files: list[Path] = []
-    for value in _option_values(args, _TOML_OPTIONS):
+    values = _option_values(args, _TOML_OPTIONS)
+    if "verify-configs" in args:  # its positional folder / file
+        rest = args[args.index("verify-configs") + 1:]
+        values += [a for i, a in enumerate(rest)
+                   if not a.startswith("-") and (i == 0 or not rest[i - 1].startswith("-"))]
+    for value in values:
         path = Path(value)
         files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.is_file() else [])
     problems = []
+    for option in ("--system-config", "--test-scenario"):
+        for value in _option_values(args, (option,)):
+            if Path(value).is_dir():
+                problems.append(f"{option} {value} is a folder, not a TOML file. Fix: name the .toml file itself")
     for path in files:
-        data = path.read_bytes()
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            problems.append(f"{path}: cannot be read ({e.strerror}). Fix: check the file's permissions")
+            continue
         try:
             tomllib.loads(data.decode("utf-8"))
+        except RecursionError:
+            problems.append(f"{path}: not valid TOML (arrays or tables nested too deeply to read). "
+                            "Fix: correct the file")
         except UnicodeDecodeError as e:
             problems.append(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}). "
                             "Fix: save the file as UTF-8")
@@ -72,6 +88,9 @@ def toml_problems(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from . import redact
+
+    redact.install()  # nothing printed by this process (ours or CloudAI's) shows a secret-looking value
     try:
         require_cloudai()
     except CloudAIMissingError as exc:
@@ -89,11 +108,15 @@ def main(argv: list[str] | None = None) -> None:
     register()
 
     def setup(log_file: str, log_level: str) -> None:
+        levels = ("debug", "info", "warning", "error", "critical")
+        if str(log_level).lower() not in levels:
+            raise click.BadParameter(f"{log_level!r}. Fix: use one of {', '.join(levels)}", param_hint="--log-level")
         # preflight writes nothing outside --output-dir, CloudAI's debug.log included: log to stderr only
         if click.get_current_context().invoked_subcommand == "preflight":
             logging.basicConfig(level=log_level.upper(), format="[%(levelname)s] %(message)s", stream=sys.stderr)
-            return
-        cloudai_cli.main.callback(log_file, log_level)
+        else:
+            cloudai_cli.main.callback(log_file, log_level)
+        redact.protect_logging()  # CloudAI's debug.log and terminal handlers show no secret
 
     group = click.Group(
         name="cloudai-mbridge",
@@ -123,6 +146,13 @@ def main(argv: list[str] | None = None) -> None:
     except (PointRejectedError, ResultsExistError, UnsafeOutputPathError) as exc:
         logging.error("%s", exc)
         raise SystemExit(1) from None
+    except Exception as exc:  # never a bare traceback on the terminal; debug.log keeps it for a bug report
+        from .session import describe_error
+
+        logging.debug("unexpected error", exc_info=True)
+        print(f"cloudai-mbridge: {describe_error(exc)} (unexpected: please report it with debug.log, which holds "
+              "the traceback)", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def preflight_command(dry_run: Any) -> Any:
@@ -148,7 +178,10 @@ def preflight_command(dry_run: Any) -> Any:
             print(f"preflight: could not read {scenario_cfg} with {system_cfg}: {type(exc).__name__}: {exc}",
                   file=sys.stderr)
             raise SystemExit(2) from None
-        report = preflight(system, scenario, result_dir)
+        from .session import session
+
+        with session("dry-run"):  # jobs are rendered in memory to check them: the cluster is not asked
+            report = preflight(system, scenario, result_dir)
         sys.stdout.write(render_text(report))
         if output_dir is not None:
             output_dir.mkdir(parents=True, exist_ok=True)
@@ -170,6 +203,18 @@ def preflight_command(dry_run: Any) -> Any:
     )
 
 
+def _remove_if_new_and_empty(output_dir: Any, existed: bool) -> None:
+    """--output-dir created by this command and left empty by a refusal is removed again."""
+    if output_dir is None or existed:
+        return
+    path = Path(output_dir)
+    try:
+        if path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
+    except OSError:
+        pass
+
+
 def with_session(command: Any) -> Any:
     """CloudAI's dry-run / run command inside a plugin session (session.py): a dry-run that asks no cluster and says
     what it wrote, a run that exits 1 when every job failed."""
@@ -181,14 +226,23 @@ def with_session(command: Any) -> Any:
     mode = "dry-run" if command.name == "dry-run" else "run"
 
     def callback(**kwargs: Any) -> None:
+        output_dir = kwargs.get("output_dir")
+        existed = output_dir is None or Path(output_dir).exists()
         with session.session(mode) as s:
             try:
                 original(**kwargs)
                 code = 0
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except BaseException:
+                if mode == "dry-run":
+                    session.discard(s)
+                _remove_if_new_and_empty(output_dir, existed)
+                raise
             finish = session.finish_dry_run if mode == "dry-run" else session.finish_run
             code = finish(s, code)
+        if code:
+            _remove_if_new_and_empty(output_dir, existed)
         raise SystemExit(code)
 
     wrapped = copy.copy(command)

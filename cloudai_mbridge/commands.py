@@ -94,17 +94,73 @@ def explain_failures(configs: Path, tests_dir: Path | None) -> list[str]:
     return reasons
 
 
+def scenario_checks(configs: Path, tests_dir: Path | None, system_cfg: Path) -> list[str]:
+    """dry-run's own checks of every scenario under ``configs`` on ``system_cfg``, without writing anything: the
+    parse, the folder names, every sweep point's rules and its job rendered in memory (preflight.scenario_refusals)."""
+    from cloudai.core import Parser
+    from cloudai.parser import HOOK_ROOT
+
+    from .preflight import scenario_refusals
+    from .session import describe_error
+
+    tomls = [configs] if configs.is_file() else sorted(configs.rglob("*.toml"))
+    problems = []
+    kinds = handlers.load_tomls_by_type(tomls)
+    if tests_dir is None:  # the folder holding the test TOMLs (CloudAI reads one folder)
+        folders = {p.parent for p in kinds["test"]}
+        tests_dir = folders.pop() if len(folders) == 1 else configs if configs.is_dir() else configs.parent
+    for path in kinds["scenario"]:
+        files = f"{path} (system {system_cfg})"
+        try:
+            _system, _tests, scenario = Parser(system_cfg, HOOK_ROOT).parse(tests_dir, path)
+        except SystemExit:
+            problems.append(f"{files}: CloudAI could not read it (its messages above)")
+            continue
+        except Exception as exc:
+            problems.append(f"{files}: could not read it: {describe_error(exc)}. Fix: correct that field")
+            continue
+        if scenario is not None:
+            problems += scenario_refusals(_system, scenario, files)
+    return problems
+
+
+def the_system(configs: Path) -> Path | None:
+    """The folder's only system TOML (a one-cluster conf/), else None."""
+    if configs.is_file():
+        return None
+    systems = handlers.load_tomls_by_type(sorted(configs.rglob("*.toml")))["system"]
+    return systems[0] if len(systems) == 1 else None
+
+
 def verify_configs_command() -> click.Command:
     @click.command(name="verify-configs")
     @click.argument("configs_dir", type=click.Path(exists=True, resolve_path=True, path_type=Path))
     @click.option("--tests-dir", type=click.Path(exists=True, resolve_path=True, path_type=Path, file_okay=False))
-    def verify_configs(configs_dir: Path, tests_dir: Path | None) -> None:
+    @click.option("--system-config", "system_cfg",
+                  type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
+                  help="Check every scenario on this system with dry-run's own checks (default: the folder's only "
+                  "system file, if it has exactly one).")
+    def verify_configs(configs_dir: Path, tests_dir: Path | None, system_cfg: Path | None) -> None:
         """Verify the configuration TOML files; exit 1 with each failing file's reason. Scenarios are checked
-        against the test/ folder beside theirs unless --tests-dir says otherwise."""
+        against the test/ folder beside theirs unless --tests-dir says otherwise, and, on a system (--system-config
+        or the folder's only one), with everything dry-run checks: every sweep point's rules and its job rendered
+        in memory. Nothing is written."""
         if tests_dir is None:
             tests_dir = sibling_tests_dir(configs_dir)
             if tests_dir is not None:
                 logging.info(f"verify-configs: scenarios checked against the tests in {tests_dir}")
+        from .config_files import scenario_file_problems, system_file_problems
+
+        tomls = [configs_dir] if configs_dir.is_file() else sorted(configs_dir.rglob("*.toml"))
+        kinds = handlers.load_tomls_by_type(tomls)
+        early = [p for path in kinds["system"] for p in system_file_problems(path)]
+        early += [p for path in kinds["scenario"] for p in scenario_file_problems(path)]
+        early += system_file_problems(system_cfg) if system_cfg and system_cfg not in kinds["system"] else []
+        if early:
+            for problem in early:
+                logging.error(f"verify-configs: {problem}")
+            logging.error("verify-configs: %d problem(s)", len(early))
+            raise SystemExit(1)
         hook_root = handlers.HOOK_ROOT
         expand = handlers.expand_file_list
 
@@ -122,8 +178,25 @@ def verify_configs_command() -> click.Command:
         if failed:
             for reason in explain_failures(configs_dir, tests_dir):
                 logging.error(f"verify-configs: {reason}")
-            logging.error("verify-configs: %d file(s) failed", failed)
-        raise SystemExit(1 if failed else 0)
+            logging.error("verify-configs: %d file(s) failed. Fix: correct the fields named above (each line names "
+                          "the file, the field and the value)", failed)
+            raise SystemExit(1)
+        system_cfg = system_cfg or the_system(configs_dir)
+        if system_cfg is None:
+            logging.warning("verify-configs: scenarios checked by CloudAI's parser only; pass --system-config to run "
+                            "dry-run's checks too (rules, scheduler fields, every sweep point)")
+            raise SystemExit(0)
+        from .session import session
+
+        with session("dry-run"):  # the cluster is not asked (no sinfo / scontrol), as in a dry-run
+            problems = scenario_checks(configs_dir, tests_dir, system_cfg)
+        for problem in problems:
+            logging.error(f"verify-configs: {problem}")
+        if problems:
+            logging.error("verify-configs: %d problem(s) dry-run would refuse", len(problems))
+            raise SystemExit(1)
+        logging.info(f"verify-configs: every scenario passes dry-run's checks on {system_cfg}")
+        raise SystemExit(0)
 
     return verify_configs
 

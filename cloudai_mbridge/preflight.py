@@ -93,7 +93,7 @@ class PointResult:
     def reasons(self) -> str:
         if self.error:
             return self.error
-        return " | ".join(f"{v.message}. Fix: {v.fix}" for v in self.violations)
+        return " | ".join(map(str, self.violations))
 
 
 @dataclass
@@ -264,7 +264,31 @@ def _gpus_and_memory(tr: Any, system: Any) -> tuple[int | None, MemoryEstimate |
     return (plan.world_size if device == "cuda" else 0), None
 
 
-def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path | None = None) -> PointResult:
+def preview_problem(tr: Any, system: Any) -> str | None:
+    """What generating this point's job would refuse beyond the rules (a scheduler field the script or the
+    manifests cannot carry, a missing setting), found by rendering it in memory with the real strategy."""
+    from cloudai.core import Registry
+
+    key = (type(system), type(tr.test))
+    strategy_cls = Registry.command_gen_strategies_map.get(key) or Registry.json_gen_strategies_map.get(key)
+    preview = getattr(strategy_cls, "preview", None)
+    if preview is None:
+        return None
+    from .rules import PointRejectedError
+
+    if tr.output_path is None or str(tr.output_path) in ("", "."):
+        tr = dataclasses.replace(tr, output_path=Path("results") / tr.name / "0")
+    try:
+        strategy_cls(system, tr).preview()
+    except PointRejectedError as exc:
+        return " | ".join(map(str, exc.violations))
+    except (ValueError, TypeError, KeyError, OSError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path | None = None,
+                render: bool = False) -> PointResult:
     tdef = tr.test
     res = PointResult(test=tr.name, point=tr.step, values=values, violations=[], gpus=None)
     if not hasattr(tdef, "violations"):
@@ -280,6 +304,10 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
     except Exception as exc:  # a value combination the plan cannot even be built from
         res.error = f"{type(exc).__name__}: {exc}"
         return res
+    if render and not res.violations:
+        res.error = preview_problem(tr, system)
+        if res.error:
+            return res
     limit = time_limit_hours(tr.time_limit)
     if res.gpus is not None and limit is not None:
         res.limit_hours = res.gpus * limit
@@ -292,7 +320,7 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
     return res
 
 
-def preflight(system: Any, scenario: Any, result_dir: Path | None = None) -> PreflightReport:
+def preflight(system: Any, scenario: Any, result_dir: Path | None = None, render: bool = True) -> PreflightReport:
     report = PreflightReport(scenario=scenario.name, system=system.name)
     for tr in scenario.test_runs:
         for step, action in enumerate(sweep_points(tr), start=1):
@@ -303,8 +331,30 @@ def preflight(system: Any, scenario: Any, result_dir: Path | None = None) -> Pre
                 report.points.append(PointResult(tr.name, point_step, action, [], None, error=str(exc)))
                 continue
             values = {("num_nodes" if k == "NUM_NODES" else k): v for k, v in action.items()}
-            report.points.append(check_point(point, system, values, result_dir))
+            report.points.append(check_point(point, system, values, result_dir, render))
     return report
+
+
+def blocking_problems(report: PreflightReport, scenario: Any) -> list[str]:
+    """Why dry-run / run must not start this scenario at all (nothing written): a test whose sweep is empty, a test
+    whose every point is rejected, a test without a sweep that is rejected. Each names the test and says why."""
+    problems = []
+    for tr in scenario.test_runs:
+        points = [p for p in report.points if p.test == tr.name]
+        if not points:
+            empty = [k for k, v in (tr.param_space if tr.is_dse_job else {}).items() if not v]
+            what = ", ".join(f"{k} = []" for k in empty) or "its sweep"
+            problems.append(f"test {tr.name!r}: {what} is an empty sweep: no point to run. "
+                            "Fix: give the list at least one value, or a single value")
+            continue
+        if all(p.ok or not p.checked for p in points):
+            continue
+        if any(p.ok or not p.checked for p in points):
+            continue  # a sweep with some rejected points: dry-run / run skip those, saying why
+        reasons = sorted({p.reasons for p in points})
+        head = f"test {tr.name!r}: " + ("every point of its sweep is rejected" if points[0].swept else "rejected")
+        problems.append(head + ": " + " || ".join(reasons[:6]) + (" || ..." if len(reasons) > 6 else ""))
+    return problems
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -390,3 +440,31 @@ def write_html(report: PreflightReport, path: Path) -> Path:
     path.write_text(f"<!doctype html><html><head><meta charset=\"utf-8\"><title>preflight {e(report.scenario)}"
                     f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
     return path
+
+
+def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]:
+    """Everything that makes dry-run / run refuse the whole scenario before writing anything; also what
+    ``verify-configs`` reports. Each message names the test (and ``source``, the scenario file) and the fix."""
+    from .launch.payload import UnsafeOutputPathError, check_folder_name
+
+    where = f"{source}: " if source else ""
+    problems = []
+    try:
+        check_folder_name("scenario name", scenario.name, "test scenario")
+        for tr in scenario.test_runs:
+            check_folder_name("test id", tr.name, f"test scenario {scenario.name!r}")
+    except UnsafeOutputPathError as exc:
+        return [f"{where}{exc}"]
+    for tr in scenario.test_runs:
+        space = tr.param_space if tr.is_dse_job else {}
+        if "NUM_NODES" in space:
+            problems.append(f"{where}test {tr.name!r}: num_nodes = {space['NUM_NODES']!r} is a list; CloudAI's sweep "
+                            "cannot vary num_nodes (it sets NUM_NODES on cmd_args and fails at the first point). "
+                            "Fix: one [[Tests]] entry per node count")
+        if tr.time_limit is not None and not str(tr.time_limit).strip():
+            problems.append(f"{where}test {tr.name!r}: time_limit = '' is empty. Fix: write HH:MM:SS (or D-HH:MM:SS), "
+                            "or remove the key to use the partition's default")
+    if problems:
+        return problems
+    report = preflight(system, scenario)
+    return [f"{where}{p}" for p in blocking_problems(report, scenario)]

@@ -36,6 +36,7 @@ class Session:
     mode: str
     scenario_roots: list[Path] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
+    refused: bool = False  # the whole scenario was refused before anything was written
 
     def run_dirs(self) -> list[Path]:
         dirs: list[Path] = []
@@ -45,6 +46,27 @@ class Session:
 
 
 _current: Session | None = None
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line from an exception and its causes; a pydantic error becomes 'field = value: what is wrong' per
+    problem (CloudAI wraps them in its own parse errors)."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        errors = getattr(e, "errors", None)
+        if callable(errors) and type(e).__name__ == "ValidationError":
+            for err in errors():
+                loc = ".".join(str(x) for x in err.get("loc", ()))
+                parts.append(f"{loc} = {err.get('input')!r}: {err.get('msg')}")
+        else:
+            text = " ".join(str(getattr(e, "message", "") or e).split())
+            if text and text not in parts:
+                parts.append(text)
+        e = e.__cause__ or e.__context__
+    return "; ".join(parts) or type(exc).__name__
 
 
 def current() -> Session | None:
@@ -94,6 +116,49 @@ def session(mode: str) -> Iterator[Session]:
         return runner
 
     patch(handlers, "Runner", capturing_runner)
+    setup = handlers._setup_system_and_scenario
+
+    def checked_setup(args: Any) -> Any:
+        """The scenario checked as a whole (every point, rendered in memory) before CloudAI installs, creates the
+        scenario folder or writes a job: a refusal leaves nothing behind."""
+        files = f"{getattr(args, 'test_scenario', '')} (system {getattr(args, 'system_config', '')})"
+        from .config_files import scenario_file_problems, system_file_problems
+
+        early = [*(system_file_problems(args.system_config) if getattr(args, "system_config", None) else []),
+                 *(scenario_file_problems(args.test_scenario) if getattr(args, "test_scenario", None) else [])]
+        if early:
+            for problem in early:
+                logging.error(f"{mode}: {problem}")
+            s.refused = True
+            return None
+        fix = ("Fix: correct the field(s) named above; `cloudai-mbridge verify-configs <conf folder> --system-config "
+               "<system>` checks the files without running anything")
+        try:
+            result = setup(args)
+        except SystemExit:  # CloudAI logged what it could not read (file, field, value) and exits
+            logging.error(f"{mode}: could not read {files}. {fix}")
+            s.refused = True
+            raise
+        except Exception as exc:  # CloudAI's parser raises (a bad time_limit, an override it cannot apply)
+            logging.error(f"{mode}: could not read {files}: {describe_error(exc)}. {fix}")
+            s.refused = True
+            return None
+        if result is None:
+            logging.error(f"{mode}: could not read {files}. {fix}")
+            return None
+        from .preflight import scenario_refusals
+
+        system, scenario, _tests = result
+        problems = scenario_refusals(system, scenario, files)
+        if not problems:
+            return result
+        for problem in problems:
+            logging.error(f"{mode}: {problem}")
+        logging.error(f"{mode}: nothing was written or submitted: the scenario is refused as a whole (reasons above)")
+        s.refused = True
+        return None
+
+    patch(handlers, "_setup_system_and_scenario", checked_setup)
     noise: list[tuple[logging.Handler, logging.Filter]] = []
     if mode == "dry-run":
 
@@ -132,8 +197,22 @@ def session(mode: str) -> Iterator[Session]:
             handler.removeFilter(f)
 
 
+def discard(s: Session) -> None:
+    """Remove the scenario folders this dry-run created (claimed fresh by this process): a failed dry-run leaves no
+    half-written jobs behind."""
+    import shutil
+
+    for root in s.scenario_roots:
+        shutil.rmtree(root, ignore_errors=True)
+        logging.info(f"dry-run: removed {root} (nothing is kept from a failed dry-run)")
+    s.scenario_roots.clear()
+
+
 def finish_dry_run(s: Session, code: int) -> int:
     """Say what the dry-run wrote and where; 1 when it wrote nothing because every point was rejected."""
+    if code:
+        discard(s)
+        return code
     dirs = s.run_dirs()
     if not dirs:
         if s.rejected:

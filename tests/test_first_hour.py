@@ -49,7 +49,7 @@ def test_dry_run_whose_every_point_is_rejected_exits_1(tmp_path: Path) -> None:
     )
     res = dry_run(B300, scenario, tmp_path, env=NO_SLURM)
     assert res.returncode == 1, res.output
-    assert "dry-run: no job written: every point was rejected" in res.output
+    assert "every point of its sweep is rejected" in res.output and "nothing was written or submitted" in res.output
     assert "[experts-per-ep]" in res.output and "Traceback" not in res.output
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -43,6 +44,8 @@ def test_hostile_strings_never_execute(payload: str, tmp_path: Path) -> None:
     pwn.mkdir()
     value = payload.format(pwn=pwn)
     abs_value = "/" + value.replace("\n", " ")  # path fields must be absolute, single-line (validated)
+    # an image reference has no whitespace (validated): the hostile part stays, spaces become ${IFS}
+    image = "nvcr.io/x:" + re.sub(r"\s", "${IFS}", value)
     system_toml = tmp_path / "system.toml"
     system = toml.load(CONF / "system" / "slurm_b300_efa.toml")
     system["global_env_vars"]["HOSTILE_SYSTEM"] = value
@@ -59,10 +62,10 @@ def test_hostile_strings_never_execute(payload: str, tmp_path: Path) -> None:
         32,
         out,
         {
-            "container_image": value,
+            "container_image": image,
             "data": abs_value,
             "checkpoint_dir": abs_value,
-            "hf_model_id": value,
+            "hf_model_id": abs_value,
         },
     )
     strategy.gen_exec_command()
@@ -85,10 +88,10 @@ def test_hostile_strings_never_execute(payload: str, tmp_path: Path) -> None:
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == 2, "conversion step and training step"
     for argv in calls:
-        assert f"--container-image={value}" in argv, "the image must reach srun as one untouched argument"
+        assert f"--container-image={image}" in argv, "the image must reach srun as one untouched argument"
         assert f"--comment={value.replace(chr(10), ' ')}" in argv
     config = json.loads((out / "mbridge_config.json").read_text())
-    assert (config["data"], config["checkpoint_dir"], config["hf_model_id"]) == (abs_value, abs_value, value)
+    assert (config["data"], config["checkpoint_dir"], config["hf_model_id"]) == (abs_value, abs_value, abs_value)
 
 
 def test_exported_values_survive_verbatim(tmp_path: Path) -> None:

@@ -176,3 +176,19 @@ def test_scenario_page_has_runs_with_status_failure_mfu_and_facts(ab_results: tu
                    "baseline time per iteration (s)", "change 95 % interval (%)"):
         assert f"<th>{header}</th>" in html
     assert "<script" not in html and not re.search(r"(?:src|href)=['\"]?(?:https?:)?//", html)
+
+
+def test_reports_and_jobs_are_readable_by_the_team(ab_results: tuple[Path, Path]) -> None:
+    """Issue 14: reports and generated jobs get the modes open() / mkdir() give under the umask (0644 / 0755 here),
+    not mkstemp's 0600 / mkdtemp's 0700: a team sharing the results folder can read them."""
+    import os
+    import stat
+
+    root, run = ab_results
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in [*root.glob("mbridge_*.csv"), *root.glob("mbridge_*.html"), run / "cloudai_sbatch_script.sh",
+                 run / "mbridge_config.json"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask, path
+    assert stat.S_IMODE((run / "mbridge_payload").stat().st_mode) == 0o777 & ~mask
+    assert len(list(root.glob("mbridge_*.csv"))) >= 2

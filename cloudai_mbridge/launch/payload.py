@@ -11,7 +11,19 @@ from typing import Any
 
 PAYLOAD_PACKAGE = "mbridge_payload"
 CONFIG_NAME = "mbridge_config.json"
-_PAYLOAD_SRC = Path(__file__).resolve().parent.parent / "payload"
+PAYLOAD_SRC = Path(__file__).resolve().parent.parent / "payload"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def normal_mode(path: Path, directory: bool = False) -> None:
+    """What open() / mkdir() would have given (0644 / 0755 under the usual umask): mkstemp / mkdtemp create 0600 /
+    0700, which would keep reports and staged payloads from the rest of a team sharing the results folder."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -19,6 +31,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        normal_mode(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -81,9 +94,10 @@ def stage_payload(output_dir: Path) -> Path:
     dest = output_dir / PAYLOAD_PACKAGE
     staging = Path(tempfile.mkdtemp(dir=output_dir, prefix=f".{PAYLOAD_PACKAGE}."))
     try:
-        for rel in payload_sources(_PAYLOAD_SRC):
+        for rel in payload_sources(PAYLOAD_SRC):
             (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(_PAYLOAD_SRC / rel, staging / rel)
+            shutil.copy2(PAYLOAD_SRC / rel, staging / rel)
+        normal_mode(staging, directory=True)
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(staging, dest)
@@ -93,9 +107,13 @@ def stage_payload(output_dir: Path) -> Path:
     return dest
 
 
+def config_text(config: dict[str, Any]) -> str:
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
+
+
 def write_config(output_dir: Path, config: dict[str, Any]) -> Path:
     path = output_dir / CONFIG_NAME
-    write_atomic(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_atomic(path, config_text(config))
     return path
 
 

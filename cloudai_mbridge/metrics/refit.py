@@ -41,16 +41,18 @@ if TYPE_CHECKING:
 REFIT = Marker("refit", (b"REFIT_", b"refit time:", b"Effective bandwidth:"))
 REFIT_ERROR = Marker("refit_error", (b"REFIT_ERROR",))
 
-_FLOAT = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_FLOAT = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d{1,18})?"
+# Counts are at most 18 digits (int64): a longer run of digits is damage (and int() refuses more than 4300 digits).
+_COUNT = r"\d{1,18}"
 # Any time_ms token is read (nan/inf included): one that is not a real time makes the run invalid, not unseen.
-_ITER_RE = re.compile(r"REFIT_ITER\s+iter=(?P<iter>\d+)\s+time_ms=(?P<ms>\S+)(?=\s|$)")
+_ITER_RE = re.compile(rf"REFIT_ITER\s+iter=(?P<iter>{_COUNT})\s+time_ms=(?P<ms>\S+)(?=\s|$)")
 _STATS_RE = re.compile(
-    r"REFIT_STATS\s+bytes_remote=(?P<remote>-?\d+)\s+bytes_local=(?P<local>-?\d+)\s+send_ops=(?P<send>-?\d+)"
-    r"\s+recv_ops=(?P<recv>-?\d+)(?=\s|$)"
+    rf"REFIT_STATS\s+bytes_remote=(?P<remote>-?{_COUNT})\s+bytes_local=(?P<local>-?{_COUNT})"
+    rf"\s+send_ops=(?P<send>-?{_COUNT})\s+recv_ops=(?P<recv>-?{_COUNT})(?=\s|$)"
 )
 _VERIFY_RE = re.compile(
-    r"REFIT_VERIFY\s+status=(?P<status>pass|fail|skipped)\s+params=(?P<params>\d+)"
-    r"\s+mismatched=(?P<mismatched>\d+)(?:\s+detail=(?P<detail>.*))?$"
+    rf"REFIT_VERIFY\s+status=(?P<status>pass|fail|skipped)\s+params=(?P<params>{_COUNT})"
+    rf"\s+mismatched=(?P<mismatched>{_COUNT})(?:\s+detail=(?P<detail>.*))?$"
 )
 _SUMMARY_RE = re.compile(rf"(?P<which>Mean|Min|Max|Median) refit time:\s+(?P<ms>{_FLOAT}) ms\b")
 _BANDWIDTH_RE = re.compile(rf"Effective bandwidth:\s+(?P<gbps>{_FLOAT}) GB/s")

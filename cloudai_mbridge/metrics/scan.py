@@ -35,8 +35,10 @@ WINDOW_BEFORE = 4096
 WINDOW_AFTER = 65536
 
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# A rank is at most 9 digits: a longer run of digits is no label (and int() refuses more than 4300 digits).
 _LABEL_RE = re.compile(
-    r"^\s*(?:\[1,(?P<mpi>\d+)\]<std(?:out|err)>:|(?P<srun>\d+):(?=\s))?\s*(?:\[rank(?P<torch>\d+)\]:)?[ \t]?"
+    r"^\s*(?:\[1,(?P<mpi>\d{1,9})\]<std(?:out|err)>:|(?P<srun>\d{1,9}):(?=\s))?"
+    r"\s*(?:\[rank(?P<torch>\d{1,9})\]:)?[ \t]?"
 )
 
 

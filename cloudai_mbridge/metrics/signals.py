@@ -56,7 +56,7 @@ from .scan import FileScan, LogLine, Marker
 
 # --- line patterns ---------------------------------------------------------------------------------------------------
 _EFA_RE = re.compile(
-    r"Selected [Pp]rovider is efa\*?(?:, fabric is (?P<fabric>[\w-]+))?(?: \(found (?P<nics>\d+) nics?\))?"
+    r"Selected [Pp]rovider is efa\*?(?:, fabric is (?P<fabric>[\w-]+))?(?: \(found (?P<nics>\d{1,9}) nics?\))?"
 )
 _SOCKET_RE = re.compile(r"Using network Socket|NET/Socket")
 _UCCL_PROXY_RE = re.compile(r"Registered prox(?:y|ies) for device (?P<dev>\d+)(?: \((?P<mode>[\w-]+) mode\))?")

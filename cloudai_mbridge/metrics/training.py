@@ -50,15 +50,18 @@ STEP_TIME = Marker("step_time", (b"Step Time",))
 MEMORY = Marker("memory", (b") memory (",))
 
 # The literal first: a pattern that starts with an optional timestamp is tried at every position of the line.
-_HEAD_RE = re.compile(r"\biteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|")
+# Counts are at most 18 digits (int64): a longer run of digits is damage (and int() refuses more than 4300 digits).
+_HEAD_RE = re.compile(r"\biteration\s+(?P<it>\d{1,18})\s*/\s*(?P<total>\d{1,18})\s*\|")
 _TIMESTAMP_BEFORE_RE = re.compile(r"\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:\.\d+)?)\]\s*(?:==>\s*)?$")
-_INT_RE = re.compile(r"\d+")
+_INT_RE = re.compile(r"\d{1,18}")
 # A field counts only when the "|" that closes it was written; the text after the last "|" is never parsed.
 _FIELD_RE = re.compile(r"([^:|]+):([^|]*)\|")
 _STEP_RE = re.compile(
     r"Step Time\s*:\s*(?P<t>\d+(?:\.\d+)?)\s*s\b.*?GPU utilization:\s*(?P<tf>\d+(?:\.\d+)?)\s*(?:MODEL_)?TFLOP/s/GPU"
 )
-_MEM_HEAD_RE = re.compile(r"\[Rank (?P<rank>\d+)\] \(after (?P<it>\d+) iterations\) memory \((?P<unit>MB|GB)\)")
+_MEM_HEAD_RE = re.compile(
+    r"\[Rank (?P<rank>\d{1,18})\] \(after (?P<it>\d{1,18}) iterations\) memory \((?P<unit>MB|GB)\)"
+)
 _MEM_FIELD_RE = re.compile(
     r"\|\s*(?P<key>[^:|\[\]]+?):\s*(?P<value>[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?=\s*(?:\||\[Rank |$))"
 )
@@ -160,7 +163,7 @@ def _number(text: str) -> float | None:
 
 def _integer(text: str) -> int | None:
     text = text.strip()
-    return int(text) if text.isdigit() and text.isascii() else None
+    return int(text) if _INT_RE.fullmatch(text) and text.isascii() else None
 
 
 def parse_iteration_line(line: LogLine | str, source: str = "") -> list[IterationRecord]:
@@ -512,9 +515,10 @@ def _drop_bad_times(
 def tokens_per_s(record: IterationRecord, gbs: int | None, seq: int | None) -> float | None:
     """gbs x seq_length / iteration time; the line's own global batch size wins (batch-size ramp-up)."""
     batch = record.global_batch_size or gbs
-    if batch is None or seq is None or record.elapsed_ms is None or record.elapsed_ms <= 0:
+    seconds = None if record.elapsed_ms is None else record.elapsed_ms / 1000.0
+    if batch is None or seq is None or seconds is None or seconds <= 0:  # 5e-324 ms is 0.0 s: no rate
         return None
-    return batch * seq / (record.elapsed_ms / 1000.0)
+    return batch * seq / seconds
 
 
 def iterations_frame(metrics: TrainingRunMetrics) -> pd.DataFrame:

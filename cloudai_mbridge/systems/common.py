@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -12,14 +11,12 @@ from cloudai.core import DockerImage, System, TestRun
 
 from ..catalog import get_gpu
 from ..launch.payload import UnsafeOutputPathError, claim_run_dir
+from ..redact import REDACTED, SECRET_NAME, secret_value_problem, string_leaves
 from ..rules import PointRejectedError, Violation
 
-# Environment variable names whose values are credentials: they must come from the submitting shell's environment
-# (sbatch forwards it) or a Kubernetes secret, never from a TOML file that is copied into the results.
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY)", re.IGNORECASE)
-
-
-REDACTED = "<redacted by cloudai-mbridge>"
+# Environment variable names whose values are credentials (redact.py): they must come from the submitting shell's
+# environment (sbatch forwards it) or a Kubernetes secret, never from a TOML file that is copied into the results.
+_SECRET_NAME = SECRET_NAME
 
 
 def redact_secret_env(env: Any) -> Any:
@@ -31,7 +28,7 @@ def redact_secret_env(env: Any) -> Any:
 
 
 def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
-    return [
+    found = [
         Violation(
             "no-secrets-in-toml",
             {f"{where}.{key}": "<redacted>"},
@@ -40,6 +37,32 @@ def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
         )
         for key in env
         if _SECRET_NAME.search(str(key))
+    ]
+    for key, value in env.items():
+        why = None if _SECRET_NAME.search(str(key)) else secret_value_problem(str(key), value)
+        if why:
+            found.append(Violation(
+                "no-secrets-in-toml",
+                {f"{where}.{key}": "<redacted>"},
+                f"the value {why} (the TOML file is copied into the results)",
+                "remove it there; pass credentials through the environment of the shell that runs cloudai "
+                "(or a Kubernetes Secret) under their usual name (HF_TOKEN, WANDB_API_KEY)",
+            ))
+    return found
+
+
+def secret_field_violations(cmd_args: Any) -> list[Violation]:
+    """A cmd_args string with the shape of a credential (an hf_... token pasted into hf_model_id, ...)."""
+    return [
+        Violation(
+            "no-secrets-in-toml",
+            {f"cmd_args.{path}": "<redacted>"},
+            f"the value {why}, and cmd_args are written into the job's files",
+            "put the model's id or path there; pass the token as HF_TOKEN in the environment of the shell that "
+            "runs cloudai",
+        )
+        for path, value in string_leaves(cmd_args)
+        if (why := secret_value_problem(path, value))
     ]
 
 

@@ -12,7 +12,13 @@ from pydantic import PrivateAttr, field_validator
 
 from ..rules import Violation
 from ..session import note_rejected
-from ..systems.common import container_image, redact_secret_env, secret_env_violations, system_env
+from ..systems.common import (
+    container_image,
+    redact_secret_env,
+    secret_env_violations,
+    secret_field_violations,
+    system_env,
+)
 from .reporting import run_status
 
 
@@ -50,6 +56,7 @@ class MBridgeTestDefinition(TestDefinition):
         return [
             *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
             *secret_env_violations(system_env(system), "global_env_vars"),
+            *secret_field_violations(self.cmd_args),
             *self.rule_violations(tr, system),
         ]
 

@@ -222,7 +222,7 @@ def test_every_setting_is_documented() -> None:
     ("case", "env", "expected"),
     [
         (SMALL_CASE, {}, "needs a container image (cmd_args.container_image=None)"),
-        (SMALL_CASE + 'container_image = " img:1"\n', {}, "leading or trailing whitespace"),
+        (SMALL_CASE + 'container_image = " img:1"\n', {}, "container_image ' img:1' is not an image reference"),
         (SMALL_CASE + 'container_image = "img:1"\n', {f"{PREFIX}EFA_DEVICES": None}, f"{PREFIX}EFA_DEVICES"),
         (
             SMALL_CASE + 'container_image = "img:1"\n[extra_env_vars]\nCLOUDAI_MBRIDGE_K8S_KIND = "pytorchjob"\n',

@@ -9,6 +9,7 @@ every hostile value verbatim after it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,7 @@ def test_hostile_strings_land_as_data(payload: str, tmp_path: Path, monkeypatch:
     pwn = tmp_path / "pwn"
     value = payload.format(pwn=pwn)
     on_fsx = "/fsx/" + value.replace("\n", " ")  # path fields are absolute, single-line (validated); shared volume
+    image = "nvcr.io/x:" + re.sub(r"\s", "${IFS}", value)  # an image reference has no whitespace (validated)
     system = system_toml(tmp_path, EKS, {"HOSTILE_SYSTEM": value})
     test = load_test("kimi_k2_sft")
     test["name"] = value
@@ -48,7 +50,7 @@ def test_hostile_strings_land_as_data(payload: str, tmp_path: Path, monkeypatch:
         test,
         32,
         out,
-        {"container_image": value, "data": on_fsx, "checkpoint_dir": on_fsx, "hf_model_id": value},
+        {"container_image": image, "data": on_fsx, "checkpoint_dir": on_fsx, "hf_model_id": on_fsx},
     )
     objects = strategy.gen_objects()
 
@@ -57,12 +59,12 @@ def test_hostile_strings_land_as_data(payload: str, tmp_path: Path, monkeypatch:
         index = int(path.name[:2])
         assert yaml.safe_load(path.read_text()) == objects[index], f"{path.name} does not read back as written"
     config = json.loads(objects[0]["data"]["mbridge_config.json"])
-    assert (config["data"], config["checkpoint_dir"], config["hf_model_id"]) == (on_fsx, on_fsx, value)
+    assert (config["data"], config["checkpoint_dir"], config["hf_model_id"]) == (on_fsx, on_fsx, on_fsx)
     workloads = [o for o in objects if o["kind"] == "Job"]
     assert len(workloads) == 2, "conversion and training"
     for obj in workloads:
         for c in containers(obj):
-            assert c["image"] == value, "the image must reach the pod as one untouched string"
+            assert c["image"] == image, "the image must reach the pod as one untouched string"
             argv, env = container_view(c, {"NODE_RANK": "0"})
             assert (env["HOSTILE_SYSTEM"], env["HOSTILE_TEST"]) == (value, value)
             assert argv[0] == "python3" and argv[-2:] == ["--config", "/opt/cloudai-mbridge/mbridge_config.json"]

@@ -37,7 +37,7 @@ from ...launch.kubernetes import (
     render_objects,
     time_limit_seconds,
 )
-from ...launch.payload import payload_argv, payload_files, stage_payload, write_config
+from ...launch.payload import PAYLOAD_SRC, config_text, payload_argv, payload_files, stage_payload, write_config
 from ...rules import PointRejectedError, Violation
 from ..common import generated_by, open_run_dir, system_env, system_network
 
@@ -150,7 +150,7 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
         unique = hashlib.sha1(str(self.test_run.output_path.absolute()).encode()).hexdigest()
         return job_name(self.test_run.name, self.test_run.step, unique)
 
-    def job_spec(self, payload_dir: Path, config_text: str) -> K8sJobSpec:
+    def job_spec(self, payload_dir: Path, config_json: str) -> K8sJobSpec:
         settings, system_vars = self.settings()
         test_vars = {k: str(v) for k, v in self.test_run.test.extra_env_vars.items() if not k.startswith(PREFIX)}
         for field_name, path in self.cluster_paths().items():
@@ -173,7 +173,7 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
             gpus_per_node=self.gpus_per_node(),
             steps=(*self.pre_steps(), main),
             payload_files=payload_files(payload_dir),
-            config_text=config_text,
+            config_text=config_json,
             env={**self.base_env(), **system_vars, **test_vars},
             settings=settings,
             network=self.network(),
@@ -183,15 +183,29 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
             annotations={"cloudai-mbridge/generated-by": generated_by()},
         )
 
-    def gen_objects(self) -> list[dict[str, Any]]:
-        """Check, stage the payload + config into the output folder, render and write the manifests."""
-        out = open_run_dir(self.test_run, self.violations(), self.system)
-        payload_dir = stage_payload(out)
-        config_path = write_config(out, self.payload_config(RESULTS_DIR))
+    def _render(self, payload_dir: Path, config_json: str) -> list[dict[str, Any]]:
         try:
-            objects = render_objects(self.job_spec(payload_dir, config_path.read_text()))
+            return render_objects(self.job_spec(payload_dir, config_json))
         except K8sConfigError as e:
             raise PointRejectedError(self.test_run.name, [k8s_violation(e)]) from None
+
+    def preview(self) -> None:
+        """Everything generation checks, in memory (the objects rendered from the payload's sources); nothing is
+        written."""
+        problems = self.violations()
+        if problems:
+            raise PointRejectedError(self.test_run.name, problems)
+        self._render(PAYLOAD_SRC, config_text(self.payload_config(RESULTS_DIR)))
+
+    def gen_objects(self) -> list[dict[str, Any]]:
+        """Check and render in memory first (a refusal writes nothing), then stage the payload + config (the same
+        files the ConfigMap carries) into the output folder and write the manifests."""
+        problems = self.violations()
+        config = self.payload_config(RESULTS_DIR) if not problems else {}
+        objects = self._render(PAYLOAD_SRC, config_text(config)) if not problems else []
+        out = open_run_dir(self.test_run, problems, self.system)
+        stage_payload(out)
+        write_config(out, config)
         write_manifests(out / MANIFEST_DIR, objects)
         return objects
 

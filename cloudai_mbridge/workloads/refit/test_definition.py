@@ -6,19 +6,15 @@ from typing import Annotated, Any, Literal
 
 from cloudai.core import System, TestRun
 from cloudai.models.workload import CmdArgs
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from ...catalog import MODELS, get_model
 from ...plan.refit import RefitPlan, refit_model
 from ...rules import Violation
 from ...rules.refit import REFIT_RULES
 from ..base import MBridgeTestDefinition
+from ..fields import Bool, NonNegInt, Parallel, PosInt, Seed, check_image
 
-# Strict: a TOML "8", 8.0 or true is refused, never coerced into 8 / 1.
-PosInt = Annotated[StrictInt, Field(ge=1)]
-# torch.manual_seed takes a 64-bit value; below 2**63 it is also a valid signed int64 everywhere it is passed on.
-Seed = Annotated[StrictInt, Field(ge=0, lt=2**63)]
-NonNegInt = Annotated[StrictInt, Field(ge=0)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
 Transport = Literal["gloo", "nccl", "nvshmem"]
@@ -29,10 +25,10 @@ class RefitSide(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tp: PosInt | list[PosInt] = 1
-    pp: PosInt | list[PosInt] = 1
-    ep: PosInt | list[PosInt] = 1
-    etp: PosInt | list[PosInt] | None = None
+    tp: Parallel | list[Parallel] = 1
+    pp: Parallel | list[Parallel] = 1
+    ep: Parallel | list[Parallel] = 1
+    etp: Parallel | list[Parallel] | None = None
     world: PosInt | None = None
 
 
@@ -52,12 +48,17 @@ class MBridgeRefitCmdArgs(CmdArgs):
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     warmup: PosInt = 2
     iterations: PosInt = 5
-    verify: bool = True
+    verify: Bool = True
     timeout_s: Annotated[StrictInt, Field(ge=1, le=7 * 24 * 3600)] = 1800  # at most a week
     seed: Seed = 1234
     container_image: str | None = None
     # None: python3 in a container, else the interpreter that runs CloudAI (sys.executable)
     python: str | None = None
+
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return check_image(v)
 
 
 class MBridgeRefitTestDefinition(MBridgeTestDefinition):

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from cloudai.core import JobStatusResult, System, TestRun
 from cloudai.models.workload import CmdArgs
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...catalog.bridge import bridge_release
@@ -28,11 +28,8 @@ from ...systems.common import (
     system_network,
 )
 from ..base import MBridgeTestDefinition
+from ..fields import Bool, LayerCount, Parallel, PosInt, Seed, check_hf_model_id, check_image, has_control
 
-# Strict: a TOML "8", 8.0 or true is refused, never coerced into 8 / 1.
-PosInt = Annotated[StrictInt, Field(ge=1)]
-# torch.manual_seed takes a 64-bit value; below 2**63 it is also a valid signed int64 everywhere it is passed on.
-Seed = Annotated[StrictInt, Field(ge=0, lt=2**63)]
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 GPUName = Literal[tuple(GPUS)]  # type: ignore[valid-type]
 Dispatcher = Literal["alltoall", "deepep", "hybridep"]
@@ -57,7 +54,8 @@ def _split_csv(value: str, allowed: tuple[str, ...], field: str) -> tuple[str, .
 class EchoArgs(BaseModel):
     """MoE Echo: elastic cloning of hot experts (seed 003). Absent = off."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: no "0.5" or true read as a number, no 1 / "yes" as a bool; finite: no nan / inf capacity
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     num_echo_experts: PosInt | list[PosInt]
     received_token_capacity: Annotated[float, Field(gt=0)] | list[Annotated[float, Field(gt=0)]] | None = None
@@ -72,7 +70,8 @@ class GoldenThresholdArgs(BaseModel):
     """Limits of the golden-values comparison; the defaults are Megatron-Bridge's (scripts/performance/utils/
     evaluate.py). Fractions: 0.05 = 5 %."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: no "0.1" or true read as a number (an int is a float); finite: a nan limit would pass every check
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     correlation_threshold: Annotated[float, Field(ge=-1, le=1)] = 0.95
     high_loss_tolerance: Fraction = 0.10
@@ -102,38 +101,38 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     gpu: GPUName
     task: Literal["pretrain", "sft"] | list[Literal["pretrain", "sft"]] = "pretrain"
     network: Literal["auto", "efa", "ib", "ethernet"] = "auto"
-    tp: PosInt | list[PosInt] = 1
-    pp: PosInt | list[PosInt] = 1
-    vp: PosInt | list[PosInt] | None = None
-    cp: PosInt | list[PosInt] = 1
-    ep: PosInt | list[PosInt] = 1
-    etp: PosInt | list[PosInt] = 1
+    tp: Parallel | list[Parallel] = 1
+    pp: Parallel | list[Parallel] = 1
+    vp: Parallel | list[Parallel] | None = None
+    cp: Parallel | list[Parallel] = 1
+    ep: Parallel | list[Parallel] = 1
+    etp: Parallel | list[Parallel] = 1
     mbs: PosInt | list[PosInt] = 1
     gbs: PosInt | list[PosInt] = 8
     seq_length: PosInt | list[PosInt] = 4096
     train_iters: PosInt = 20
     dispatcher: Dispatcher | list[Dispatcher] = "alltoall"
     deepep_impl: DeepEPImpl | list[DeepEPImpl] = "nvidia"
-    moe_a2a_overlap: bool | list[bool] = False
+    moe_a2a_overlap: Bool | list[Bool] = False
     # None: the recipes' choice (on with alltoall, off with flex or a2a overlap); false holds it off in every arm
-    moe_shared_expert_overlap: bool | list[bool] | None = None
+    moe_shared_expert_overlap: Bool | list[Bool] | None = None
     recompute: Recompute | list[Recompute] = "none"
     recompute_modules: str | list[str] = ""
     precision: Precision | list[Precision] = "bf16"
     cuda_graph_impl: CudaGraphImpl | list[CudaGraphImpl] = "none"
     cuda_graph_scope: str | list[str] = ""
-    force_balanced_routing: bool | list[bool] = False
+    force_balanced_routing: Bool | list[Bool] = False
     echo: EchoArgs | None = None
     pipeline_layout: str | list[str] | None = None
-    mtp_num_layers: Annotated[int, Field(ge=0)] | None = None
-    sequence_parallel: bool | list[bool] = True
+    mtp_num_layers: LayerCount | None = None
+    sequence_parallel: Bool | list[Bool] = True
     optimizer: Literal["adam", "muon"] = "adam"
     data: str = "mock"
     hf_model_id: str | None = None
     # a folder (on the cluster) with the model's Hugging Face config.json; unset: the catalog's architecture is written
     # as config.json under the run's output folder, so no run needs the hub for its model config
     hf_config_dir: str | None = None
-    convert_checkpoint: bool = False
+    convert_checkpoint: Bool = False
     checkpoint_dir: str | None = None
     container_image: str | None = None
     engine: Literal["auto", "bridge", "mcore"] = "auto"
@@ -168,12 +167,22 @@ class MBridgeTrainingCmdArgs(CmdArgs):
             raise ValueError("golden_values must be a path to a JSON file")
         return v
 
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, v: str | None) -> str | None:
+        return check_image(v)
+
+    @field_validator("hf_model_id")
+    @classmethod
+    def _hf_model_id(cls, v: str | None) -> str | None:
+        return check_hf_model_id(v)
+
     @field_validator("data", "checkpoint_dir", "hf_config_dir")
     @classmethod
     def _absolute_path(cls, v: str | None, info: Any) -> str | None:
         if v is None or (info.field_name == "data" and v == "mock"):
             return v
-        if "\n" in v or not PurePosixPath(v).is_absolute():
+        if has_control(v) or not PurePosixPath(v).is_absolute():
             raise ValueError(f'{info.field_name} must be an absolute path on the cluster (or "mock" for data)')
         return v
 

@@ -1,0 +1,50 @@
+"""Field types and checks both workloads' cmd_args share: strict, bounded, and with the fix in the message."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Annotated
+
+from pydantic import Field, StrictBool, StrictInt
+
+INT32_MAX = 2**31 - 1  # Megatron and torch carry these counts in int32 in places (and no run needs more)
+
+# Strict: a TOML "8", 8.0 or true is refused, never coerced into 8 / 1; bounded to what the payload can carry.
+PosInt = Annotated[StrictInt, Field(ge=1, le=INT32_MAX)]
+NonNegInt = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]
+# A parallel size (tp, pp, vp, cp, ep, etp): the largest clusters have ~1e5 GPUs; 65536 keeps the plan's per-stage
+# tables (built for the memory estimate) small, where pp = 1e8 ran out of memory.
+Parallel = Annotated[StrictInt, Field(ge=1, le=65536)]
+LayerCount = Annotated[StrictInt, Field(ge=0, le=1024)]
+# torch.manual_seed takes a 64-bit value; below 2**63 it is also a valid signed int64 everywhere it is passed on.
+Seed = Annotated[StrictInt, Field(ge=0, lt=2**63)]
+Bool = StrictBool  # "yes" / "no" / 1 are refused, not read as true / false
+
+_IMAGE = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
+_HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+
+
+def has_control(value: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in value)
+
+
+def check_image(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _IMAGE.match(value):
+        raise ValueError(f"container_image {value!r} is not an image reference (empty, or it has spaces or control "
+                         "characters). Fix: write e.g. \"nvcr.io/nvidia/nemo:26.04.01\", or remove the key to run "
+                         "without a container")
+    return value
+
+
+def check_hf_model_id(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if PurePosixPath(value).is_absolute() and "\n" not in value:
+        return value
+    if ".." in value or not _HF_REPO_ID.match(value):
+        raise ValueError(f"hf_model_id {value!r} is neither a Hugging Face repo id nor an absolute path. Fix: write "
+                         "e.g. \"moonshotai/Kimi-K2-Base\" or the absolute path of a pre-staged copy")
+    return value

@@ -1,0 +1,244 @@
+"""The table of hostile inputs (issue 14). Each row: an edit of a real conf/ trio and what the message must name."""
+
+from __future__ import annotations
+
+from hostile.harness import DELETE, Case
+
+HF = "hf_" + "Zq7TkLmW3xVbN9pR2sYdHc4gJ8fA6eUoQi"  # Hugging Face token shape (hf_ + 34)
+WANDB = "9f1c2ab7e44d0b6358c1f2a9e07d5b34c6a8e912"  # W&B API key shape (40 hex)
+
+T = "test.cmd_args."
+S0 = "scenario.Tests.0."
+SYS = "system."
+ENV = "system.global_env_vars."
+
+
+def _train_ints() -> list[Case]:
+    rows = []
+    for key in ("tp", "pp", "ep", "mbs", "gbs", "seq_length", "train_iters"):
+        for label, value in (("str", "8"), ("float", 8.0), ("bool", True), ("list_empty", []), ("zero", 0),
+                             ("negative", -4), ("huge", 10**30)):
+            rows.append(Case(f"train-{key}-{label}", "sft", {T + key: value}, (key,)))
+    return rows
+
+
+def _refit_ints() -> list[Case]:
+    rows = []
+    for key in ("src.tp", "src.ep", "dst.tp", "iterations", "warmup", "timeout_s", "seq_length", "coalesce_mib",
+                "seed"):
+        for label, value in (("str", "2"), ("float", 2.5), ("negative", -1), ("huge", 10**30)):
+            if key.startswith("dst") and label == "str":
+                value = ["1", "4"]
+            rows.append(Case(f"refit-{key}-{label}", "refit", {T + key: value}, (key.split(".")[-1],)))
+    return rows
+
+
+CHOICES = [
+    Case("train-model-unknown", "sft", {T + "model": "kimi_k3"}, ("model", "kimi_k3")),
+    Case("train-model-empty", "sft", {T + "model": ""}, ("model",)),
+    Case("train-model-int", "sft", {T + "model": 7}, ("model",)),
+    Case("train-model-newline", "sft", {T + "model": "kimi_k2\n"}, ("model",)),
+    Case("train-gpu-unknown", "sft", {T + "gpu": "a100x"}, ("gpu", "a100x")),
+    Case("train-task-unknown", "sft", {T + "task": "rlhf"}, ("task", "rlhf")),
+    Case("train-dispatcher-unknown", "sft", {T + "dispatcher": "magic"}, ("dispatcher", "magic")),
+    Case("train-deepep_impl-unknown", "sft", {T + "deepep_impl": "xyz"}, ("deepep_impl", "xyz")),
+    Case("train-recompute-unknown", "sft", {T + "recompute": "bogus"}, ("recompute", "bogus")),
+    Case("train-precision-unknown", "sft", {T + "precision": "int3"}, ("precision", "int3")),
+    Case("train-unknown-field", "sft", {T + "tensor_parallel": 8}, ("tensor_parallel",)),
+    Case("train-seed-huge", "sft", {T + "seed": 10**30}, ("seed",)),
+    Case("train-seed-negative", "sft", {T + "seed": -1}, ("seed",)),
+    Case("train-image-empty", "sft", {T + "container_image": ""}, ("container_image",)),
+    Case("train-image-space", "sft", {T + "container_image": "nvcr.io/x y"}, ("container_image",)),
+    Case("train-image-newline", "sft", {T + "container_image": "nvcr.io/x\nrm -rf /"}, ("container_image",)),
+    Case("train-hf-empty", "sft", {T + "hf_model_id": ""}, ("hf_model_id",)),
+    Case("train-hf-dotdot", "sft", {T + "hf_model_id": "../../etc/passwd"}, ("hf_model_id",)),
+    Case("train-hf-token-shaped", "sft", {T + "hf_model_id": HF}, ("hf_model_id",), secret=HF),
+    Case("train-ckpt-relative", "sft", {T + "checkpoint_dir": "ckpt/kimi"}, ("checkpoint_dir", "ckpt/kimi")),
+    Case("train-ckpt-newline", "sft", {T + "checkpoint_dir": "/fsx/a\nb"}, ("checkpoint_dir",)),
+    Case("train-convert-without-ckpt", "sft", {T + "checkpoint_dir": DELETE}, ("checkpoint_dir",)),
+    Case("train-data-relative", "sft", {T + "data": "data/sft"}, ("data", "data/sft")),
+    Case("train-data-int", "sft", {T + "data": 5}, ("data",)),
+    Case("train-data-control-char", "sft", {T + "data": "/fsx/d\u0001x"}, ("data",)),
+    Case("train-ckpt-tab", "sft", {T + "checkpoint_dir": "/fsx/a\tb"}, ("checkpoint_dir",)),
+    Case("train-pp-1e8", "sft", {T + "pp": 10**8}, ("pp",)),
+    Case("train-vp-2e30", "sft", {T + "vp": 2**30}, ("vp",)),
+    Case("train-mtp-huge", "sft", {T + "mtp_num_layers": 2**31 - 1}, ("mtp_num_layers",)),
+    Case("train-mtp-str", "sft", {T + "mtp_num_layers": "1"}, ("mtp_num_layers",)),
+    Case("train-golden-threshold-str", "sft", {T + "golden_thresholds": {"timing_threshold": "0.1"}},
+         ("timing_threshold",)),
+    Case("train-vp-str", "sft", {T + "vp": "2"}, ("vp",)),
+    Case("train-vp-zero", "sft", {T + "vp": 0}, ("vp",)),
+    Case("train-gbs-indivisible", "sft", {T + "gbs": 127}, ("gbs", "127")),
+    Case("train-tp-not-dividing", "sft", {T + "tp": 3}, ("tp",)),
+    Case("train-ep-too-large", "sft", {T + "ep": 1024}, ("ep", "1024")),
+    Case("train-recompute-modules-bad", "sft", {T + "recompute_modules": "everything"}, ("recompute_modules",)),
+    Case("train-env-int", "sft", {"test.extra_env_vars": {"NCCL_DEBUG": 5}}, ("NCCL_DEBUG",)),
+    Case("train-env-bad-name", "sft", {"test.extra_env_vars": {"BAD NAME": "1"}}, ("BAD NAME",)),
+    Case("train-env-equals-name", "sft", {"test.extra_env_vars": {"A=B": "1"}}, ("A=B",)),
+    Case("train-env-table", "sft", {"test.extra_env_vars": {"X": {"y": 1}}}, ("X",)),
+    Case("train-template-unknown", "sft", {"test.test_template_name": "MBridgeTrainin"}, ("MBridgeTrainin",)),
+    Case("train-no-cmd-args", "sft", {"test.cmd_args": DELETE}, ("cmd_args",)),
+    Case("train-no-name", "sft", {"test.name": DELETE}, ("name",)),
+]
+
+SWEEPS = [
+    Case("ab-empty-sweep-mbs", "ab", {T + "mbs": []}, ("mbs",)),
+    Case("ab-empty-sweep-dispatcher", "ab", {T + "dispatcher": []}, ("dispatcher",)),
+    Case("ab-sweep-str-elements", "ab", {T + "mbs": ["1", "4"]}, ("mbs",)),
+    Case("ab-sweep-float-elements", "ab", {T + "mbs": [1.0, 4.0]}, ("mbs",)),
+    Case("ab-sweep-bool-elements", "ab", {T + "moe_a2a_overlap": ["no", "yes"]}, ("moe_a2a_overlap",)),
+    Case("ab-every-point-rejected", "ab", {T + "tp": [3, 5]}, ("tp",)),
+    Case("ab-sweep-unknown-dispatcher", "ab", {T + "dispatcher": ["alltoall", "magic"]}, ("magic",)),
+    Case("ab-sweep-nested-list", "ab", {T + "mbs": [[1], [4]]}, ("mbs",)),
+    Case("ab-num-nodes-sweep-zero", "ab", {S0 + "num_nodes": [0, 32]}, ("num_nodes",)),
+]
+
+SCENARIOS = [
+    Case("scn-num-nodes-zero", "sft", {S0 + "num_nodes": 0}, ("num_nodes",)),
+    Case("scn-num-nodes-negative", "sft", {S0 + "num_nodes": -1}, ("num_nodes",)),
+    Case("scn-num-nodes-str", "sft", {S0 + "num_nodes": "32"}, ("num_nodes",)),
+    Case("scn-num-nodes-float", "sft", {S0 + "num_nodes": 1.5}, ("num_nodes",)),
+    Case("scn-num-nodes-huge", "sft", {S0 + "num_nodes": 10**9}, ("num_nodes",)),
+    Case("scn-time-limit-minutes-60", "sft", {S0 + "time_limit": "01:60:00"}, ("time_limit", "01:60:00")),
+    Case("scn-time-limit-99", "sft", {S0 + "time_limit": "99:99:99"}, ("time_limit", "99:99:99")),
+    Case("scn-time-limit-empty", "sft", {S0 + "time_limit": ""}, ("time_limit",)),
+    Case("scn-time-limit-negative", "sft", {S0 + "time_limit": "-1"}, ("time_limit",)),
+    Case("scn-time-limit-int", "sft", {S0 + "time_limit": 5}, ("time_limit",)),
+    Case("scn-time-limit-newline", "sft", {S0 + "time_limit": "01:00:00\n#SBATCH --x"}, ("time_limit",)),
+    Case("scn-id-dotdot", "sft", {S0 + "id": "../../x"}, ("../../x",)),
+    Case("scn-id-absolute", "sft", {S0 + "id": "/tmp/cloudai-mbridge-hostile"}, ("/tmp/cloudai-mbridge-hostile",)),
+    Case("scn-id-slash", "sft", {S0 + "id": "a/b"}, ("a/b",)),
+    Case("scn-id-backslash", "sft", {S0 + "id": "a\\b"}, ("id",)),
+    Case("scn-id-nul", "refit", raw={"scenario": b'name = "s"\n[[Tests]]\nid = "a\\u0000b"\n'
+                                             b'test_name = "refit_cpu_smoke"\nnum_nodes = 2\n'}, expect=("test id",)),
+    Case("scn-id-empty", "sft", {S0 + "id": ""}, ("id",)),
+    Case("scn-id-dot", "sft", {S0 + "id": "."}, ("id",)),
+    Case("scn-name-dotdot", "sft", {"scenario.name": "../../x"}, ("../../x",)),
+    Case("scn-name-absolute", "sft", {"scenario.name": "/tmp/cloudai-mbridge-hostile"}, ("name",)),
+    Case("scn-name-empty", "sft", {"scenario.name": ""}, ("name",)),
+    Case("scn-test-name-missing", "sft", {S0 + "test_name": "no_such_test"}, ("no_such_test",)),
+    Case("scn-no-tests", "sft", {"scenario.Tests": []}, ("scenario.toml",)),
+    Case("scn-duplicate-ids", "refit", {"scenario.Tests": [
+        {"id": "a", "test_name": "refit_cpu_smoke", "num_nodes": 2, "time_limit": "00:10:00"},
+        {"id": "a", "test_name": "refit_cpu_smoke", "num_nodes": 2, "time_limit": "00:10:00"}]}, ("a",)),
+    Case("scn-iterations-zero", "sft", {S0 + "iterations": 0}, ("iterations",)),
+    Case("scn-iterations-negative", "sft", {S0 + "iterations": -3}, ("iterations",)),
+    Case("scn-dependency-unknown", "sft", {S0 + "dependencies": [{"type": "end_post_comp", "id": "ghost"}]},
+         ("ghost",)),
+    Case("scn-override-tp-str", "sft", {S0 + "cmd_args": {"tp": "8"}}, ("tp",)),
+    Case("scn-override-unknown", "sft", {S0 + "cmd_args": {"tpp": 8}}, ("tpp",)),
+    Case("scn-extra-srun-unbalanced", "sft", {S0 + "extra_srun_args": "--comment='x"}, ("extra_srun_args",)),
+    Case("scn-env-secret-name", "sft", {S0 + "extra_env_vars": {"HF_TOKEN": HF}}, ("HF_TOKEN",), secret=HF),
+]
+
+SYSTEMS = [
+    Case("sys-gpus-zero", "sft", {SYS + "gpus_per_node": 0}, ("gpus_per_node",)),
+    Case("sys-gpus-negative", "sft", {SYS + "gpus_per_node": -8}, ("gpus_per_node",)),
+    Case("sys-gpus-str", "sft", {SYS + "gpus_per_node": "8"}, ("gpus_per_node",)),
+    Case("sys-ntasks-zero", "sft", {SYS + "ntasks_per_node": 0}, ("ntasks_per_node",)),
+    Case("sys-partition-missing", "sft", {SYS + "default_partition": "nope"}, ("nope",)),
+    Case("sys-partition-newline", "sft", {SYS + "default_partition": "b300\n#SBATCH --x",
+                                         "system.partitions.0.name": "b300\n#SBATCH --x"}, ("partition",)),
+    Case("sys-sbatch-newline", "sft", {SYS + "extra_sbatch_args": ["--x\nrm -rf /"]}, ("extra_sbatch_args",)),
+    Case("sys-srun-unbalanced", "sft", {SYS + "extra_srun_args": "--comment=\"x"}, ("extra_srun_args",)),
+    Case("sys-scheduler-unknown", "sft", {SYS + "scheduler": "pbs"}, ("pbs",)),
+    Case("sys-no-name", "sft", {SYS + "name": DELETE}, ("name",)),
+    Case("sys-mpi-bogus", "sft", {SYS + "mpi": "bogus mpi"}, ("mpi",)),
+    Case("sys-account-newline", "sft", {SYS + "account": "acct\n#SBATCH --x"}, ("account",)),
+    Case("sys-env-hf-token", "sft", {ENV + "HF_TOKEN": HF}, ("HF_TOKEN",), secret=HF),
+    Case("sys-env-wandb-key", "sft", {ENV + "WANDB_API_KEY": WANDB}, ("WANDB_API_KEY",), secret=WANDB),
+    Case("sys-env-token-shape", "sft", {ENV + "MY_SETTING": HF}, ("MY_SETTING",), secret=HF),
+    Case("sys-env-wandb-shape", "sft", {ENV + "WANDB_KEYFILE": WANDB}, ("WANDB_KEYFILE",), secret=WANDB),
+    Case("sys-env-bad-name", "sft", {ENV + "BAD NAME": "1"}, ("BAD NAME",)),
+    Case("sys-partitions-empty", "sft", {SYS + "partitions": []}, ("partition",)),
+]
+
+K8S = [
+    Case("k8s-token-and-bad-kind", "k8s", {ENV + "HF_TOKEN": HF, ENV + "CLOUDAI_MBRIDGE_K8S_KIND": "deployment"},
+         ("CLOUDAI_MBRIDGE_K8S_KIND",), secret=HF),
+    Case("k8s-wandb-and-bad-efa", "k8s", {ENV + "WANDB_API_KEY": WANDB, ENV + "CLOUDAI_MBRIDGE_K8S_EFA_DEVICES": "x"},
+         ("CLOUDAI_MBRIDGE_K8S_EFA_DEVICES",), secret=WANDB),
+    Case("k8s-shape-and-bad-selector", "k8s", {ENV + "SOME_VAR": HF, ENV + "CLOUDAI_MBRIDGE_K8S_NODE_SELECTOR": "{"},
+         ("CLOUDAI_MBRIDGE_K8S_NODE_SELECTOR",), secret=HF),
+    Case("k8s-kind-bad", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_KIND": "deployment"}, ("deployment",)),
+    Case("k8s-efa-negative", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_EFA_DEVICES": "-1"}, ("EFA_DEVICES",)),
+    Case("k8s-tolerations-not-list", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_TOLERATIONS": '{"a": 1}'}, ("TOLERATIONS",)),
+    Case("k8s-pvc-bad-name", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_RESULTS_PVC": "Bad_Name!"}, ("Bad_Name!",)),
+    Case("k8s-mounts-relative", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_MOUNTS": '{"fsx": "fsx-claim"}'}, ("MOUNTS",)),
+    Case("k8s-shm-bad", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_SHM_SIZE": "lots"}, ("lots",)),
+    Case("k8s-credentials-bad", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_CREDENTIALS": '{"HF_TOKEN": ""}'},
+         ("CREDENTIALS",)),
+    Case("k8s-unknown-knob", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_NODESELECTOR": "{}"}, ("NODESELECTOR",)),
+    Case("k8s-namespace-bad", "k8s", {SYS + "default_namespace": "Bad Namespace"}, ("namespace",)),
+    Case("k8s-gpus-zero", "k8s", {SYS + "gpus_per_node": 0}, ("gpus_per_node",)),
+    Case("k8s-token-in-test-env", "k8s", {"test.extra_env_vars": {"HF_TOKEN": HF}}, ("HF_TOKEN",), secret=HF),
+]
+
+FILES = [
+    Case("file-test-latin1", "sft", raw={"test": b'name = "caf\xe9"\n'}, expect=("test.toml", "UTF-8")),
+    Case("file-scenario-latin1", "sft", raw={"scenario": b'name = "x\xff"\n'}, expect=("scenario.toml", "UTF-8")),
+    Case("file-system-latin1", "sft", raw={"system": b'name = "\xfe"\n'}, expect=("system.toml", "UTF-8")),
+    Case("file-test-not-toml", "sft", raw={"test": b"name = \n"}, expect=("test.toml", "TOML")),
+    Case("file-scenario-not-toml", "sft", raw={"scenario": b"[[Tests]\n"}, expect=("scenario.toml", "TOML")),
+    Case("file-system-not-toml", "sft", raw={"system": b"{}\n"}, expect=("system.toml", "TOML")),
+    Case("file-test-empty", "sft", raw={"test": b""}, expect=("test.toml",)),
+    Case("file-scenario-empty", "sft", raw={"scenario": b""}, expect=("scenario.toml",)),
+    Case("file-system-empty", "sft", raw={"system": b""}, expect=("system.toml",)),
+    Case("file-test-binary", "sft", raw={"test": bytes(range(256))}, expect=("test.toml",)),
+    Case("file-test-bom", "sft", raw={"test": b"\xef\xbb\xbfname = 1\n"}, expect=("test.toml",)),
+    Case("file-test-nul", "sft", raw={"test": b'name = "a"\x00\n'}, expect=("test.toml",)),
+    Case("file-test-deep-nesting", "sft", raw={"test": b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n"},
+         expect=("test.toml",)),
+]
+
+COMMAND_LINES = [
+    Case("cli-system-missing", "sft", argv=("dry-run", "--system-config", "{conf}/nope.toml", "--test-scenario",
+                                            "{scenario}", "--output-dir", "{out}"), expect=("nope.toml",),
+         verbs=("dry-run",)),
+    Case("cli-scenario-missing", "sft", argv=("dry-run", "--system-config", "{system}", "--test-scenario",
+                                              "{conf}/nope.toml", "--output-dir", "{out}"), expect=("nope.toml",),
+         verbs=("dry-run",)),
+    Case("cli-system-is-dir", "sft", argv=("dry-run", "--system-config", "{conf}", "--test-scenario", "{scenario}",
+                                           "--output-dir", "{out}"), expect=("system-config",), verbs=("dry-run",)),
+    Case("cli-output-is-file", "sft", argv=("dry-run", "--system-config", "{system}", "--test-scenario",
+                                            "{scenario}", "--output-dir", "{system}"), expect=("output",),
+         verbs=("dry-run",)),
+    Case("cli-unknown-option", "sft", argv=("dry-run", "--sytem-config", "{system}"), expect=("--sytem-config",),
+         verbs=("dry-run",)),
+    Case("cli-unknown-verb", "sft", argv=("dryrun",), expect=("dryrun",), verbs=("dry-run",)),
+    Case("cli-tests-dir-file", "sft", argv=("dry-run", "--system-config", "{system}", "--test-scenario",
+                                            "{scenario}", "--tests-dir", "{test}", "--output-dir", "{out}"),
+         expect=("tests-dir",), verbs=("dry-run",)),
+    Case("cli-scenario-is-test", "sft", argv=("dry-run", "--system-config", "{system}", "--test-scenario", "{test}",
+                                              "--output-dir", "{out}"), expect=("test.toml",), verbs=("dry-run",)),
+    Case("cli-system-is-scenario", "sft", argv=("dry-run", "--system-config", "{scenario}", "--test-scenario",
+                                                "{scenario}", "--output-dir", "{out}"), expect=("scenario.toml",),
+         verbs=("dry-run",)),
+    Case("cli-report-missing-dir", "sft", argv=("generate-report", "--system-config", "{system}", "--test-scenario",
+                                                "{scenario}", "--result-dir", "{out}/nope"), expect=("nope",),
+         verbs=("dry-run",)),
+    Case("cli-report-empty-dir", "sft", argv=("generate-report", "--system-config", "{system}", "--test-scenario",
+                                              "{scenario}", "--result-dir", "{home}"), expect=("home",),
+         verbs=("dry-run",)),
+    Case("cli-verify-missing", "sft", argv=("verify-configs", "{conf}/nope"), expect=("nope",), verbs=("dry-run",)),
+    Case("cli-preflight-missing-system", "sft", argv=("preflight", "--system-config", "{conf}/nope.toml",
+                                                      "--test-scenario", "{scenario}"), expect=("nope.toml",),
+         verbs=("dry-run",)),
+    Case("cli-log-level-bogus", "sft", argv=("--log-level", "loud", "dry-run"), expect=("loud",),
+         verbs=("dry-run",)),
+]
+
+VALID = [
+    Case("valid-sft", "sft", ok=True),
+    # accepted on purpose: CloudAI's abbreviated time limits; a system's environment values written as TOML numbers
+    # (CloudAI's system model takes them and they are exported as text; a test's must be strings: train-env-int)
+    Case("valid-time-limit-2h", "sft", {S0 + "time_limit": "2h"}, ok=True),
+    Case("valid-env-int", "sft", {ENV + "NCCL_DEBUG": 5}, ok=True),
+    Case("valid-env-tokenizers", "sft", {"test.extra_env_vars": {"TOKENIZERS_PARALLELISM": "false"}}, ok=True),
+    Case("valid-hf-path", "sft", {T + "hf_model_id": "/fsx/models/Kimi-K2-Base"}, ok=True),
+    Case("valid-ab", "ab", ok=True),
+    Case("valid-refit", "refit", ok=True),
+    Case("valid-k8s", "k8s", ok=True),
+]
+
+CASES = [*_train_ints(), *_refit_ints(), *CHOICES, *SWEEPS, *SCENARIOS, *SYSTEMS, *K8S, *FILES, *COMMAND_LINES]

@@ -1,0 +1,93 @@
+"""Issue 14: secret-looking values are redacted, by name and by shape, in everything the CLI prints or logs."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import pytest
+
+from cloudai_mbridge.redact import (
+    REDACTED,
+    SECRET_NAME,
+    RedactingFilter,
+    RedactingStream,
+    redact,
+    secret_value_problem,
+)
+
+HF = "hf_" + "Zq7TkLmW3xVbN9pR2sYdHc4gJ8fA6eUoQi"
+WANDB = "9f1c2ab7e44d0b6358c1f2a9e07d5b34c6a8e912"
+
+
+@pytest.mark.parametrize(("text", "secret"), [
+    ("{'FI_PROVIDER': 'efa', 'HF_TOKEN': 'plain-words-1'}", "plain-words-1"),  # CloudAI's dict echo
+    ('HF_TOKEN = "two words"', "two words"),  # TOML
+    ("export WANDB_API_KEY=abc123xyz;", "abc123xyz"),  # shell
+    ('{"hf_token": "x\\"y-9"}', 'x\\"y-9'),  # JSON, escaped quote inside
+    ("--hf-token=abc123", "abc123"),
+    ("AWS_SECRET_ACCESS_KEY: wJalrXUtnFEMI", "wJalrXUtnFEMI"),
+    (f"hf_model_id {HF} is not a repo", HF),  # by shape, any context
+    (f"value={WANDB}.", WANDB),
+    (f"local-{WANDB}", WANDB),
+    ("nvapi-" + "a" * 30, "nvapi-" + "a" * 30),
+    ("ghp_" + "b" * 36, "ghp_" + "b" * 36),
+    ("AKIAABCDEFGHIJKLMNOP", "AKIAABCDEFGHIJKLMNOP"),
+])
+def test_secrets_are_redacted(text: str, secret: str) -> None:
+    out = redact(text)
+    assert secret not in out and REDACTED in out
+
+
+@pytest.mark.parametrize("text", [
+    "tokens_per_sec: 1234", "num_tokens=5", "TOKENIZERS_PARALLELISM=false", "hf_model_id = moonshotai/Kimi-K2-Base",
+    "iteration 10/20 | elapsed time per iteration (ms): 5123.4", "extra_env_vars.HF_TOKEN=<redacted>",
+])
+def test_ordinary_text_is_kept(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_values_of_secret_environment_variables_are_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "opaque-value-42")
+    assert redact("connecting with opaque-value-42 now") == f"connecting with {REDACTED} now"
+
+
+@pytest.mark.parametrize(("name", "is_secret"), [
+    ("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("WANDB_API_KEY", True), ("NGC_API_KEY", True),
+    ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD", True), ("token", True),
+    ("TOKENIZERS_PARALLELISM", False), ("num_tokens", False), ("CLOUDAI_MBRIDGE_K8S_CREDENTIALS", False),
+    ("NCCL_DEBUG", False),
+])
+def test_secret_names(name: str, is_secret: bool) -> None:
+    assert bool(SECRET_NAME.search(name)) is is_secret
+
+
+def test_shapes_refused_in_generated_files() -> None:
+    assert secret_value_problem("hf_model_id", HF) == "has the shape of an access token"
+    assert secret_value_problem("WANDB_KEYFILE", WANDB) == "has the shape of a W&B API key"
+    assert secret_value_problem("GIT_COMMIT", WANDB) is None  # a commit id under a plain name is not refused
+    assert secret_value_problem("hf_model_id", "moonshotai/Kimi-K2-Base") is None
+
+
+def test_stream_and_log_handlers_redact() -> None:
+    sink = io.StringIO()
+    RedactingStream(sink).write(f"token {HF}\n")
+    assert HF not in sink.getvalue() and REDACTED in sink.getvalue()
+
+    buf = io.StringIO()
+    handler = logging.StreamHandler(buf)
+    handler.addFilter(RedactingFilter())
+    log = logging.getLogger("redact-test")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.error("global_env_vars %s", {"HF_TOKEN": "s3cr3t-value"})
+        try:
+            raise ValueError(f"bad {HF}")
+        except ValueError:
+            log.exception("failed")
+    finally:
+        log.removeHandler(handler)
+    text = buf.getvalue()
+    assert "s3cr3t-value" not in text and HF not in text
+    assert text.count(REDACTED) >= 2 and "ValueError" in text
