@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from helpers import CONF
+
 from hostile.harness import DELETE, Case
 
 HF = "hf_" + "Zq7TkLmW3xVbN9pR2sYdHc4gJ8fA6eUoQi"  # Hugging Face token shape (hf_ + 34)
 WANDB = "9f1c2ab7e44d0b6358c1f2a9e07d5b34c6a8e912"  # W&B API key shape (40 hex)
+
+_SFT = (CONF / "test" / "kimi_k2_sft.toml").read_bytes()
+
+
+def _edit(old: bytes, new: bytes) -> bytes:
+    assert old in _SFT
+    return _SFT.replace(old, new)
+
 
 T = "test.cmd_args."
 S0 = "scenario.Tests.0."
@@ -58,8 +68,11 @@ CHOICES = [
     Case("train-convert-without-ckpt", "sft", {T + "checkpoint_dir": DELETE}, ("checkpoint_dir",)),
     Case("train-data-relative", "sft", {T + "data": "data/sft"}, ("data", "data/sft")),
     Case("train-data-int", "sft", {T + "data": 5}, ("data",)),
-    Case("train-data-control-char", "sft", {T + "data": "/fsx/d\u0001x"}, ("data",)),
-    Case("train-ckpt-tab", "sft", {T + "checkpoint_dir": "/fsx/a\tb"}, ("checkpoint_dir",)),
+    # written as TOML escapes by hand: the toml package would mangle a control character ("\x01" -> "x01")
+    Case("train-data-control-char", "sft", raw={"test": _edit(b'data = "/fsx/data/sft"', b'data = "/fsx/d\\u0001x"')},
+         expect=("data",)),
+    Case("train-ckpt-tab", "sft", raw={"test": _edit(b'checkpoint_dir = "/fsx/checkpoints/kimi-k2-base-mcore"',
+                                                     b'checkpoint_dir = "/fsx/a\\tb"')}, expect=("checkpoint_dir",)),
     Case("train-pp-1e8", "sft", {T + "pp": 10**8}, ("pp",)),
     Case("train-vp-2e30", "sft", {T + "vp": 2**30}, ("vp",)),
     Case("train-mtp-huge", "sft", {T + "mtp_num_layers": 2**31 - 1}, ("mtp_num_layers",)),
