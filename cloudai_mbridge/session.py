@@ -37,12 +37,21 @@ class Session:
     scenario_roots: list[Path] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     refused: bool = False  # the whole scenario was refused before anything was written
+    files: str = ""  # the scenario and system files of the command, for messages
 
     def run_dirs(self) -> list[Path]:
         dirs: list[Path] = []
         for root in self.scenario_roots:
             dirs += sorted((p.parent for p in root.rglob(CONFIG_NAME)), key=_natural)
         return dirs
+
+
+class ScenarioRefusedError(Exception):
+    """The scenario is refused as a whole (raised by the checking parser, caught around CloudAI's setup)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 _current: Session | None = None
@@ -117,11 +126,29 @@ def session(mode: str) -> Iterator[Session]:
 
     patch(handlers, "Runner", capturing_runner)
     setup = handlers._setup_system_and_scenario
+    parser_cls = handlers.Parser
+
+    class CheckingParser(parser_cls):  # type: ignore[misc, valid-type]
+        """CloudAI's parser, then the scenario checked as a whole (every point, rendered in memory): before CloudAI
+        asks the cluster (sinfo in ``run``), creates --output-dir, installs or writes anything."""
+
+        def parse(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().parse(*args, **kwargs)
+            system, _tests, scenario = result
+            if scenario is not None:
+                from .preflight import scenario_refusals
+
+                problems = scenario_refusals(system, scenario, s.files)
+                if problems:
+                    raise ScenarioRefusedError(problems)
+            return result
+
+    patch(handlers, "Parser", CheckingParser)
 
     def checked_setup(args: Any) -> Any:
-        """The scenario checked as a whole (every point, rendered in memory) before CloudAI installs, creates the
-        scenario folder or writes a job: a refusal leaves nothing behind."""
-        files = f"{getattr(args, 'test_scenario', '')} (system {getattr(args, 'system_config', '')})"
+        """The files checked first (config_files.py), then CloudAI's setup with the checking parser: a refusal
+        leaves nothing behind and asks no cluster."""
+        s.files = f"{getattr(args, 'test_scenario', '')} (system {getattr(args, 'system_config', '')})"
         from .config_files import scenario_file_problems, system_file_problems
 
         early = [*(system_file_problems(args.system_config) if getattr(args, "system_config", None) else []),
@@ -135,28 +162,24 @@ def session(mode: str) -> Iterator[Session]:
                "<system>` checks the files without running anything")
         try:
             result = setup(args)
+        except ScenarioRefusedError as exc:
+            for problem in exc.problems:
+                logging.error(f"{mode}: {problem}")
+            logging.error(f"{mode}: nothing was written or submitted: the scenario is refused as a whole "
+                          "(reasons above)")
+            s.refused = True
+            return None
         except SystemExit:  # CloudAI logged what it could not read (file, field, value) and exits
-            logging.error(f"{mode}: could not read {files}. {fix}")
+            logging.error(f"{mode}: could not read {s.files}. {fix}")
             s.refused = True
             raise
         except Exception as exc:  # CloudAI's parser raises (a bad time_limit, an override it cannot apply)
-            logging.error(f"{mode}: could not read {files}: {describe_error(exc)}. {fix}")
+            logging.error(f"{mode}: could not read {s.files}: {describe_error(exc)}. {fix}")
             s.refused = True
             return None
         if result is None:
-            logging.error(f"{mode}: could not read {files}. {fix}")
-            return None
-        from .preflight import scenario_refusals
-
-        system, scenario, _tests = result
-        problems = scenario_refusals(system, scenario, files)
-        if not problems:
-            return result
-        for problem in problems:
-            logging.error(f"{mode}: {problem}")
-        logging.error(f"{mode}: nothing was written or submitted: the scenario is refused as a whole (reasons above)")
-        s.refused = True
-        return None
+            logging.error(f"{mode}: could not read {s.files}. {fix}")
+        return result
 
     patch(handlers, "_setup_system_and_scenario", checked_setup)
     noise: list[tuple[logging.Handler, logging.Filter]] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from helpers import CONF
 
 from hostile.harness import DELETE, Case
@@ -254,4 +256,11 @@ VALID = [
     Case("valid-k8s", "k8s", ok=True),
 ]
 
-CASES = [*_train_ints(), *_refit_ints(), *CHOICES, *SWEEPS, *SCENARIOS, *SYSTEMS, *K8S, *FILES, *COMMAND_LINES]
+
+def _also_run(cases: list[Case]) -> list[Case]:
+    """``run`` too: its refusal must come before CloudAI asks the cluster (sinfo), installs or submits anything."""
+    return [dataclasses.replace(c, verbs=(*c.verbs, "run")) for c in cases]
+
+
+CASES = [*_train_ints(), *_refit_ints(), *CHOICES, *_also_run(SWEEPS), *_also_run(SCENARIOS), *_also_run(SYSTEMS),
+         *K8S, *FILES, *COMMAND_LINES]
