@@ -73,6 +73,22 @@ def _positive_int(value: Any) -> int | None:
     return None
 
 
+MAX_WORLD_SIZE = 1 << 20  # ranks; a larger count in a config is damage (and would be allocated rank by rank)
+
+
+def config_problem(config: dict[str, Any]) -> str | None:
+    """Fields we write as ints that a damaged config carries as something else (or absurd)."""
+    for key in ("world_size", "num_nodes", "gpus_per_node"):
+        if key in config:
+            v = config[key]
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_WORLD_SIZE:
+                return f"{key} = {v!r} is not a whole number from 1 to {MAX_WORLD_SIZE}"
+    for key in ("gpu", "dispatcher", "precision", "task", "engine", "workload"):
+        if key in config and not isinstance(config[key], str):
+            return f"{key} = {config[key]!r} is not a string"
+    return None
+
+
 def _read_config(run_dir: Path) -> tuple[dict[str, Any], str]:
     path = run_dir / CONFIG_NAME
     try:
@@ -81,7 +97,7 @@ def _read_config(run_dir: Path) -> tuple[dict[str, Any], str]:
         return {}, "missing"
     except (OSError, ValueError):
         return {}, "invalid"
-    if not isinstance(data, dict):
+    if not isinstance(data, dict) or config_problem(data):
         return {}, "invalid"
     return data, "ok"
 
@@ -94,7 +110,7 @@ def load_layout(run_dir: Path | str) -> RunLayout:
     if logs.is_dir():
         for path in logs.iterdir():
             match = _RANK_LOG_RE.match(path.name)
-            if match and path.is_file():
+            if match and path.is_file() and int(match.group(1)) < MAX_WORLD_SIZE:
                 rank_logs[int(match.group(1))] = path
     job_logs = tuple(run_dir / name for name in JOB_LOGS if (run_dir / name).is_file())
 

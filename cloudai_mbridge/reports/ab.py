@@ -27,7 +27,7 @@ from pydantic import Field
 
 from ..launch.payload import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
-from .common import html_page, html_table, run_title, runs_of, scenario_facts
+from .common import TolerantLoading, html_page, html_table, run_title, runs_of, scenario_facts
 from .plots import Panel, bar_plot, inline_png, series_plot, time_panel
 
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
@@ -161,7 +161,7 @@ def mean_interval(stats: Stats) -> tuple[float, float] | None:
     return stats.mean - half, stats.mean + half
 
 
-class MBridgeABReport(Reporter):
+class MBridgeABReport(TolerantLoading, Reporter):
     """Writes ``mbridge_ab.csv`` and ``mbridge_ab.html`` (+ PNG plots) into the scenario's results folder."""
 
     config: ABReportConfig
@@ -171,6 +171,10 @@ class MBridgeABReport(Reporter):
 
         cfg = self.config
         found = runs_of(self, MBridgeTrainingTestDefinition)
+        for tr, config in [f for f in found if not isinstance(f[1].get(cfg.field), (str, int, float))]:
+            logging.warning("%s: its mbridge_config.json has no %s value (%r); left out of the A/B", tr.output_path,
+                            cfg.field, config.get(cfg.field))
+        found = [f for f in found if isinstance(f[1].get(cfg.field), (str, int, float))]
         if not found:
             return
         configs = [c for _, c in found]

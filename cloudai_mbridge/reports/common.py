@@ -4,23 +4,75 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from cloudai.core import Reporter, TestRun
 
+from ..metrics.layout import config_problem
+
+
+class TolerantLoading:
+    """For our scenario reporters: ``load_test_runs`` is :func:`load_test_runs`."""
+
+    def load_test_runs(self) -> None:
+        load_test_runs(self)  # type: ignore[arg-type]
+
+
+def load_test_runs(reporter: Reporter) -> None:
+    """CloudAI's ``Reporter.load_test_runs``, made tolerant of a damaged results tree: a folder whose name is not a
+    number is skipped (CloudAI's raises ValueError and loses every report of the scenario), and an unreadable
+    ``test-run.toml`` leaves that run with the scenario's test definition (CloudAI's raises), with a warning."""
+    import copy
+
+    import toml
+
+    def numbered(folder: Path) -> list[Path]:
+        dirs = [d for d in folder.glob("*") if d.is_dir()] if folder.is_dir() else []
+        for d in dirs:
+            if not d.name.isdecimal() or len(d.name) > 9:
+                logging.warning("%s: skipped (not a numbered run folder of CloudAI's)", d)
+        return sorted((d for d in dirs if d.name.isdecimal() and len(d.name) <= 9), key=lambda d: int(d.name))
+
+    for scenario_tr in reporter.test_scenario.test_runs:
+        tr = copy.deepcopy(scenario_tr)
+        for it in numbered(reporter.results_root / tr.name):
+            tr.current_iteration = int(it.name)
+            for step in numbered(it) if tr.is_dse_job else [it]:
+                tr.step = int(step.name) if tr.is_dse_job else 0
+                tr.output_path = step
+                tr.test = scenario_tr.test
+                dump = step / "test-run.toml"
+                if tr.is_dse_job and dump.is_file():
+                    try:
+                        tr.test = tr.test.model_validate(toml.load(dump)["test_definition"])
+                    except Exception as exc:
+                        logging.warning("%s: unreadable (%s); the scenario's test definition is used", dump,
+                                        type(exc).__name__)
+                reporter.trs.append(copy.deepcopy(tr))
+
 
 def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str, Any]]]:
-    """(test run, the config its payload ran with) for every run of ``tdef_type`` that has a config file."""
+    """(test run, the config its payload ran with) for every run of ``tdef_type`` whose config file is a JSON
+    object; a run whose config is damaged is left out with a warning (its own report says invalid_config)."""
     reporter.load_test_runs()
     found = []
     for tr in reporter.trs:
         config_path = tr.output_path / "mbridge_config.json"
+        if isinstance(tr.test, tdef_type) and not config_path.is_file():
+            logging.warning("%s: no mbridge_config.json; the run is left out of the scenario report", tr.output_path)
         if isinstance(tr.test, tdef_type) and config_path.is_file():
             try:
-                found.append((tr, json.loads(config_path.read_text())))
-            except (OSError, json.JSONDecodeError):
+                config = json.loads(config_path.read_text())
+            except (OSError, ValueError):
+                config = None
+            if not isinstance(config, dict) or config_problem(config):
+                logging.warning("%s: damaged (%s); the run is left out of the scenario report", config_path,
+                                config_problem(config) if isinstance(config, dict) else "not a JSON object")
                 continue
+            found.append((tr, config))
     return found
 
 

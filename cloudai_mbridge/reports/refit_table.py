@@ -10,7 +10,7 @@ from cloudai.core import Reporter
 
 from ..launch.payload import write_atomic
 from ..metrics import parse_refit_run
-from .common import html_page, html_table, runs_of, scenario_facts
+from .common import TolerantLoading, html_page, html_table, runs_of, scenario_facts
 from .plots import bar_plot, inline_png
 
 HEADERS = {
@@ -38,7 +38,7 @@ def layout_name(side: dict[str, Any]) -> str:
     return "x".join(parts) or "TP1"
 
 
-class MBridgeRefitTable(Reporter):
+class MBridgeRefitTable(TolerantLoading, Reporter):
     """Writes ``mbridge_refit.csv`` and ``mbridge_refit.html`` into the scenario's results folder."""
 
     def generate(self) -> None:

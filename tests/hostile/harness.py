@@ -120,6 +120,16 @@ def _files(root: Path) -> set[Path]:
     return {q for q in root.rglob("*") if q.is_file()}
 
 
+def fork_jobs(jobs: list[dict[str, Any]], tmp: Path, workers: int | None = None) -> list[int]:
+    """Run command lines ({argv, cwd, env, log}) through forkrun.py; their exit statuses, in order."""
+    jobs_file, results_file = tmp / "jobs.json", tmp / "codes.json"
+    jobs_file.write_text(json.dumps(jobs))
+    workers = workers or max(2, (os.cpu_count() or 2) + 1)
+    subprocess.run([sys.executable, str(Path(__file__).with_name("forkrun.py")), str(jobs_file), str(results_file),
+                    str(workers)], check=True, timeout=1800)
+    return json.loads(results_file.read_text())
+
+
 def run_all(cases: Iterable[Case], tmp: Path, workers: int | None = None) -> dict[tuple[str, str], Outcome]:
     """Every (case, verb) run through forkrun.py (the CLI's main in a forked child per command line)."""
     prepared = []
@@ -132,12 +142,7 @@ def run_all(cases: Iterable[Case], tmp: Path, workers: int | None = None) -> dic
             job = {"argv": ["--log-file", str(p["work"] / "debug.log"), *command(case, verb, p)],
                    "cwd": str(p["work"]), "env": env, "log": str(root / "terminal.txt")}
             prepared.append((case, verb, root, p, _files(root) | {root / "terminal.txt"}, job))
-    jobs_file, results_file = tmp / "jobs.json", tmp / "codes.json"
-    jobs_file.write_text(json.dumps([j for *_, j in prepared]))
-    workers = workers or max(2, (os.cpu_count() or 2) + 1)
-    subprocess.run([sys.executable, str(Path(__file__).with_name("forkrun.py")), str(jobs_file), str(results_file),
-                    str(workers)], check=True, timeout=1800)
-    codes = json.loads(results_file.read_text())
+    codes = fork_jobs([j for *_, j in prepared], tmp, workers)
     outcomes = {}
     for (case, verb, root, p, before, _), code in zip(prepared, codes, strict=True):
         log = p["work"] / "debug.log"
