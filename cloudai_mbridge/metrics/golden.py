@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -156,11 +157,19 @@ def load_golden_values(path: Path | str) -> dict[str, Any]:
     return data
 
 
+_STEP = re.compile(r"^-?[0-9]{1,18}$")  # ASCII digits only ("²".isdigit() is true, int("²") raises)
+
+
 def step_values(values: Mapping[str, Any], key: str) -> dict[int, float]:
+    """{step: value} of a golden-values file; keys that are not plain step numbers and values that are not numbers
+    are skipped (a damaged file never raises here). A NaN stays: a diverged loss must fail the comparison."""
     out = {}
     for step, entry in values.items():
-        if step.lstrip("-").isdigit() and isinstance(entry, Mapping) and isinstance(entry.get(key), int | float):
-            out[int(step)] = float(entry[key])
+        if not (isinstance(step, str) and _STEP.match(step) and isinstance(entry, Mapping)):
+            continue
+        value = entry.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[int(step)] = float(value)
     return out
 
 

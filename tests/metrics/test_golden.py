@@ -165,3 +165,16 @@ def test_pearson_is_numpys():
     xs, ys = [1.0, 2.0, 4.0, 3.5], [2.0, 2.5, 3.9, 4.4]
     assert pearson(xs, ys) == pytest.approx(float(np.corrcoef(xs, ys)[0, 1]), rel=1e-12)
     assert math.isnan(pearson([1.0, 1.0], [2.0, 3.0]))
+
+
+def test_a_damaged_golden_file_never_raises_and_keeps_nan() -> None:
+    """Issue 14: keys that are not plain step numbers ("²" passes str.isdigit but int() raises; 5000 digits exceed
+    int()'s limit) are skipped; a NaN loss stays so a diverged run fails the comparison."""
+    import math
+
+    from cloudai_mbridge.metrics.golden import step_values
+
+    values = {"1": {"lm loss": 2.0}, "²": {"lm loss": 1.0}, "9" * 5000: {"lm loss": 1.0}, "2": {"lm loss": True},
+              "3": {"lm loss": float("nan")}, "4": "not a table", "-1": {"lm loss": 3.0}}
+    out = step_values(values, "lm loss")
+    assert set(out) == {1, 3, -1} and out[1] == 2.0 and math.isnan(out[3])
