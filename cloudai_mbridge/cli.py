@@ -161,8 +161,15 @@ def preflight_command(dry_run: Any) -> Any:
 
     def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
                  output_dir: Path | None, result_dir: Path | None, **_ignored: object) -> None:
-        from .preflight import REPORT_CSV, REPORT_HTML, preflight, render_text, write_csv, write_html
+        from .config_files import scenario_file_problems, system_file_problems
+        from .preflight import REPORT_CSV, REPORT_HTML, preflight, render_text, scenario_refusals, write_csv, write_html
+        from .session import describe_error, session
 
+        early = [*system_file_problems(system_cfg), *scenario_file_problems(scenario_cfg)]
+        if early:
+            for problem in early:
+                print(f"preflight: {problem}", file=sys.stderr)
+            raise SystemExit(2)
         try:
             from cloudai.core import Parser
             from cloudai.parser import HOOK_ROOT
@@ -171,24 +178,25 @@ def preflight_command(dry_run: Any) -> Any:
             if scenario is None:
                 raise ValueError("no test scenario was read")
         except SystemExit:
-            print(f"preflight: could not read {scenario_cfg} with {system_cfg} (see the messages above)",
-                  file=sys.stderr)
+            print(f"preflight: could not read {scenario_cfg} with {system_cfg} (see the messages above). Fix: correct "
+                  "the field(s) named there", file=sys.stderr)
             raise SystemExit(2) from None
         except Exception as exc:
-            print(f"preflight: could not read {scenario_cfg} with {system_cfg}: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
+            print(f"preflight: could not read {scenario_cfg} with {system_cfg}: {describe_error(exc)}. Fix: correct "
+                  "that field", file=sys.stderr)
             raise SystemExit(2) from None
-        from .session import session
-
         with session("dry-run"):  # jobs are rendered in memory to check them: the cluster is not asked
+            refusals = scenario_refusals(system, scenario, f"{scenario_cfg} (system {system_cfg})")
             report = preflight(system, scenario, result_dir)
         sys.stdout.write(render_text(report))
+        for problem in refusals:  # what makes dry-run / run refuse the scenario as a whole
+            print(f"preflight: dry-run and run would refuse the scenario: {problem}", file=sys.stderr)
         if output_dir is not None:
             output_dir.mkdir(parents=True, exist_ok=True)
             csv_path = write_csv(report, output_dir / REPORT_CSV)
             html_path = write_html(report, output_dir / REPORT_HTML)
             print(f"wrote {csv_path} and {html_path}")
-        raise SystemExit(report.exit_code)
+        raise SystemExit(report.exit_code or (1 if refusals else 0))
 
     result_dir_opt = click.Option(
         ["--result-dir"], type=click.Path(exists=True, file_okay=False, resolve_path=True, path_type=Path),

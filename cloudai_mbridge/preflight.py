@@ -404,7 +404,7 @@ def render_text(report: PreflightReport) -> str:
     cols = ("test", "point", "varies", "verdict", "gpus", "memory_gib_per_gpu", "largest_term_gib", "gpu_hours")
     heads = {"test": "test", "point": "#", "varies": "values that vary", "verdict": "verdict", "gpus": "GPUs",
              "memory_gib_per_gpu": "mem/GPU GiB", "largest_term_gib": "largest term", "gpu_hours": "GPU-h"}
-    width = {c: max(len(heads[c]), *(len(r[c]) for r in table)) for c in cols}
+    width = {c: max([len(heads[c]), *(len(r[c]) for r in table)]) for c in cols}
     buf = io.StringIO()
     buf.write("  ".join(heads[c].ljust(width[c]) for c in cols).rstrip() + "\n")
     for r, p in zip(table, report.points, strict=True):
@@ -412,7 +412,7 @@ def render_text(report: PreflightReport) -> str:
         if p.error:
             buf.write(f"    invalid point: {p.error}\n")
         for v in p.violations:
-            buf.write(f"    [{v.rule}] {v.message}. Fix: {v.fix}\n")
+            buf.write(f"    {v}\n")
     for line in summary_lines(report):
         buf.write(line + "\n")
     return buf.getvalue()

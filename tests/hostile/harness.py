@@ -41,7 +41,7 @@ class Case:
     expect: tuple[str, ...] = ()  # fragments the error output must hold (field, value, ...)
     raw: dict[str, bytes] = field(default_factory=dict)  # "system" / "test" / "scenario": bytes written as is
     secret: str | None = None  # a secret value the case put into a TOML: must never be printed or written
-    verbs: tuple[str, ...] = ("dry-run", "verify-configs")
+    verbs: tuple[str, ...] = ("dry-run", "verify-configs", "preflight")
     argv: tuple[str, ...] | None = None  # a whole command line instead ({conf}, {work}, {out} substituted)
     ok: bool = False  # a valid input: must be accepted (exit 0)
 
@@ -112,6 +112,8 @@ def command(case: Case, verb: str, p: dict[str, Path]) -> list[str]:
         return [a.format(**{k: str(v) for k, v in p.items()}) for a in case.argv]
     if verb == "verify-configs":
         return ["verify-configs", str(p["conf"]), "--system-config", str(p["system"])]
+    if verb == "preflight":  # its table goes to --output-dir only when the scenario can be read
+        return ["preflight", "--system-config", str(p["system"]), "--test-scenario", str(p["scenario"])]
     return [verb, "--system-config", str(p["system"]), "--test-scenario", str(p["scenario"]), "--output-dir",
             str(p["out"])]
 

@@ -1,6 +1,7 @@
-"""Issue 14: the hostile-input suite. Every row of cases.py through the real CLI (dry-run, and verify-configs with
-the case's system): a clean message that names the field / value and the fix, a non-zero exit status, no traceback,
-nothing written (no output, no foreign file), no secret printed or written. Valid rows must still be accepted."""
+"""Issue 14: the hostile-input suite. Every row of cases.py through the real CLI (dry-run, verify-configs with the
+case's system and preflight; run too for the sweep, scenario and system rows): a clean message that names the
+field / value and the fix, a non-zero exit status, no traceback, nothing written (no output, no foreign file), no
+secret printed or written. Valid rows must still be accepted."""
 
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ def test_valid_input_is_still_accepted(outcomes: dict, case, verb: str) -> None:
     assert "Traceback" not in o.output
     if verb == "dry-run":
         assert any(p.name in ("cloudai_sbatch_script.sh", "objects.json") for p in o.new_files)
+    elif verb == "preflight":
+        assert "point(s) accepted" in o.output and "dry-run and run would refuse" not in o.output
     else:
         assert "passes dry-run's checks" in o.output
     assert _stray(o) == []
