@@ -303,8 +303,8 @@ def _csv_ok(value: str, allowed: tuple[str, ...]) -> bool:
     return all(s.strip() in allowed for s in value.split(",") if s.strip())
 
 
-def _absolute(value: str) -> bool:
-    return "\n" not in value and PurePosixPath(value).is_absolute()
+def _absolute(value: str) -> bool:  # workloads/fields.py: no control character in a path on the cluster
+    return not any(ord(c) < 32 or ord(c) == 127 for c in value) and PurePosixPath(value).is_absolute()
 
 
 # field -> the documented rule for which strings it accepts (None: kept unchanged or refused at the field, the rule is

@@ -42,7 +42,7 @@ def check_image(value: str | None) -> str | None:
 def check_hf_model_id(value: str | None) -> str | None:
     if value is None:
         return None
-    if PurePosixPath(value).is_absolute() and "\n" not in value:
+    if PurePosixPath(value).is_absolute() and not has_control(value):
         return value
     if ".." in value or not _HF_REPO_ID.match(value):
         raise ValueError(f"hf_model_id {value!r} is neither a Hugging Face repo id nor an absolute path. Fix: write "

@@ -65,6 +65,7 @@ CHOICES = [
     Case("train-hf-empty", "sft", {T + "hf_model_id": ""}, ("hf_model_id",)),
     Case("train-hf-dotdot", "sft", {T + "hf_model_id": "../../etc/passwd"}, ("hf_model_id",)),
     Case("train-hf-token-shaped", "sft", {T + "hf_model_id": HF}, ("hf_model_id",), secret=HF),
+    Case("train-hf-path-tab", "sft", {T + "hf_model_id": "/fsx/models/Kimi\tK2"}, ("hf_model_id",)),
     Case("train-ckpt-relative", "sft", {T + "checkpoint_dir": "ckpt/kimi"}, ("checkpoint_dir", "ckpt/kimi")),
     Case("train-ckpt-newline", "sft", {T + "checkpoint_dir": "/fsx/a\nb"}, ("checkpoint_dir",)),
     Case("train-convert-without-ckpt", "sft", {T + "checkpoint_dir": DELETE}, ("checkpoint_dir",)),
