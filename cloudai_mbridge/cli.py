@@ -161,11 +161,11 @@ def preflight_command(dry_run: Any) -> Any:
 
     def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
                  output_dir: Path | None, result_dir: Path | None, **_ignored: object) -> None:
-        from .config_files import scenario_file_problems, system_file_problems
+        from .config_files import file_problems
         from .preflight import REPORT_CSV, REPORT_HTML, preflight, render_text, scenario_refusals, write_csv, write_html
         from .session import describe_error, session
 
-        early = [*system_file_problems(system_cfg), *scenario_file_problems(scenario_cfg)]
+        early = file_problems(system_cfg, scenario_cfg)
         if early:
             for problem in early:
                 print(f"preflight: {problem}", file=sys.stderr)

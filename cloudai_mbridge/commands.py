@@ -24,28 +24,28 @@ def version_message() -> str:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def sibling_tests_dir(configs: Path) -> Path | None:
+def config_kinds(configs: Path) -> dict[str, list[Path]]:
+    """The TOMLs of ``configs`` (a file, or a folder searched recursively) by kind, as CloudAI sorts them."""
+    return handlers.load_tomls_by_type([configs] if configs.is_file() else sorted(configs.rglob("*.toml")))
+
+
+def sibling_tests_dir(configs: Path, kinds: dict[str, list[Path]]) -> Path | None:
     """conf/test for conf/test_scenario (or a scenario file in it), when the folder checked holds scenarios but no
-    test TOMLs: the same default as the scenario commands."""
-    root = configs if configs.is_dir() else configs.parent
-    tomls = [configs] if configs.is_file() else list(root.rglob("*.toml"))
-    kinds = handlers.load_tomls_by_type(tomls)
+    test TOMLs (``kinds``: config_kinds(configs)): the same default as the scenario commands."""
     if kinds["test"] or not kinds["scenario"]:
         return None
-    candidate = root.parent / "test"
+    candidate = (configs if configs.is_dir() else configs.parent).parent / "test"
     return candidate if candidate.is_dir() else None
 
 
-def explain_failures(configs: Path, tests_dir: Path | None) -> list[str]:
+def explain_failures(kinds: dict[str, list[Path]], tests_dir: Path | None) -> list[str]:
     """CloudAI counts failing files without saying why (its exceptions go to debug level or nowhere): parse each
-    file again the way it does and return '<file>: <reason>' for each failure."""
+    file of ``kinds`` (config_kinds) again the way it does and return '<file>: <reason>' for each failure."""
     from unittest.mock import Mock
 
     from cloudai.core import Parser, System, TestParser
     from cloudai.test_parser import load_test_toml_file
 
-    tomls = [configs] if configs.is_file() else list(configs.rglob("*.toml"))
-    kinds = handlers.load_tomls_by_type(tomls)
     test_tomls = list(tests_dir.glob("*.toml")) if tests_dir else kinds["test"]
     reasons: list[str] = []
 
@@ -94,18 +94,18 @@ def explain_failures(configs: Path, tests_dir: Path | None) -> list[str]:
     return reasons
 
 
-def scenario_checks(configs: Path, tests_dir: Path | None, system_cfg: Path) -> list[str]:
-    """dry-run's own checks of every scenario under ``configs`` on ``system_cfg``, without writing anything: the
-    parse, the folder names, every sweep point's rules and its job rendered in memory (preflight.scenario_refusals)."""
+def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path | None,
+                    system_cfg: Path) -> list[str]:
+    """dry-run's own checks of every scenario under ``configs`` (``kinds``: config_kinds(configs)) on ``system_cfg``,
+    without writing anything: the parse, the folder names, every sweep point's rules and its job rendered in memory
+    (preflight.scenario_refusals)."""
     from cloudai.core import Parser
     from cloudai.parser import HOOK_ROOT
 
     from .preflight import scenario_refusals
     from .session import describe_error
 
-    tomls = [configs] if configs.is_file() else sorted(configs.rglob("*.toml"))
     problems = []
-    kinds = handlers.load_tomls_by_type(tomls)
     if tests_dir is None:  # the folder holding the test TOMLs (CloudAI reads one folder)
         folders = {p.parent for p in kinds["test"]}
         tests_dir = folders.pop() if len(folders) == 1 else configs if configs.is_dir() else configs.parent
@@ -124,12 +124,11 @@ def scenario_checks(configs: Path, tests_dir: Path | None, system_cfg: Path) -> 
     return problems
 
 
-def the_system(configs: Path) -> Path | None:
+def the_system(configs: Path, kinds: dict[str, list[Path]]) -> Path | None:
     """The folder's only system TOML (a one-cluster conf/), else None."""
     if configs.is_file():
         return None
-    systems = handlers.load_tomls_by_type(sorted(configs.rglob("*.toml")))["system"]
-    return systems[0] if len(systems) == 1 else None
+    return kinds["system"][0] if len(kinds["system"]) == 1 else None
 
 
 def verify_configs_command() -> click.Command:
@@ -145,14 +144,13 @@ def verify_configs_command() -> click.Command:
         against the test/ folder beside theirs unless --tests-dir says otherwise, and, on a system (--system-config
         or the folder's only one), with everything dry-run checks: every sweep point's rules and its job rendered
         in memory. Nothing is written."""
+        kinds = config_kinds(configs_dir)
         if tests_dir is None:
-            tests_dir = sibling_tests_dir(configs_dir)
+            tests_dir = sibling_tests_dir(configs_dir, kinds)
             if tests_dir is not None:
                 logging.info(f"verify-configs: scenarios checked against the tests in {tests_dir}")
         from .config_files import scenario_file_problems, system_file_problems
 
-        tomls = [configs_dir] if configs_dir.is_file() else sorted(configs_dir.rglob("*.toml"))
-        kinds = handlers.load_tomls_by_type(tomls)
         early = [p for path in kinds["system"] for p in system_file_problems(path)]
         early += [p for path in kinds["scenario"] for p in scenario_file_problems(path)]
         early += system_file_problems(system_cfg) if system_cfg and system_cfg not in kinds["system"] else []
@@ -176,12 +174,12 @@ def verify_configs_command() -> click.Command:
         finally:
             handlers.expand_file_list = expand
         if failed:
-            for reason in explain_failures(configs_dir, tests_dir):
+            for reason in explain_failures(kinds, tests_dir):
                 logging.error(f"verify-configs: {reason}")
             logging.error("verify-configs: %d file(s) failed. Fix: correct the fields named above (each line names "
                           "the file, the field and the value)", failed)
             raise SystemExit(1)
-        system_cfg = system_cfg or the_system(configs_dir)
+        system_cfg = system_cfg or the_system(configs_dir, kinds)
         if system_cfg is None:
             logging.warning("verify-configs: scenarios checked by CloudAI's parser only; pass --system-config to run "
                             "dry-run's checks too (rules, scheduler fields, every sweep point)")
@@ -189,7 +187,7 @@ def verify_configs_command() -> click.Command:
         from .session import session
 
         with session("dry-run"):  # the cluster is not asked (no sinfo / scontrol), as in a dry-run
-            problems = scenario_checks(configs_dir, tests_dir, system_cfg)
+            problems = scenario_checks(configs_dir, kinds, tests_dir, system_cfg)
         for problem in problems:
             logging.error(f"verify-configs: {problem}")
         if problems:

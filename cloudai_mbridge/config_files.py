@@ -114,3 +114,8 @@ def scenario_file_problems(path: Path | str) -> list[str]:
                 problems.append(f"{where}: iterations = {it!r} would run the test {it!r} times. Fix: a whole number "
                                 ">= 1 (1 when omitted)")
     return problems
+
+
+def file_problems(system: Path | str | None, scenario: Path | str | None) -> list[str]:
+    """The problems of a command's system file and scenario file (either may be absent), system first."""
+    return [*(system_file_problems(system) if system else []), *(scenario_file_problems(scenario) if scenario else [])]

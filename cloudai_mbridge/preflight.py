@@ -347,10 +347,8 @@ def blocking_problems(report: PreflightReport, scenario: Any) -> list[str]:
             problems.append(f"test {tr.name!r}: {what} is an empty sweep: no point to run. "
                             "Fix: give the list at least one value, or a single value")
             continue
-        if all(p.ok or not p.checked for p in points):
-            continue
         if any(p.ok or not p.checked for p in points):
-            continue  # a sweep with some rejected points: dry-run / run skip those, saying why
+            continue  # all fine, or a sweep with some rejected points: dry-run / run skip those, saying why
         reasons = sorted({p.reasons for p in points})
         head = f"test {tr.name!r}: " + ("every point of its sweep is rejected" if points[0].swept else "rejected")
         problems.append(head + ": " + " || ".join(reasons[:6]) + (" || ..." if len(reasons) > 6 else ""))

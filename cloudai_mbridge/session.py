@@ -149,10 +149,9 @@ def session(mode: str) -> Iterator[Session]:
         """The files checked first (config_files.py), then CloudAI's setup with the checking parser: a refusal
         leaves nothing behind and asks no cluster."""
         s.files = f"{getattr(args, 'test_scenario', '')} (system {getattr(args, 'system_config', '')})"
-        from .config_files import scenario_file_problems, system_file_problems
+        from .config_files import file_problems
 
-        early = [*(system_file_problems(args.system_config) if getattr(args, "system_config", None) else []),
-                 *(scenario_file_problems(args.test_scenario) if getattr(args, "test_scenario", None) else [])]
+        early = file_problems(getattr(args, "system_config", None), getattr(args, "test_scenario", None))
         if early:
             for problem in early:
                 logging.error(f"{mode}: {problem}")

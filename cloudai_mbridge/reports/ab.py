@@ -170,11 +170,13 @@ class MBridgeABReport(TolerantLoading, Reporter):
         from ..workloads.training import MBridgeTrainingTestDefinition
 
         cfg = self.config
-        found = runs_of(self, MBridgeTrainingTestDefinition)
-        for tr, config in [f for f in found if not isinstance(f[1].get(cfg.field), (str, int, float))]:
-            logging.warning("%s: its mbridge_config.json has no %s value (%r); left out of the A/B", tr.output_path,
-                            cfg.field, config.get(cfg.field))
-        found = [f for f in found if isinstance(f[1].get(cfg.field), (str, int, float))]
+        found = []
+        for tr, config in runs_of(self, MBridgeTrainingTestDefinition):
+            if isinstance(config.get(cfg.field), (str, int, float)):
+                found.append((tr, config))
+            else:
+                logging.warning("%s: its mbridge_config.json has no %s value (%r); left out of the A/B",
+                                tr.output_path, cfg.field, config.get(cfg.field))
         if not found:
             return
         configs = [c for _, c in found]

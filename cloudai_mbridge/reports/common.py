@@ -31,10 +31,11 @@ def load_test_runs(reporter: Reporter) -> None:
 
     def numbered(folder: Path) -> list[Path]:
         dirs = [d for d in folder.glob("*") if d.is_dir()] if folder.is_dir() else []
+        runs = [d for d in dirs if d.name.isdecimal() and len(d.name) <= 9]
         for d in dirs:
-            if not d.name.isdecimal() or len(d.name) > 9:
+            if d not in runs:
                 logging.warning("%s: skipped (not a numbered run folder of CloudAI's)", d)
-        return sorted((d for d in dirs if d.name.isdecimal() and len(d.name) <= 9), key=lambda d: int(d.name))
+        return sorted(runs, key=lambda d: int(d.name))
 
     for scenario_tr in reporter.test_scenario.test_runs:
         tr = copy.deepcopy(scenario_tr)
@@ -60,19 +61,21 @@ def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str
     reporter.load_test_runs()
     found = []
     for tr in reporter.trs:
+        if not isinstance(tr.test, tdef_type):
+            continue
         config_path = tr.output_path / "mbridge_config.json"
-        if isinstance(tr.test, tdef_type) and not config_path.is_file():
+        if not config_path.is_file():
             logging.warning("%s: no mbridge_config.json; the run is left out of the scenario report", tr.output_path)
-        if isinstance(tr.test, tdef_type) and config_path.is_file():
-            try:
-                config = json.loads(config_path.read_text())
-            except (OSError, ValueError):
-                config = None
-            if not isinstance(config, dict) or config_problem(config):
-                logging.warning("%s: damaged (%s); the run is left out of the scenario report", config_path,
-                                config_problem(config) if isinstance(config, dict) else "not a JSON object")
-                continue
-            found.append((tr, config))
+            continue
+        try:
+            config = json.loads(config_path.read_text())
+        except (OSError, ValueError):
+            config = None
+        problem = config_problem(config) if isinstance(config, dict) else "not a JSON object"
+        if problem:
+            logging.warning("%s: damaged (%s); the run is left out of the scenario report", config_path, problem)
+            continue
+        found.append((tr, config))
     return found
 
 

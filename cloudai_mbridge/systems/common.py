@@ -14,9 +14,8 @@ from ..launch.payload import UnsafeOutputPathError, claim_run_dir
 from ..redact import REDACTED, SECRET_NAME, secret_value_problem, string_leaves
 from ..rules import PointRejectedError, Violation
 
-# Environment variable names whose values are credentials (redact.py): they must come from the submitting shell's
+# Environment variables whose names say credential (redact.SECRET_NAME) must come from the submitting shell's
 # environment (sbatch forwards it) or a Kubernetes secret, never from a TOML file that is copied into the results.
-_SECRET_NAME = SECRET_NAME
 
 
 def redact_secret_env(env: Any) -> Any:
@@ -24,7 +23,7 @@ def redact_secret_env(env: Any) -> Any:
     value included. The blanked keys are reported as a violation when the point is checked or generated."""
     if not isinstance(env, dict):
         return env
-    return {k: (REDACTED if _SECRET_NAME.search(str(k)) else v) for k, v in env.items()}
+    return {k: (REDACTED if SECRET_NAME.search(str(k)) else v) for k, v in env.items()}
 
 
 def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
@@ -36,10 +35,10 @@ def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
             f"remove {key} there and export it in the shell that runs cloudai; the job inherits it",
         )
         for key in env
-        if _SECRET_NAME.search(str(key))
+        if SECRET_NAME.search(str(key))
     ]
     for key, value in env.items():
-        why = None if _SECRET_NAME.search(str(key)) else secret_value_problem(str(key), value)
+        why = None if SECRET_NAME.search(str(key)) else secret_value_problem(str(key), value)
         if why:
             found.append(Violation(
                 "no-secrets-in-toml",
