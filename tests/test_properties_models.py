@@ -19,18 +19,17 @@ notice, for every int field of MBridgeTrainingCmdArgs / MBridgeRefitCmdArgs (nes
 
 from __future__ import annotations
 
-import contextlib
 import json
 import typing
-import warnings
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
 import pytest
 import toml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_settings import SETTINGS
 from pydantic import BaseModel, ValidationError
 
 from cloudai_mbridge.workloads.refit.test_definition import (
@@ -47,15 +46,6 @@ from cloudai_mbridge.workloads.training.test_definition import (
     MBridgeTrainingTestDefinition,
 )
 
-with warnings.catch_warnings():
-    # hypothesis imports libcst to print a failing example as a patch; libcst's import warns (mypy_extensions), which
-    # the pytest config turns into an error that would hide the failure: import it here, warnings off
-    warnings.simplefilter("ignore", DeprecationWarning)
-    with contextlib.suppress(ImportError):
-        import hypothesis.extra._patching  # noqa: F401
-
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(SETTINGS, max_examples=40)
 
 INT64_MAX = 2**63 - 1  # a seed: torch.manual_seed takes int64

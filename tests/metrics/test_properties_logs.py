@@ -15,20 +15,19 @@ example in a temporary folder. What must hold whatever the bytes:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import shutil
 import tempfile
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
+from hypothesis_settings import SETTINGS
 
 from cloudai_mbridge.metrics import (
     parse_iteration_line,
@@ -43,15 +42,6 @@ from cloudai_mbridge.metrics.scan import Marker, clean_text, scan_file
 from cloudai_mbridge.metrics.stats import MAX_ITERATION_MS, iteration_time_problem, percentile, steady_state
 from cloudai_mbridge.payload.train import log as payload_log
 
-with warnings.catch_warnings():
-    # hypothesis imports libcst to print a failing example as a patch; libcst's import warns (mypy_extensions), which
-    # the pytest config turns into an error that would hide the failure: import it here, warnings off
-    warnings.simplefilter("ignore", DeprecationWarning)
-    with contextlib.suppress(ImportError):
-        import hypothesis.extra._patching  # noqa: F401
-
-SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(SETTINGS, max_examples=50)
 
 GPU = Path(__file__).resolve().parent.parent / "fixtures" / "logs" / "gpu"
@@ -299,6 +289,16 @@ def test_garbage_lines_do_not_change_a_training_run(last_rank: list[tuple[int, b
     assert _training_numbers(m) == _training_numbers(BASE_TRAINING)
 
 
+
+def _inserted(data: bytes, inserts: list[tuple[int, bytes]], keep_final_newline: bool) -> bytes:
+    """``data`` with each junk inserted at its offset (modulo the length), and a final newline if asked."""
+    out = bytearray(data)
+    for offset, junk in sorted(inserts, reverse=True):
+        out[offset % (len(out) + 1) : offset % (len(out) + 1)] = junk
+    if keep_final_newline and not out.endswith(b"\n"):
+        out += b"\n"
+    return bytes(out)
+
 @FEW
 @given(st.sampled_from(["logs/rank-1.log", "logs/rank-0.log"]),
        st.lists(st.tuples(st.integers(0, 10**6), garbage_bytes), min_size=1, max_size=4), st.booleans())
@@ -310,12 +310,7 @@ def test_garbage_lines_do_not_change_a_training_run(last_rank: list[tuple[int, b
 def test_bytes_inserted_anywhere_in_a_training_log_never_raise_nor_lie(
     name: str, inserts: list[tuple[int, bytes]], keep_final_newline: bool
 ) -> None:
-    data = bytearray(_read(TRAIN_RUN, name))
-    for offset, junk in sorted(inserts, reverse=True):
-        data[offset % (len(data) + 1) : offset % (len(data) + 1)] = junk
-    if keep_final_newline and not data.endswith(b"\n"):
-        data += b"\n"
-    with edited_copy(TRAIN_RUN, {name: bytes(data)}) as run:
+    with edited_copy(TRAIN_RUN, {name: _inserted(_read(TRAIN_RUN, name), inserts, keep_final_newline)}) as run:
         m = parse_training_run(run)
     _assert_honest_training(m)
 
@@ -405,12 +400,7 @@ def test_garbage_lines_do_not_change_a_refit_run(
 def test_bytes_inserted_anywhere_in_a_refit_log_never_raise_nor_lie(
     name: str, inserts: list[tuple[int, bytes]], keep_final_newline: bool
 ) -> None:
-    data = bytearray(_read(REFIT_RUN, name))
-    for offset, junk in sorted(inserts, reverse=True):
-        data[offset % (len(data) + 1) : offset % (len(data) + 1)] = junk
-    if keep_final_newline and not data.endswith(b"\n"):
-        data += b"\n"
-    with edited_copy(REFIT_RUN, {name: bytes(data)}) as run:
+    with edited_copy(REFIT_RUN, {name: _inserted(_read(REFIT_RUN, name), inserts, keep_final_newline)}) as run:
         m = parse_refit_run(run)
     _assert_honest_refit(m)
 
