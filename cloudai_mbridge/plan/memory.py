@@ -172,16 +172,55 @@ from .training import TrainingPlan
 GIB = 1024**3
 
 CALIBRATION = {
-    # Outside max_memory_allocated: CUDA context (0.6 GiB measured on H200), the NCCL communicators in use (3.4 GiB
-    # on 1 GPU, 5.6 GiB on 2, created lazily), cuBLAS / TE workspaces, allocator fragmentation (0.4-3.5 GiB).
-    # Fit on 7 proxy runs (benchmarks/results/gpu_memory.md), device peak - max allocated 4.4-7.9 GiB: with 6.0 the
-    # whole estimate is within -6.7 .. +7.8 % of the nvidia-smi peak.
-    "runtime_gib": 6.0,
-    # Multiplier on the derived activations for tensors the derivation misses (TE casts, kernel workspaces).
+    # Multiplier on the derived activations for tensors the derivation misses (none found at full width, see
+    # benchmarks/results/fullwidth/README.md).
     "activation_factor": 1.0,
     # DeepEP default channels (Buffer.num_sms = 24 SMs, two per channel).
     "deepep_channels": 12,
 }
+
+# Memory outside torch's allocator and the allocator's own slack, by what it is made of. "measured": mem_get_info used
+# - memory_reserved on one H100 / H200 with torch 2.11, NCCL 2.28 (benchmarks/results/gpu_runtime_memory.log,
+# benchmarks/results/fullwidth/gpu_fullwidth_memory.json "runtime"); "modeled": not measurable on 1-2 GPUs.
+RUNTIME = {
+    "cuda_context_gib": 0.62,  # measured: 619 MiB on H100 and H200
+    "cublas_workspace_gib": 0.07,  # measured: 66 MiB after the first bf16 GEMM
+    "nccl_first_gib": 0.55,  # measured: the first communicator, 558 MiB (1 rank) .. 840 MiB (2 ranks), NCCL kernels
+    # each further communicator a rank uses (Bridge creates them lazily, at their first collective: no device_id at
+    # init_process_group, training/initialize.py L631 in 0.4.2): measured 390 MiB (1 rank) and 486 MiB (2 ranks);
+    # larger groups are modeled the same (NCCL's default NCCL_BUFFSIZE 4 MiB per channel and peer)
+    "nccl_per_communicator_gib": 0.45,
+    # allocator fragmentation, modeled as a share of what the allocator holds at the peak (the Bridge perf scripts
+    # set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for DeepSeek-V3); the proxy runs measured 0.4-3.5 GiB
+    "fragmentation_share": 0.03,
+}
+
+# The estimate's error band, by term: activations (held-out full-width layers within 1 %; 5 % leaves room for what one
+# GPU cannot check: the TP split and the schedule's in-flight count at scale), static state (weights, gradients,
+# optimizer: exact parameter counts, 2 %), runtime and dispatcher buffers (modeled from defaults: +/- 50 %).
+BAND = {"activations": 0.05, "static": 0.02, "modeled": 0.5}
+
+MEMORY_CHECKS = ("reject", "warn", "off")
+
+
+def communicators(p: TrainingPlan) -> int:
+    """NCCL communicators a rank uses in training: the world (first collective), data parallel (gradients), tensor
+    parallel, pipeline (p2p), expert parallel (token exchange), expert data parallel (expert gradients), model
+    parallel (grad norm) and the embedding group (pp > 1: the output layer / MTP share the embedding's gradient)."""
+    groups = [p.world_size, p.dp * p.cp, p.tp, p.pp, p.etp * p.ep, p.expert_dp, p.tp * p.pp * p.cp,
+              2 if p.pp > 1 else 1]
+    return sum(1 for g in groups if g > 1) or 1
+
+
+def runtime_bytes(p: TrainingPlan) -> dict[str, int]:
+    """The runtime term's parts (without fragmentation, which depends on the allocator's peak)."""
+    r = RUNTIME
+    parts = {
+        "cuda_context": r["cuda_context_gib"],
+        "cublas_workspace": r["cublas_workspace_gib"],
+        "nccl": r["nccl_first_gib"] + (communicators(p) - 1) * r["nccl_per_communicator_gib"],
+    }
+    return {k: int(v * GIB) for k, v in parts.items()}
 
 
 @dataclass(frozen=True)
@@ -198,7 +237,7 @@ class MemoryEstimate:
     pp_rank: int
     in_flight: int  # model chunks (micro-batch x virtual stage) whose activations the rank holds at its peak
     step: int = 0  # optimizer step transient (fp32 main-grad shard + optimizer temporaries), never with activations
-    workspace: int = 0  # persistent non-parameter buffers (the local attention's score buffer)
+    workspace: int = 0  # persistent non-parameter buffers (the local attention's score buffer, FP8 weight copies)
 
     @property
     def total(self) -> int:
@@ -206,8 +245,33 @@ class MemoryEstimate:
                 + max(self.activations, self.step))
 
     @property
+    def band(self) -> int:
+        """The estimate's uncertainty in bytes (``BAND`` applied term by term)."""
+        static = self.weights + self.gradients + self.optimizer + self.workspace
+        return int(BAND["activations"] * max(self.activations, self.step) + BAND["static"] * static
+                   + BAND["modeled"] * (self.runtime + self.dispatcher))
+
+    @property
+    def band_pct(self) -> float:
+        return 100.0 * self.band / self.total if self.total else 0.0
+
+    @property
+    def verdict(self) -> str:
+        """``fits`` (below capacity by more than the band), ``tight`` (within the band of it: the job runs, with a
+        warning) or ``does not fit`` (above it by more than the band)."""
+        if self.total + self.band <= self.capacity:
+            return "fits"
+        if self.total - self.band <= self.capacity:
+            return "tight"
+        return "does not fit"
+
+    @property
     def fits(self) -> bool:
-        return self.total <= self.capacity
+        return self.verdict != "does not fit"
+
+    @property
+    def headroom(self) -> int:
+        return self.capacity - self.total
 
     def terms(self) -> dict[str, int]:
         """Every term; ``total`` is their sum with ``activations`` and ``step`` replaced by the larger of the two."""
@@ -215,13 +279,18 @@ class MemoryEstimate:
                 "activations": self.activations, "dispatcher": self.dispatcher, "runtime": self.runtime,
                 "step": self.step, "workspace": self.workspace}
 
+    def headline(self) -> str:
+        """``82.3 of 79.6 GiB (estimate +/- 6 %): tight``"""
+        return (f"{self.total / GIB:.1f} of {self.capacity / GIB:.1f} GiB (estimate +/- {self.band_pct:.0f} %): "
+                f"{self.verdict}")
+
     def summary(self) -> str:
         terms = self.terms()
         if not self.workspace:
             del terms["workspace"]
         parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in terms.items())
         phase = "step" if self.step > self.activations else "forward/backward"
-        return (f"{self.total / GIB:.1f} of {self.capacity / GIB:.1f} GiB on pp rank {self.pp_rank} "
+        return (f"{self.headline()} on pp rank {self.pp_rank} "
                 f"({parts}; peak in the {phase}; {self.in_flight} chunks in flight)")
 
 
@@ -305,7 +374,35 @@ class _Activations:
     logits_grad: float = 0.0  # the loss backward's gradient of the logits, bf16 ``2·T·V/t``
 
 
-def _activations(p: TrainingPlan, recompute: str) -> _Activations:
+# Precisions whose GEMM inputs Transformer Engine keeps in 1-byte form for backward (measured for tensorwise and
+# blockwise on H100, benchmarks/results/fullwidth/README.md; MXFP8 from TE's code: MXFP8Quantizer keeps the 1-byte
+# rowwise / columnwise data plus one E8M0 scale per 32 elements, transformer_engine/pytorch/tensor/mxfp8_tensor.py).
+FP8_PRECISIONS = frozenset({"fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8"})
+
+
+def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
+    """Saved bytes per layer and micro-batch of Transformer Engine layers (MLA, fused attention, grouped-GEMM MoE),
+    as measured at full width on one H100 (benchmarks/gpu_fullwidth_memory.py; the elements below, counted per token,
+    reproduce every measured layer of DeepSeek-V3 and Kimi-K2 within 0.5 %):
+
+    - attention: the input norm output ``h``, the q / kv down-projection outputs ``ql`` and ``kl + dr``, their norm
+      outputs ``ql + kl`` and the up-projections' q, k and contiguous v ``a·(2(dq + dr) + dv)`` (both dropped by
+      ``mla_up_proj``), the attention output ``a·dv`` (linear_proj's input, kept under ``core_attn``) and the fp32
+      softmax statistics ``4a`` bytes (dropped by ``core_attn``); ``layernorm`` drops the norm output.
+    - the layer's output and the mid-layer residual, ``2h``.
+    - dense MLP: the fused LayerNorm-fc1's normalised input ``h``, the fc1 output ``2F`` and the SwiGLU output ``F``
+      (all dropped by ``mlp``).
+    - MoE: the pre-MLP norm output ``h`` (``layernorm``), the fp32 router scores ``8E`` bytes, the shared expert's
+      ``3fs`` (``shared_experts``) and per routed token copy the permuted input ``h``, the fc1 output ``2f`` and the
+      probability-weighted activation ``f`` (``moe_act`` drops it) plus its fp32 probability; the combine keeps no
+      expert output. ``moe`` keeps only the layer's output.
+    - FP8 (every layer; the Bridge fp8 presets NVIDIA's configurations use run all layers in FP8): the inputs of the
+      FP8 GEMMs that TE saves quantised, at 1 byte: the fused LayerNorm-fc1 input, the fc2 input, the q/kv up-
+      projection inputs and the routed experts' input and activation.
+    - MTP: a MoE layer plus the embedding / norm / concatenated ``eh_proj`` input, ``5h`` (``4h`` in FP8 with its 2h
+      concat quantised), and its final norm ``h``; the loss stage: the final norm output ``h`` and the bf16 logits
+      (TE's fused cross entropy writes their gradient in place).
+    """
     m = p.model
     h, t, k = m.hidden_size, p.tp, m.moe_router_topk
     tokens = p.seq_length * p.mbs / p.cp
@@ -313,50 +410,87 @@ def _activations(p: TrainingPlan, recompute: str) -> _Activations:
     heads = m.num_attention_heads / t
     dq, dr, dv = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
     ql, kl = m.q_lora_rank or 0, m.kv_lora_rank
-    te = p.transformer_impl != "local"
+    f, fs, ffn = m.moe_ffn_hidden_size, m.shared_expert_intermediate_size, m.ffn_hidden_size
+    mods = set(p.recompute_modules) if recompute == "selective" else set()
+    if recompute == "selective" and not mods:
+        mods = {"core_attn"}  # transformer_config.py L1200: Megatron's default recompute_modules
+    q8 = 1.0 if p.precision in FP8_PRECISIONS else 2.0  # bytes of a quantised GEMM input
+
+    attn = 2 * local * (ql + kl + dr) + 2 * tokens * heads * dv
+    if "layernorm" not in mods:
+        attn += 2 * local * h
+    if "mla_up_proj" not in mods:
+        attn += q8 * local * (ql + kl) + 2 * tokens * heads * (2 * (dq + dr) + dv)
+    if "core_attn" not in mods:
+        attn += 4 * tokens * heads
+    residuals = 2 * local * 2 * h  # the layer's output and the mid-layer residual
+    dense_mlp = 0.0 if "mlp" in mods else q8 * local * h + 2 * tokens * 2 * ffn / t + q8 * tokens * ffn / t
+    if "moe" in mods:
+        moe_block = -2 * local * h  # measured: only the layer's output stays (the mid residual goes too)
+    else:
+        copies = local * k
+        moe_block = 8 * local * m.num_experts + copies * (q8 * h + 2 * 2 * f + 4)
+        if "moe_act" not in mods:
+            moe_block += copies * q8 * f
+        if "layernorm" not in mods:
+            moe_block += 2 * local * h
+        if "shared_experts" not in mods:
+            moe_block += 2 * tokens * 3 * fs / t
+    scale = CALIBRATION["activation_factor"]
+    dense = (attn + residuals + dense_mlp) * scale
+    moe = (attn + residuals + moe_block) * scale
+    vocab = _padded_vocab(m.vocab_size, t) / t
+    logits = 2 * tokens * vocab + 2 * local * h  # bf16 logits + the final norm output
+    layer_input = 2 * local * h
+    mtp_extra = (3 * 2 + 2 * q8) * local * h  # embedding, enorm, hnorm, eh_proj output (2 B) + its 2h input
+    if recompute == "full":
+        return _Activations(layer_input, layer_input, layer_input, logits, layer_input + logits, 0.0, 0.0, 0.0)
+    return _Activations(dense, moe, layer_input, logits, moe + mtp_extra * scale + logits, 0.0,
+                        (attn + residuals / 2) * scale, 0.0)
+
+
+def _activations(p: TrainingPlan, recompute: str) -> _Activations:
+    if p.transformer_impl != "local":
+        return _te_activations(p, recompute)
+    return _local_activations(p, recompute)
+
+
+def _local_activations(p: TrainingPlan, recompute: str) -> _Activations:
+    """Saved bytes of Megatron-Core's local (non-TE) layers, the mcore engine's (see the module docstring)."""
+    m = p.model
+    h, t, k = m.hidden_size, p.tp, m.moe_router_topk
+    tokens = p.seq_length * p.mbs / p.cp
+    local = tokens / t  # sequence-parallel shard
+    heads = m.num_attention_heads / t
+    dv = m.v_head_dim
     mods = set(p.recompute_modules) if recompute == "selective" else set()
     if recompute == "selective" and not mods:
         mods = {"core_attn"}  # transformer_config.py L1200: Megatron's default recompute_modules
 
     norm_out = 0 if "layernorm" in mods else 2 * local * h
-    scores = 0.0
-    if te:  # MLA with fused/flash attention
-        attn = 2 * local * h + norm_out + 2 * local * (2 * ql + (kl + dr) + 2 * kl)
-        if "mla_up_proj" not in mods:
-            attn += 2 * tokens * heads * (2 * (dq + dr) + (dq + dv))
-        if "core_attn" not in mods:
-            attn += 2 * tokens * heads * dv + 4 * tokens * heads
-        else:
-            attn += 2 * tokens * heads * dv  # the recomputed block's output is still linear_proj's input
-    else:  # standard attention, unfused local DotProductAttention: qkv output, rotated q and k, context
-        scores = p.mbs * heads * (p.seq_length / p.cp) * p.seq_length
-        attn = 2 * local * h + norm_out + 2 * tokens * heads * dv * (3 + 2 + 1)
-        if "core_attn" not in mods:
-            attn += 6 * scores  # fp32 softmax output + bf16 probabilities
+    # standard attention, unfused local DotProductAttention: qkv output, rotated q and k, context
+    scores = p.mbs * heads * (p.seq_length / p.cp) * p.seq_length
+    attn = 2 * local * h + norm_out + 2 * tokens * heads * dv * (3 + 2 + 1)
+    if "core_attn" not in mods:
+        attn += 6 * scores  # fp32 softmax output + bf16 probabilities
 
     moe = 2 * local * h + norm_out + 8 * local * m.num_experts
     fs = m.shared_expert_intermediate_size
     if "shared_experts" not in mods:
-        moe += 2 * tokens * (3 if te else 4 if p.shared_expert_overlap else 5) * fs / t
-    f = m.moe_ffn_hidden_size
-    # TE: input, fc1 and activation outputs, expert output; local: SequentialMLP (ignores moe_act), see docstring
-    per_copy = 2 * (2 * h + (2 * f if "moe_act" in mods else 3 * f)) if te else 2 * h + 12 * f + 4
-    moe += local * k * per_copy
+        moe += 2 * tokens * (4 if p.shared_expert_overlap else 5) * fs / t
+    # SequentialMLP (ignores moe_act), see the module docstring
+    moe += local * k * (2 * h + 12 * m.moe_ffn_hidden_size + 4)
     if "moe" in mods:
         moe = 2 * local * h
     dense_mlp = 2 * local * h + norm_out
     if "mlp" not in mods:
-        dense_mlp += 2 * tokens * (3 if te else 5) * m.ffn_hidden_size / t
+        dense_mlp += 2 * tokens * 5 * m.ffn_hidden_size / t
 
     vocab = _padded_vocab(m.vocab_size, t) / t
     layer_input = 2 * local * h
     scale = CALIBRATION["activation_factor"]
-    if te:
-        # TE path = the Bridge recipes' cross_entropy_loss_fusion with cross_entropy_fusion_impl "te": TE's fused
-        # cross entropy keeps only the bf16 logits and writes their gradient into the same buffer
-        logits, logits_grad = 2 * tokens * vocab, 0.0
-    else:  # vocab-parallel cross entropy: bf16 logits + the fp32 softmax it saves; a bf16 gradient in backward
-        logits, logits_grad = 6 * tokens * vocab, 2 * tokens * vocab
+    # vocab-parallel cross entropy: bf16 logits + the fp32 softmax it saves; a bf16 gradient in backward
+    logits, logits_grad = 6 * tokens * vocab, 2 * tokens * vocab
     if recompute == "full":
         return _Activations(layer_input * scale, layer_input * scale, layer_input, logits, layer_input + logits,
                             scores, 0.0, logits_grad)
@@ -484,7 +618,7 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
         dp_shards = ep_shards = 1
     grad_bytes = 4 if p.grad_reduce_in_fp32 else 2
     dispatcher = _dispatcher_bytes(p)
-    runtime = int(CALIBRATION["runtime_gib"] * GIB)
+    fixed_runtime = sum(runtime_bytes(p).values())
     workspace = int(2 * act.scores)  # the unfused attention's persistent global score buffer
     # the same for every rank but for whether it holds the loss stage
     working = {holds: _backward_working(p, act, holds_loss=holds) for holds in (False, True)}
@@ -503,15 +637,20 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
             grads = grad_bytes * (n_dense + params.expert)
         optimizer = _optimizer_bytes(p, params, dp_shards, ep_shards)
         step = _step_bytes(p, params, dp_shards, ep_shards)
+        # FP8 blockwise (no fp8 param gather in Bridge's preset): TE keeps each GEMM weight's rowwise and columnwise
+        # 1-byte copies next to the bf16 weight (measured: 2.0 B per GEMM parameter, DeepSeek-V3 and Kimi-K2 slices)
+        cache = 2 * (params.dense + params.expert) if p.precision == "fp8_blockwise" else 0
         in_flight = in_flight_chunks(p.pp, rank, layout.vp, p.num_microbatches, p.moe_a2a_overlap)
         activations = sum(n * _chunk_bytes(c, act) for n, c in zip(in_flight, stages, strict=True))
         if p.cpu_offloading:
             activations -= min(p.cpu_offloading_num_layers, sum(c[0] + c[1] for c in stages)) * act.moe
         activations += working[any(c[3] for c in stages)]
+        held = weights + grads + optimizer + workspace + cache + dispatcher + max(activations, step)
+        runtime = fixed_runtime + int(RUNTIME["fragmentation_share"] * held)
         est = MemoryEstimate(
             weights=int(weights), gradients=int(grads), optimizer=int(optimizer), activations=int(activations),
             dispatcher=dispatcher, runtime=runtime, capacity=int(p.gpu.memory_gib * GIB), pp_rank=rank,
-            in_flight=sum(in_flight), step=int(step), workspace=workspace,
+            in_flight=sum(in_flight), step=int(step), workspace=workspace + int(cache),
         )
         if best is None or est.total > best.total:
             best = est

@@ -79,6 +79,9 @@ class TrainingPlan:
     # The Megatron-Bridge release series the job runs ("0.4": NGC nemo 26.04); the rules read its allowlists
     # (catalog/bridge.py)
     bridge_version: str = "0.4"
+    # What the memory rule does with a point whose estimate does not fit: "reject" (refuse it before the queue),
+    # "warn" (say so, run it anyway) or "off" (no memory check). A "tight" point always runs with a warning.
+    memory_check: str = "reject"
 
     @property
     def world_size(self) -> int:

@@ -568,14 +568,30 @@ def _echo_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
 @rule("memory")
 def _memory(p: TrainingPlan) -> Iterator[Violation]:
     """plan/memory.py estimate_memory: weights + gradients + optimizer state + in-flight activations + dispatcher
-    buffers + runtime on the busiest pipeline rank must fit the GPU. Skipped where the parallel layout itself is
+    buffers + runtime on the busiest pipeline rank, with the estimate's error band. Rejected only when the estimate
+    is above the GPU's capacity by more than the band and the test keeps ``memory_check = "reject"``; a *tight*
+    point (within the band) runs with a warning (``memory_caution``). Skipped where the parallel layout itself is
     invalid (other rules report that)."""
-    if not (p.dp and p.expert_dp and p.experts_per_rank):
+    if p.memory_check != "reject" or not (p.dp and p.expert_dp and p.experts_per_rank):
         return
     est = estimate_memory(p)
-    if not est.fits:
+    if est.verdict == "does not fit":
         yield _v({"model": p.model.name, "gpu": p.gpu.name, "tp": p.tp, "pp": p.pp, "vp": p.vp, "ep": p.ep,
                   "mbs": p.mbs, "recompute": p.recompute, "optimizer": p.optimizer},
                  f"estimated peak memory does not fit: {est.summary()}",
                  "lower mbs, recompute (selective moe_act/mla_up_proj, or full), raise pp or ep, or use the "
-                 "distributed optimizer")
+                 "distributed optimizer; if you know better than the estimate, set memory_check = \"warn\" in the "
+                 "test's [cmd_args] (the job then runs with a warning)")
+
+
+def memory_caution(p: TrainingPlan) -> str | None:
+    """The warning an accepted point gets about memory: tight, or not fitting under ``memory_check = "warn"``."""
+    if p.memory_check == "off" or not (p.dp and p.expert_dp and p.experts_per_rank):
+        return None
+    est = estimate_memory(p)
+    if est.verdict == "tight":
+        return (f"memory is tight: {est.summary()}. The job runs; the estimate cannot tell whether it fits "
+                "(raise pp/ep or recompute more for headroom)")
+    if est.verdict == "does not fit":
+        return f"memory does not fit (memory_check = \"warn\": the job runs anyway): {est.summary()}"
+    return None

@@ -99,8 +99,45 @@ def test_summary_and_rule_message_carry_the_breakdown() -> None:
     line = est.summary()
     for word in ("GiB", "weights", "gradients", "optimizer", "activations", "dispatcher", "runtime", "pp rank"):
         assert word in line
-    (v,) = TRAINING_RULES.check(seed_plan(mbs=16, gbs=512))
+    (v,) = TRAINING_RULES.check(seed_plan(mbs=32, gbs=1024))
     assert v.rule == "memory" and "does not fit" in v.message and "activations" in v.message and "268.0 GiB" in str(v)
+    assert "+/- " in v.message and 'memory_check = "warn"' in v.fix
+
+
+def test_verdict_follows_the_band() -> None:
+    """fits below capacity - band, tight within the band either side (runs, warned), does not fit above + band."""
+    from cloudai_mbridge.rules.training import memory_caution
+
+    est = estimate_memory(seed_plan(mbs=4))
+    for capacity, verdict in ((est.total + est.band + 1, "fits"), (est.total + est.band - 1, "tight"),
+                              (est.total - est.band + 1, "tight"), (est.total - est.band - 1, "does not fit")):
+        assert replace(est, capacity=capacity).verdict == verdict
+    assert 3 < est.band_pct < 15 and f"+/- {est.band_pct:.0f} %" in est.headline()
+    tight = seed_plan(mbs=16, gbs=512)  # 263.7 of 268.0 GiB, band 7 %
+    assert estimate_memory(tight).verdict == "tight"
+    assert not TRAINING_RULES.check(tight) and "memory is tight" in (memory_caution(tight) or "")
+    over = seed_plan(mbs=32, gbs=1024)
+    assert [v.rule for v in TRAINING_RULES.check(over)] == ["memory"]
+    warned = replace(over, memory_check="warn")
+    assert not TRAINING_RULES.check(warned) and "runs anyway" in (memory_caution(warned) or "")
+    off = replace(over, memory_check="off")
+    assert not TRAINING_RULES.check(off) and memory_caution(off) is None
+
+
+def test_runtime_term_follows_the_communicators() -> None:
+    """CUDA context + cuBLAS workspace + NCCL (first communicator, then one per further group in use), measured
+    sizes; one GPU uses one communicator, a 1024-GPU TP2/PP8/EP64 rank eight."""
+    from cloudai_mbridge.plan.memory import RUNTIME, communicators, runtime_bytes
+
+    one = small_plan(num_nodes=1, gpus_per_node=1, ep=1, gbs=1)
+    assert communicators(one) == 1
+    assert sum(runtime_bytes(one).values()) == pytest.approx(
+        (RUNTIME["cuda_context_gib"] + RUNTIME["cublas_workspace_gib"] + RUNTIME["nccl_first_gib"]) * GIB, abs=4)
+    big = seed_plan(model="deepseek_v3", gpu="h100", num_nodes=128, gpus_per_node=8, tp=2, pp=8, vp=4, ep=64,
+                    gbs=8192)
+    assert communicators(big) == 8
+    assert runtime_bytes(big)["nccl"] == pytest.approx((RUNTIME["nccl_first_gib"]
+                                                        + 7 * RUNTIME["nccl_per_communicator_gib"]) * GIB, abs=8)
 
 
 # A tiny MoE model on one GPU for hand-computed bytes: h 64, 4 heads of dv 16, dense ffn 96, 8 experts top-2 of
