@@ -201,7 +201,8 @@ def main() -> int:
                f"{res['fullwidth_layer_err_pct_max_fit']:.2f} %",
                f"- whole forward (embedding + layers + head): max |error| {res['fullwidth_forward_err_pct_max']:.2f} "
                f"% without full recompute; with full recompute "
-               f"{res['fullwidth_forward_err_pct_max_full_recompute']:.1f} % (the estimate keeps one layer input per layer; the measured forward keeps less)"]
+               f"{res['fullwidth_forward_err_pct_max_full_recompute']:.1f} % (the estimate keeps one layer input per "
+               "layer; the measured forward keeps less)"]
     static = ["| model | precision | params (B) | weight B/param | grad B/param | other persistent MiB | "
               "other persistent B per GEMM param |", "|---|---|---|---|---|---|---|", *static_checks(doc)]
     runtime = doc.get("runtime", {})
