@@ -9,6 +9,11 @@ Read from the released wheels (megatron-bridge 0.3.0, 0.4.2, 0.5.1, 0.6.2 on PyP
   "NVIDIA B300"]``), so a B300, which reports ``NVIDIA B300 SXM6 AC``, is skipped there and trains with all-to-all;
   0.4 and later compare the prefix (``name.startswith(...)``).
 - The HybridEP allowlist: compute capability 8.x / 9.x / 10.x in all of them.
+- CUDA graphs: 0.6's ``utils/cuda_graph.py`` (L134-L155) runs ``cuda_graph_impl = "local"`` only as a full-iteration
+  graph; 0.3-0.5 also take per-layer local graphs.
+- Kimi-K2: 0.4/0.5's ``kimi_k2_pretrain_config(optimizer_type=...)``; 0.6's takes no argument and configures Muon,
+  ``_apply_kimi_k2_optimizer`` switches it (the payload calls it). The (pp, vp) tables are the same in every release
+  read: DeepSeek-V3's seven pairs, Kimi-K2's eight (``KIMI_K2_LAYOUT_PP_VP``).
 
 The release a job gets is the test's ``bridge_version``, else the one its container ships (NGC ``nemo:26.04`` ships
 Megatron-Bridge 0.4.2, the image seed 000 ran), else ``DEFAULT_BRIDGE``.
@@ -21,6 +26,10 @@ from dataclasses import dataclass
 from .gpus import GPUSpec
 
 DSV3_LAYOUT_PP_VP = frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)})
+# Kimi-K2's own recipe table (recipes/kimi/kimi_k2.py _get_kimi_k2_pipeline_layout, 0.4.2 L28-L50; 0.6.2
+# recipes/kimi/h100/kimi_k2.py L29-L51): DeepSeek-V3's pairs without the MTP tail, plus (2, 8); any other pair is a
+# ValueError there (DeepSeek-V3's helper leaves such a pair without a layout).
+KIMI_K2_LAYOUT_PP_VP = DSV3_LAYOUT_PP_VP | {(2, 8)}
 
 # What torch.cuda.get_device_properties(0).name reports, where it is more than "NVIDIA <catalog name>".
 DEVICE_NAMES = {"b300": "NVIDIA B300 SXM6 AC", "h100": "NVIDIA H100 80GB HBM3"}
@@ -34,6 +43,8 @@ class BridgeRelease:
     deepep_cc_majors: tuple[int, ...] = (8, 9)
     hybridep_cc_majors: tuple[int, ...] = (8, 9, 10)
     dsv3_layout_pp_vp: frozenset[tuple[int, int]] = DSV3_LAYOUT_PP_VP
+    # 0.6's utils/cuda_graph.py (L134-L155) accepts cuda_graph_impl "local" only for a full-iteration graph
+    local_graph_full_iteration_only: bool = False
 
     def deepep_allowed(self, gpu: GPUSpec) -> bool:
         name = device_name(gpu)
@@ -54,7 +65,7 @@ BRIDGE_RELEASES = {
     "0.3": BridgeRelease("0.3", _BLACKWELL, deepep_name_prefix=False),
     "0.4": BridgeRelease("0.4", _BLACKWELL, deepep_name_prefix=True),
     "0.5": BridgeRelease("0.5", _BLACKWELL, deepep_name_prefix=True),
-    "0.6": BridgeRelease("0.6", _BLACKWELL, deepep_name_prefix=True),
+    "0.6": BridgeRelease("0.6", _BLACKWELL, deepep_name_prefix=True, local_graph_full_iteration_only=True),
 }
 DEFAULT_BRIDGE = "0.4"
 # Container image (without registry tag suffix beyond the release) -> the Megatron-Bridge release it ships.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .bridge import DSV3_LAYOUT_PP_VP, KIMI_K2_LAYOUT_PP_VP
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -50,8 +52,8 @@ class ModelSpec:
         return 1 if self.shared_expert_intermediate_size else 0
 
 
-# Megatron-Bridge recipes/deepseek/deepseek_v3.py: layout map keyed by (pp, vp); Kimi-K2 reuses the same helper.
-_DSV3_LAYOUT_TABLE = frozenset({(1, 1), (4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4)})
+# Each model follows its own Megatron-Bridge recipe's (pp, vp) layout table (catalog/bridge.py).
+_DSV3_LAYOUT_TABLE = DSV3_LAYOUT_PP_VP
 
 _MLA = {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128}
 
@@ -73,7 +75,7 @@ KIMI_K2 = ModelSpec(
     max_position_embeddings=131072,
     router_num_groups=1,
     router_group_topk=1,
-    recipe_pp_vp=_DSV3_LAYOUT_TABLE,
+    recipe_pp_vp=KIMI_K2_LAYOUT_PP_VP,
     rope_theta=50000.0,
     rope_scaling_factor=32.0,
     rope_beta_fast=1.0,

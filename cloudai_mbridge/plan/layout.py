@@ -172,6 +172,7 @@ _RECIPE_DECODERS: dict[tuple[int, int], tuple[int, ...] | None] = {
     (16, 1): (4,) * 15 + (1,),
     (8, 2): (4,) * 15 + (1,),
     (4, 4): (4,) * 15 + (1,),
+    (2, 8): (4,) * 15 + (1,),  # Kimi-K2's table only (catalog/bridge.py KIMI_K2_LAYOUT_PP_VP)
 }
 RECIPE_PP_VP = frozenset(_RECIPE_DECODERS)
 
@@ -240,6 +241,8 @@ def resolve_layout(
         elif model.is_proxy:
             stages = derived_stages(model.num_layers, pp * (vp or 1), mtp_layers)
         else:
+            if (pp, vp or 1) not in model.recipe_pp_vp:
+                raise LayoutError(f"the {model.name} recipe has no layout for (pp, vp) = {(pp, vp or 1)}")
             recipe = recipe_stages(pp, vp, mtp_layers)
             if recipe is None:
                 return ResolvedLayout(None, "none", ())

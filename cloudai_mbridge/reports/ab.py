@@ -31,7 +31,7 @@ from .common import TolerantLoading, html_page, html_table, run_title, runs_of, 
 from .plots import Panel, bar_plot, inline_png, series_plot, time_panel
 
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
-VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes"})
+VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes", "memory"})
 
 
 class ABReportConfig(ReportConfig):

@@ -158,10 +158,35 @@ def _distributed_optimizer_instances(p: TrainingPlan) -> Iterator[Violation]:
 
 @rule("virtual-pipeline")
 def _virtual_pipeline(p: TrainingPlan) -> Iterator[Violation]:
-    """megatron/core/parallel_state.py L745-L749: an interleaved (virtual) pipeline needs pp > 1."""
+    """megatron/core/parallel_state.py L745-L749: an interleaved (virtual) pipeline needs pp > 1 -- also when the vp
+    comes from an explicit layout with several stages at pp = 1 (Megatron derives vp = stages / pp; CloudAI's
+    upstream constraint for VP with PP = 1, NVIDIA/cloudai#1025)."""
     if p.vp is not None and p.vp > 1 and p.pp == 1:
         yield _v({"pp": p.pp, "vp": p.vp}, "virtual pipeline stages need pipeline parallelism",
                  "set vp to 1 (or unset it), or use pp > 1")
+    elif p.pp == 1 and p.pipeline_layout is not None:
+        layout = p.pipeline.layout
+        if layout is not None and layout.vp > 1:
+            yield _v({"pp": 1, "pipeline_layout": p.pipeline_layout},
+                     f"pipeline_layout has {layout.vp} stages at pp = 1: Megatron derives vp = {layout.vp}, and an "
+                     "interleaved schedule needs pipeline parallelism",
+                     "give one stage (no '|') at pp = 1, or raise pp")
+
+
+@rule("explicit-vp")
+def _explicit_vp(p: TrainingPlan) -> Iterator[Violation]:
+    """An explicit ``vp = 1`` beside an explicit layout of more than pp stages: the payload hands Megatron no vp
+    for 1 (``virtual_pipeline``), and Megatron-Core then derives vp = stages / pp from the layout
+    (transformer_config.py L1340-L1352), silently running another schedule than the test says. A vp above 1 that
+    disagrees is Megatron's own error (pipeline-layout)."""
+    if p.vp == 1 and p.pp > 1 and p.pipeline_layout is not None:
+        layout = p.pipeline.layout
+        if layout is not None and layout.vp > 1:
+            yield _v({"vp": 1, "pp": p.pp, "pipeline_layout": p.pipeline_layout},
+                     f"vp = 1 but pipeline_layout has {layout.vp * p.pp} stages, {layout.vp} per pp rank: Megatron "
+                     f"would run vp = {layout.vp}, not the vp = 1 the test sets",
+                     f"set vp = {layout.vp} (what the layout implies), drop vp, or give a layout of pp = {p.pp} "
+                     "stages")
 
 
 @rule("pipeline-layout-table")
@@ -249,6 +274,20 @@ def _a2a_overlap(p: TrainingPlan) -> Iterator[Violation]:
     elif mtp == 1 and p.pp == 1:
         yield _v({"moe_a2a_overlap": True, "mtp_num_layers": 1, "pp": p.pp},
                  "a2a overlap with an MTP layer needs pipeline parallelism", "use pp > 1 or moe_a2a_overlap = false")
+
+
+@rule("a2a-overlap-bridge-vp")
+def _a2a_overlap_bridge_vp(p: TrainingPlan) -> Iterator[Violation]:
+    """bridge:training/comm_overlap.py (0.4.2 L486-L490, 0.6.2 L494-L498) checks the a2a overlap *before* Megatron-
+    Core derives vp from an explicit layout: with pp > 1 virtual_pipeline_model_parallel_size must be set ("If
+    enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when
+    pipeline_model_parallel_size > 1"). A layout that implies vp > 1 is not enough there (CloudAI's upstream
+    constraint for a2a overlap with PP, NVIDIA/cloudai#1025). Stricter than Megatron-Core: not differential."""
+    if p.moe_a2a_overlap and p.pp > 1 and (p.vp or 1) <= 1 and p.interleaved_vp > 1:
+        yield _v({"moe_a2a_overlap": True, "pp": p.pp, "vp": p.vp, "pipeline_layout": p.pipeline_layout},
+                 "Megatron-Bridge checks the a2a overlap before the layout's vp is derived: with pp > 1 it needs vp "
+                 "set in the test",
+                 f"set vp = {p.interleaved_vp} (the layout's virtual stages per rank), or moe_a2a_overlap = false")
 
 
 @rule("a2a-overlap-cuda-graph")
@@ -438,6 +477,13 @@ def _cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
         return
     scope = graph_scope(p)
     fields = {"cuda_graph_impl": p.cuda_graph_impl, "cuda_graph_scope": p.cuda_graph_scope}
+    release = BRIDGE_RELEASES[p.bridge_version]
+    if release.local_graph_full_iteration_only and p.cuda_graph_impl == "local" and scope != ["full_iteration"]:
+        yield _v({**fields, "bridge_version": p.bridge_version},
+                 f"Megatron-Bridge {p.bridge_version} runs cuda_graph_impl = \"local\" only as a full_iteration "
+                 "graph (utils/cuda_graph.py L134-L155 in 0.6)",
+                 "use cuda_graph_impl = \"transformer_engine\" for per-layer scopes, or cuda_graph_scope = "
+                 "\"full_iteration\"")
     if p.cuda_graph_impl == "transformer_engine" and "full_iteration" in scope:
         yield _v(fields, "a full_iteration CUDA graph needs the local implementation",
                  "set cuda_graph_impl = \"local\" for full_iteration")

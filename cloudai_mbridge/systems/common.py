@@ -77,6 +77,37 @@ def system_network(system: System | None, requested: str) -> str:
     return "efa" if system_env(system).get("FI_PROVIDER", "").lower() == "efa" else "ib"
 
 
+GPU_ENV = "CLOUDAI_MBRIDGE_GPU"
+
+
+def system_gpu(system: System | None) -> str | None:
+    """The GPU model the system file names (``CLOUDAI_MBRIDGE_GPU`` in its ``[global_env_vars]``), lower-cased."""
+    value = system_env(system).get(GPU_ENV, "").strip().lower()
+    return value or None
+
+
+def resolve_gpu(test_gpu: str | None, system: System | None) -> str:
+    """The GPU a training point runs on: the system decides. A test that names another GPU, a system that names an
+    unknown one, or neither naming one is a ValueError whose message names the files' fields and the fix."""
+    from ..catalog import GPUS
+
+    named = system_gpu(system)
+    where = f"system {getattr(system, 'name', '?')!r}"
+    if named is not None and named not in GPUS:
+        raise ValueError(f"{where}: [global_env_vars] {GPU_ENV} = {named!r} is not a GPU the plugin knows. Fix: one "
+                         f"of {', '.join(GPUS)}")
+    if named is not None and test_gpu is not None and test_gpu != named:
+        raise ValueError(f"the test says gpu = {test_gpu!r} but {where} is {named} ([global_env_vars] {GPU_ENV}); "
+                         f"its memory and rules would describe GPUs the job never gets. Fix: run it on a {test_gpu} "
+                         f"system, or set gpu = {named!r} (or drop gpu: the system's is used)")
+    gpu = named or test_gpu
+    if gpu is None:
+        raise ValueError(f"no GPU model: {where} does not name one ([global_env_vars] {GPU_ENV}) and the test sets no "
+                         f"gpu. Fix: add {GPU_ENV} = \"h100\" (or {', '.join(g for g in GPUS if g != 'h100')}) to the "
+                         "system file's [global_env_vars]")
+    return gpu
+
+
 def system_gpus_per_node(system: System | None, gpu_name: str | None) -> int:
     """GPUs per node from the system file (gpus_per_node, else ntasks_per_node), else the GPU type's usual node."""
     for attr in ("gpus_per_node", "ntasks_per_node"):

@@ -94,11 +94,19 @@ def _recipe_container(cfg: dict[str, Any]):
     if recipe == "kimi_k2":
         kimi = importlib.import_module(KIMI_RECIPE)
         build = kimi.kimi_k2_pretrain_config
-        if "optimizer_type" in inspect.signature(build).parameters:
+        if "optimizer_type" in inspect.signature(build).parameters:  # Bridge 0.4 / 0.5
             return recipe, build(optimizer_type=cfg["optimizer"])
-        if cfg["optimizer"] != "adam":
-            raise ConfigError(f"optimizer = {cfg['optimizer']!r}: this Bridge's Kimi-K2 recipe takes no optimizer_type")
-        return recipe, build()
+        # Bridge 0.6: the builder takes no optimizer and always configures Muon (recipes/kimi/h100/kimi_k2.py L200);
+        # its own _apply_kimi_k2_optimizer switches the optimizer, grad reduction and distributed optimizer together
+        apply = getattr(kimi, "_apply_kimi_k2_optimizer", None)
+        container = build()
+        if apply is not None:
+            apply(container, cfg["optimizer"])
+            return recipe, container
+        if cfg["optimizer"] != "muon":
+            raise ConfigError(f"optimizer = {cfg['optimizer']!r}: this Bridge's Kimi-K2 recipe takes no optimizer "
+                              "and trains Muon; use optimizer = 'muon' or a Bridge whose recipe takes optimizer_type")
+        return recipe, container
     if cfg["optimizer"] != "adam":
         raise ConfigError(
             f"optimizer = {cfg['optimizer']!r}: the DeepSeek-V3 recipe trains with Adam; Muon is wired through "
@@ -168,11 +176,20 @@ def _check_identity(cfg: dict[str, Any], model_cfg: Any) -> None:
         raise ConfigError(f"the recipe's provider is not {cfg['model']['name']}: {detail}")
 
 
-def _apply_layout(cfg: dict[str, Any], model_cfg: Any) -> None:
+def _apply_layout(cfg: dict[str, Any], model_cfg: Any, recipe: str = "deepseek_v3") -> None:
+    """The layout Megatron gets: the test's, the proxy's derived one, or the recipe's own (pp, vp) table -- Kimi-K2's
+    recipe has its own (an extra (2, 8) pair; a ValueError for a pair outside it), DeepSeek-V3's another."""
     source, layout = pipeline_layout(cfg)
     model_cfg.pipeline_model_parallel_layout = None
     if source in ("explicit", "derived"):
         model_cfg.pipeline_model_parallel_layout = layout
+    elif source == "recipe" and recipe == "kimi_k2":
+        kimi = importlib.import_module(KIMI_RECIPE)
+        try:
+            model_cfg.pipeline_model_parallel_layout = kimi._get_kimi_k2_pipeline_layout(cfg["pp"], cfg["vp"] or 1)
+        except ValueError as e:
+            raise ConfigError(f"the Kimi-K2 recipe has no pipeline layout for (pp, vp) = ({cfg['pp']}, "
+                              f"{cfg['vp'] or 1}): {e}; give an explicit pipeline_layout") from None
     elif source == "recipe":
         from megatron.bridge.recipes.deepseek.deepseek_v3 import set_deepseek_v3_pipeline_model_parallel_layout
 
@@ -259,7 +276,7 @@ def build_container(cfg: dict[str, Any], model_dir: str, report=print):
         container.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
     set_fields(container, bridge_overrides(cfg))
     _apply_dispatcher(cfg, model_cfg)
-    _apply_layout(cfg, model_cfg)
+    _apply_layout(cfg, model_cfg, recipe)
     _apply_precision(cfg, container)
     _apply_data(cfg, container)
     _fit_warmup(container, cfg["train_iters"])

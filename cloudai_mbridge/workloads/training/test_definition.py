@@ -21,9 +21,11 @@ from ...metrics.golden import GoldenThresholds
 from ...payload import hf_config
 from ...payload.train.config import mcore_unsupported
 from ...plan import EchoOptions, TrainingPlan
-from ...plan.memory import estimate_memory
+from ...plan.memory import MEMORY_CHECKS, estimate_memory
 from ...rules import TRAINING_RULES, Violation
+from ...rules.training import memory_caution
 from ...systems.common import (
+    resolve_gpu,
     system_gpus_per_node,
     system_network,
 )
@@ -98,7 +100,8 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     model_config = ConfigDict(extra="forbid")
 
     model: ModelName | list[ModelName]
-    gpu: GPUName
+    # The system decides the GPU ([global_env_vars] CLOUDAI_MBRIDGE_GPU); a test may name one to be refused on others.
+    gpu: GPUName | None = None
     task: Literal["pretrain", "sft"] | list[Literal["pretrain", "sft"]] = "pretrain"
     network: Literal["auto", "efa", "ib", "ethernet"] = "auto"
     tp: Parallel | list[Parallel] = 1
@@ -145,6 +148,9 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     # folder CloudAI runs in: the run fails when it breaches it. Every run writes its own as golden_values.json.
     golden_values: str | None = None
     golden_thresholds: GoldenThresholdArgs = Field(default_factory=GoldenThresholdArgs)
+    # A point whose memory estimate does not fit: "reject" (refused before the queue), "warn" (runs with a warning),
+    # "off" (no memory check). The choice and the estimate's verdict are recorded in mbridge_config.json.
+    memory_check: Literal[MEMORY_CHECKS] = "reject"  # type: ignore[valid-type]
 
     @field_validator("recompute_modules")
     @classmethod
@@ -195,7 +201,8 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
     def plan(self, tr: TestRun, system: System | None) -> TrainingPlan:
         """The sweep point as a TrainingPlan; needs an unrolled test run (no list values left)."""
         a = self.cmd_args
-        gpu = get_gpu(a.gpu)
+        gpu_name = resolve_gpu(a.gpu, system)
+        gpu = get_gpu(gpu_name)
         echo = None
         if a.echo is not None:
             e = a.echo
@@ -209,7 +216,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             model=get_model(a.model),
             gpu=gpu,
             num_nodes=tr.nnodes,
-            gpus_per_node=system_gpus_per_node(system, a.gpu),
+            gpus_per_node=system_gpus_per_node(system, gpu_name),
             network=system_network(system, a.network),
             task=a.task,
             tp=a.tp,
@@ -243,7 +250,11 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             # the DeepSeek-V3 recipe's Adam is precision-aware (bf16 moments); Kimi-K2's own recipe (model kimi_k2)
             # switches it off (recipes/kimi/kimi_k2.py, 0.4.2 L175: fp32 moments and main grads); mcore's is plain
             precision_aware_optimizer=a.engine != "mcore" and a.model != "kimi_k2",
+            # Kimi-K2's recipe reduces gradients in fp32 under Muon, in bf16 under Adam (0.4.2 L159-L166; 0.6.2's
+            # _apply_kimi_k2_optimizer); the DeepSeek-V3 recipe in bf16
+            grad_reduce_in_fp32=a.engine != "mcore" and a.model == "kimi_k2" and a.optimizer == "muon",
             bridge_version=bridge_release(a.bridge_version, a.container_image).version,
+            memory_check=a.memory_check,
         )
 
     def payload_config(self, tr: TestRun, system: System | None, output_dir: str) -> dict[str, Any]:
@@ -253,7 +264,10 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
         estimate = estimate_memory(plan)
         return training_config(
             plan,
-            memory_estimate_bytes={**estimate.terms(), "total": estimate.total, "capacity": estimate.capacity},
+            memory_estimate_bytes={**estimate.terms(), "total": estimate.total, "capacity": estimate.capacity,
+                                   "band": estimate.band},
+            memory={"check": a.memory_check, "verdict": estimate.verdict, "band_pct": round(estimate.band_pct, 1),
+                    "estimate": estimate.headline()},
             engine=a.engine,
             data=a.data,
             hf_model_id=a.hf_model_id or plan.model.hf_id,
@@ -274,21 +288,27 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
         return golden_status(tr)
 
     def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
-        plan = self.plan(tr, system)
+        try:
+            plan = self.plan(tr, system)
+        except ValueError as e:  # the GPU cannot be resolved (resolve_gpu's message says which field and the fix)
+            message, _, fix = str(e).partition(". Fix: ")
+            return [Violation("system-gpu", {"gpu": self.cmd_args.gpu}, message, fix or "see the message")]
         return [*TRAINING_RULES.check(plan), *self._engine_violations(plan)]
 
     def cautions(self, tr: TestRun, system: System | None) -> list[str]:
         """A Bridge run that will need the Hugging Face hub on the compute nodes (payload/hf_config.py: the model's
         architecture never does; an SFT tokenizer or a conversion from a hub id does)."""
         a = self.cmd_args
+        memory = memory_caution(self.plan(tr, system))
+        found = [memory] if memory else []
         if a.engine == "mcore":
-            return []
+            return found
         hf_id = a.hf_model_id or get_model(a.model).hf_id
         cfg = {"task": a.task, "data": a.data, "hf_model_id": hf_id, "convert": a.convert_checkpoint}
         refs = [r for r in hf_config.hub_refs(cfg) if not hf_config.is_local(r)]
         if not refs:
-            return []
-        return [f"this run reads hf_model_id = {refs[0]!r} from the Hugging Face hub on the compute nodes (the "
+            return found
+        return [*found, f"this run reads hf_model_id = {refs[0]!r} from the Hugging Face hub on the compute nodes (the "
                 f"tokenizer{' and the weights to convert' if a.convert_checkpoint else ''}); nodes without internet "
                 f"fail at once. To run offline: {hf_config.prestage_hint(refs)}"]
 
