@@ -72,19 +72,14 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
    tokens, ``T / t`` per rank in the sequence-parallel regions) and, for Transformer Engine layers, fused/flash
    attention (no s² term; the local layers' terms follow the loss stage):
 
-   - attention: ``2·(T/t)·(2h + 2ql + (kl + dr) + 2kl)`` for the norm inputs, the down-projection inputs and
-     outputs, plus ``2·T·(a/t)·(2(dq + dr) + (dq + dv) + dv)`` for q, k, the kv up-projection (alive through v) and
-     the attention output; ``4·T·(a/t)`` for the softmax statistics.
-   - MoE: ``2·(T/t)·2h`` (norm input, router/shared-expert input), ``8·(T/t)·E`` (fp32 router logits and scores),
-     ``2·T·3fs/t`` (shared-expert fc1 and activation outputs) and, per routed token copy (``(T/t)·k`` of them
-     with balanced routing), ``2·(2h + 3f)`` (expert input, fc1 output, activation output, expert output kept
-     for the probability-weighted combine).
-   - dense MLP: ``2·(T/t)·2h + 2·T·3F/t``.
-   - loss stage (TE path: TE's fused cross entropy, as the Bridge recipes set it, keeps only the bf16 logits
-     ``2·T·V/t`` and writes their gradient in place; the local path below):
-     the logits, ``T·V/t`` in bf16 plus the fp32 softmax the vocab-parallel cross entropy keeps:
-     ``6·T·V/t``; the MTP layer adds its own MoE layer, the eh_proj input ``2·(T/t)·2h`` and another set of
-     logits.
+   - Transformer Engine layers (the bridge engine, NVIDIA's configurations): per token, measured at full width on an
+     H100 (DeepSeek-V3 and Kimi-K2 layers, bf16 / fp8 tensorwise / fp8 blockwise, every recompute set the recipes
+     use; benchmarks/results/fullwidth/README.md, within 1.4 % per layer on held-out shapes), see
+     ``_te_activations``: attention ``h + ql + (kl + dr) + a·dv`` (+ ``ql + kl + a·(2(dq + dr) + dv)`` unless
+     ``mla_up_proj``; + fp32 softmax statistics unless ``core_attn``), ``2h`` residuals, dense MLP ``h + 3F``, MoE
+     ``h + 3fs`` and per routed token copy ``h + 3f`` (bf16 elements; FP8 keeps its GEMM inputs at 1 byte); the
+     loss stage keeps the final norm output and the bf16 logits ``2·T·V/t`` (TE's fused cross entropy writes their
+     gradient in place), MTP adds a MoE layer and ``5h``.
    - local layers (``transformer_impl`` "local", megatron-core's non-TE specs as the mcore engine builds them;
      counted on a CPU autograd saved-tensor audit of megatron-core 0.16.1's layers and checked on CUDA):
 
@@ -145,19 +140,22 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
      2h · 2`` (DeepEP's default chunked-token configs; ``channels`` = 12, G = et·e), plus the dispatched tokens.
    - HybridEP: dispatch and combine buffers sized for every rank of the NVLink domain, ``2·(T/t)·R·2h`` with R
      ranks per domain, and the same per remote domain for the RDMA staging, plus the dispatched tokens.
-   - runtime: CUDA context, NCCL communicators, cuBLAS/TE workspaces and allocator fragmentation
-     (``CALIBRATION``).
+   - runtime (``RUNTIME``, ``runtime_bytes``): the CUDA context and the cuBLAS workspace (measured), NCCL's first
+     communicator and each further one the rank uses (measured on 1-2 GPUs, ``communicators``), allocator
+     fragmentation (modeled: 3 % of what the allocator holds at the peak).
+
+The estimate carries an error band (``BAND``, ``MemoryEstimate.band``): 5 % of the activations, 2 % of the static
+state, 50 % of the modeled runtime and dispatcher buffers. ``verdict``: *fits* below capacity by more than the band,
+*tight* within it (the job runs, with a warning), *does not fit* above it (rejected unless ``memory_check``).
 
 Peak: the forward/backward passes and the optimizer step do not overlap (see 4.), so ``total`` = weights +
 gradients + optimizer + workspace + dispatcher + runtime + max(activations, step).
 
-Calibration: the per-token activation terms are derived from the saved tensors of Megatron-Core 0.16.1's MLA/MoE
-layers with Transformer Engine and may be off by the tensors TE keeps that we do not see (FP8 casts, fused-kernel
-workspaces); ``activation_factor`` (1.0) is there for that. The local layers' terms were counted on their saved
-tensors: against ``torch.cuda.max_memory_allocated`` of 7 proxy runs on H200 (Kimi-K2 and DSV3 proxies, 1 and 2
-GPUs, s 1024-4096; benchmarks/results/gpu_memory.md) the estimate without its runtime term is within -0.2 .. +3.2 %,
-three of the runs held out from the derivation. ``runtime_gib`` is the one fitted constant (see its comment). The
-DeepEP/UCCL/HybridEP sizes follow their default configs.
+Calibration: the TE terms come from the full-width measurements above; the local layers' terms were counted on
+their saved tensors: against ``torch.cuda.max_memory_allocated`` of 7 proxy runs on H200 (Kimi-K2 and DSV3
+proxies, 1 and 2 GPUs, s 1024-4096; benchmarks/results/gpu_memory.md) the estimate without its runtime term is within
+-0.2 .. +3.2 %, three of the runs held out from the derivation.
+The DeepEP/UCCL/HybridEP sizes follow their default configs.
 """
 
 from __future__ import annotations
@@ -185,11 +183,14 @@ CALIBRATION = {
 RUNTIME = {
     "cuda_context_gib": 0.62,  # measured: 619 MiB on H100 and H200
     "cublas_workspace_gib": 0.07,  # measured: 66 MiB after the first bf16 GEMM
-    "nccl_first_gib": 0.55,  # measured: the first communicator, 558 MiB (1 rank) .. 840 MiB (2 ranks), NCCL kernels
-    # each further communicator a rank uses (Bridge creates them lazily, at their first collective: no device_id at
-    # init_process_group, training/initialize.py L631 in 0.4.2): measured 390 MiB (1 rank) and 486 MiB (2 ranks);
-    # larger groups are modeled the same (NCCL's default NCCL_BUFFSIZE 4 MiB per channel and peer)
-    "nccl_per_communicator_gib": 0.45,
+    "nccl_library_gib": 0.17,  # measured: the first communicator costs 168 MiB more than later ones (NCCL's kernels)
+    # per communicator, Bridge creating them lazily (no device_id at init_process_group, training/initialize.py L631
+    # in 0.4.2): a one-rank group 0.41 GiB (the mcore engine's 1-GPU runs: 3.95 GiB outside the allocator over 8
+    # communicators; a one-rank all-reduce alone: 390 MiB), a group with peers 0.94 GiB (its 2-GPU runs: 6.07 GiB,
+    # 4 of the 8 groups with 2 ranks; NCCL opens more channels, each with NCCL_BUFFSIZE = 4 MiB buffers per peer, for
+    # training-sized collectives). Larger groups are modeled at the two-rank size: 1-2 GPUs cannot show more.
+    "nccl_single_rank_gib": 0.41,
+    "nccl_with_peers_gib": 0.94,
     # allocator fragmentation, modeled as a share of what the allocator holds at the peak (the Bridge perf scripts
     # set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for DeepSeek-V3); the proxy runs measured 0.4-3.5 GiB
     "fragmentation_share": 0.03,
@@ -203,23 +204,31 @@ BAND = {"activations": 0.05, "static": 0.02, "modeled": 0.5}
 MEMORY_CHECKS = ("reject", "warn", "off")
 
 
+def communicator_sizes(p: TrainingPlan) -> list[int]:
+    """Ranks of each NCCL communicator a rank holds in training. The step runs collectives on the world, data-
+    parallel, data x context parallel, tensor-, pipeline-, expert-, expert-data- and model-parallel groups, and torch
+    creates a communicator for a group at its first collective even when the group has one rank (measured: a
+    one-rank data-parallel all-reduce added 390 MiB): eight, one more for context parallelism and for several
+    distributed-optimizer instances."""
+    sizes = [p.world_size, max(p.dp, 1), max(p.dp, 1) * p.cp, p.tp, p.pp, p.etp * p.ep, max(p.expert_dp, 1),
+             p.tp * p.pp * p.cp]
+    if p.cp > 1:
+        sizes.append(p.cp)
+    if p.num_distributed_optimizer_instances > 1:
+        sizes.append(p.num_distributed_optimizer_instances)
+    return sizes
+
+
 def communicators(p: TrainingPlan) -> int:
-    """NCCL communicators a rank uses in training: the world (first collective), data parallel (gradients), tensor
-    parallel, pipeline (p2p), expert parallel (token exchange), expert data parallel (expert gradients), model
-    parallel (grad norm) and the embedding group (pp > 1: the output layer / MTP share the embedding's gradient)."""
-    groups = [p.world_size, p.dp * p.cp, p.tp, p.pp, p.etp * p.ep, p.expert_dp, p.tp * p.pp * p.cp,
-              2 if p.pp > 1 else 1]
-    return sum(1 for g in groups if g > 1) or 1
+    return len(communicator_sizes(p))
 
 
 def runtime_bytes(p: TrainingPlan) -> dict[str, int]:
     """The runtime term's parts (without fragmentation, which depends on the allocator's peak)."""
     r = RUNTIME
-    parts = {
-        "cuda_context": r["cuda_context_gib"],
-        "cublas_workspace": r["cublas_workspace_gib"],
-        "nccl": r["nccl_first_gib"] + (communicators(p) - 1) * r["nccl_per_communicator_gib"],
-    }
+    nccl = r["nccl_library_gib"] + sum(r["nccl_single_rank_gib"] if n == 1 else r["nccl_with_peers_gib"]
+                                       for n in communicator_sizes(p))
+    parts = {"cuda_context": r["cuda_context_gib"], "cublas_workspace": r["cublas_workspace_gib"], "nccl": nccl}
     return {k: int(v * GIB) for k, v in parts.items()}
 
 
@@ -530,6 +539,32 @@ def _backward_working(p: TrainingPlan, act: _Activations, holds_loss: bool) -> f
     return max(0.0, *phases)
 
 
+def _bf16_layer_extra(p: TrainingPlan, layout: PipelineLayout, act: _Activations) -> dict[tuple[int, int], float]:
+    """Bytes beyond the FP8 estimate on the chunks holding the model's first and last decoder layers, which Bridge's
+    ``bf16_with_fp8_current_scaling_mixed`` preset (the payload's fp8_tensorwise) runs in bf16
+    (``first_last_layers_bf16``, ``num_layers_at_start_in_bf16 = num_layers_at_end_in_bf16 = 1``,
+    training/mixed_precision.py L291-L310 in 0.4.2). Keyed by (pp rank, virtual stage)."""
+    if p.precision != "fp8_tensorwise":
+        return {}
+    from dataclasses import replace
+
+    bf16 = _activations(replace(p, precision="bf16"), p.recompute)
+    last_index = p.model.num_layers - 1
+    extra: dict[tuple[int, int], float] = {}
+    index = 0
+    for v in range(layout.vp):
+        for r in range(layout.pp):
+            for name in layout.by_rank[r][v]:
+                if name != DECODER:
+                    continue
+                if index in (0, last_index):
+                    dense = index < p.model.first_k_dense
+                    more = (bf16.dense - act.dense) if dense else (bf16.moe - act.moe)
+                    extra[(r, v)] = extra.get((r, v), 0.0) + more
+                index += 1
+    return extra
+
+
 def _chunk_bytes(c: tuple[int, int, int, int, int], act: _Activations) -> float:
     return c[0] * act.dense + c[1] * act.moe + c[2] * act.embedding + c[3] * act.loss + c[4] * act.mtp
 
@@ -623,6 +658,7 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     # the same for every rank but for whether it holds the loss stage
     working = {holds: _backward_working(p, act, holds_loss=holds) for holds in (False, True)}
     counts_by_rank = _stage_counts(layout, p.model.first_k_dense)
+    bf16_extra = _bf16_layer_extra(p, layout, act)
     best: MemoryEstimate | None = None
     for rank in range(p.pp):
         stages = counts_by_rank[rank]
@@ -641,7 +677,8 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
         # 1-byte copies next to the bf16 weight (measured: 2.0 B per GEMM parameter, DeepSeek-V3 and Kimi-K2 slices)
         cache = 2 * (params.dense + params.expert) if p.precision == "fp8_blockwise" else 0
         in_flight = in_flight_chunks(p.pp, rank, layout.vp, p.num_microbatches, p.moe_a2a_overlap)
-        activations = sum(n * _chunk_bytes(c, act) for n, c in zip(in_flight, stages, strict=True))
+        activations = sum(n * (_chunk_bytes(c, act) + bf16_extra.get((rank, v), 0.0))
+                          for v, (n, c) in enumerate(zip(in_flight, stages, strict=True)))
         if p.cpu_offloading:
             activations -= min(p.cpu_offloading_num_layers, sum(c[0] + c[1] for c in stages)) * act.moe
         activations += working[any(c[3] for c in stages)]

@@ -128,11 +128,14 @@ def test_fixture_device_lines_give_the_recorded_runtime_memory(name: str) -> Non
 
 @pytest.mark.parametrize("name", sorted(MEMORY_ROWS))
 def test_todays_estimate_meets_the_target_on_the_recorded_runs(name: str) -> None:
-    """plan/memory.py as it is now, against the measurements on record (issue 8: within 15 %)."""
+    """plan/memory.py as it is now, against the measurements on record: within 5 % of torch's max allocated without
+    the runtime term, and the nvidia-smi peak inside the estimate's own band (the verdict's promise). The runtime
+    term is built from its measured parts, not fitted to these peaks (they ranged -10.4 .. +3.6 % when it changed)."""
     from cloudai_mbridge.plan.memory import estimate_memory
 
     row = MEMORY_ROWS[name]
     plan = gpu_memory.make_plan(name, 4)
-    errors = gpu_memory.compare(plan, estimate_memory(plan), row["measured"])
+    est = estimate_memory(plan)
+    errors = gpu_memory.compare(plan, est, row["measured"])
     assert abs(errors["error_pct_without_runtime"]) <= 5.0  # vs torch.cuda.max_memory_allocated
-    assert abs(errors["device_error_pct"]) <= 10.0  # the whole estimate vs the nvidia-smi peak
+    assert abs(errors["device_error_pct"]) <= est.band_pct  # the whole estimate vs the nvidia-smi peak

@@ -63,7 +63,14 @@ CASES = {
                                    cuda_graph_scope=("full_iteration",)),
                         small_plan(echo=EchoOptions(8, received_token_capacity=2.0), dispatcher="hybridep",
                                    cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))),
-    "memory": (seed_plan(mbs=16, gbs=512), seed_plan(mbs=4, gbs=512)),
+    "memory": (seed_plan(mbs=32, gbs=1024), seed_plan(mbs=16, gbs=512)),  # does not fit / tight (runs)
+    "explicit-vp": (seed_plan(model="deepseek_v3", pp=8, vp=1, pipeline_layout="Et*4|(t*4|)*14tmL"),
+                    seed_plan(model="deepseek_v3", pp=8, vp=2, pipeline_layout="Et*4|(t*4|)*14tmL")),
+    "a2a-overlap-bridge-vp": (
+        seed_plan(model="deepseek_v3", ep=32, pp=8, vp=None, moe_a2a_overlap=True, dispatcher="deepep",
+                  pipeline_layout="Et*4|(t*4|)*14tmL"),
+        seed_plan(model="deepseek_v3", ep=32, pp=8, vp=2, moe_a2a_overlap=True, dispatcher="deepep",
+                  pipeline_layout="Et*4|(t*4|)*14tmL")),
 }
 
 
