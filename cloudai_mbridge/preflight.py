@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .plan.bridge_estimate import bridge_estimate
 from .plan.memory import GIB, MemoryEstimate, estimate_memory
 from .rules import Violation
 
@@ -38,6 +39,7 @@ class PointResult:
     violations: list[Violation]
     gpus: int | None
     memory: MemoryEstimate | None = None
+    bridge: Any = None  # plan/bridge_estimate.py BridgeEstimate: Megatron-Bridge's own estimate, for reference
     limit_hours: float | None = None  # GPU-hours at the time limit (upper bound)
     measured_hours: float | None = None  # GPU-hours from train_iters x measured iteration time
     measured_step_s: float | None = None
@@ -80,6 +82,24 @@ class PointResult:
         if self.memory is None:
             return ""
         return f"{self.memory.total / GIB:.1f}/{self.memory.capacity / GIB:.0f}"
+
+    @property
+    def memory_verdict(self) -> str:
+        """fits / tight / does not fit, with the memory_check that let a non-fitting point through."""
+        if self.memory is None:
+            return ""
+        verdict = self.memory.verdict
+        if verdict == "does not fit" and self.ok:
+            verdict += " (memory_check lets it run)"
+        return verdict
+
+    @property
+    def memory_band(self) -> str:
+        return "" if self.memory is None else f"{self.memory.band_pct:.0f}"
+
+    @property
+    def bridge_gib(self) -> str:
+        return "" if self.bridge is None else f"{self.bridge.total / GIB:.1f}"
 
     @property
     def varies(self) -> str:
@@ -249,19 +269,21 @@ def measured_step_seconds(result_dir: Path, tr_name: str, point: int, values: di
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _gpus_and_memory(tr: Any, system: Any) -> tuple[int | None, MemoryEstimate | None]:
+def _gpus_and_memory(tr: Any, system: Any) -> tuple[int | None, MemoryEstimate | None, Any]:
+    """GPUs, the plugin's memory estimate and Megatron-Bridge's own (None where either does not apply)."""
     tdef = tr.test
     plan = tdef.plan(tr, system)
     if hasattr(plan, "gpu"):  # training
-        memory = None
+        memory = bridge = None
         if plan.dp and plan.expert_dp and plan.experts_per_rank:
             try:
                 memory = estimate_memory(plan)
+                bridge = bridge_estimate(plan)
             except Exception:  # a layout the rules reject; they say why
-                memory = None
-        return plan.world_size, memory
+                memory = bridge = None
+        return plan.world_size, memory, bridge
     device = getattr(tdef.cmd_args, "device", "cuda")
-    return (plan.world_size if device == "cuda" else 0), None
+    return (plan.world_size if device == "cuda" else 0), None, None
 
 
 def preview_problem(tr: Any, system: Any) -> str | None:
@@ -300,7 +322,8 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
             return res
     try:
         res.violations = tdef.violations(tr, system)
-        res.gpus, res.memory = _gpus_and_memory(tr, system)
+        if not any(v.rule == "system-gpu" for v in res.violations):  # no plan without a GPU: the rule says why
+            res.gpus, res.memory, res.bridge = _gpus_and_memory(tr, system)
     except Exception as exc:  # a value combination the plan cannot even be built from
         res.error = f"{type(exc).__name__}: {exc}"
         return res
@@ -360,7 +383,8 @@ def blocking_problems(report: PreflightReport, scenario: Any) -> list[str]:
 # --------------------------------------------------------------------------------------------------------------
 
 COLUMNS = ("test", "point", "varies", "verdict", "rule", "reason_and_fix", "gpus", "memory_gib_per_gpu",
-           "largest_term_gib", "gpu_hours", "gpu_hours_basis")
+           "memory_verdict", "memory_band_pct", "bridge_estimate_gib", "largest_term_gib", "gpu_hours",
+           "gpu_hours_basis")
 
 
 def rows(report: PreflightReport) -> list[dict[str, str]]:
@@ -369,7 +393,8 @@ def rows(report: PreflightReport) -> list[dict[str, str]]:
         out.append({
             "test": p.test, "point": str(p.point), "varies": p.varies, "verdict": p.verdict, "rule": p.rules,
             "reason_and_fix": p.reasons, "gpus": "" if p.gpus is None else str(p.gpus),
-            "memory_gib_per_gpu": p.memory_gib, "largest_term_gib": p.largest_term,
+            "memory_gib_per_gpu": p.memory_gib, "memory_verdict": p.memory_verdict, "memory_band_pct": p.memory_band,
+            "bridge_estimate_gib": p.bridge_gib, "largest_term_gib": p.largest_term,
             "gpu_hours": "" if p.gpu_hours is None else f"{p.gpu_hours:.1f}", "gpu_hours_basis": p.hours_basis,
         })
     return out
@@ -389,6 +414,10 @@ def summary_lines(report: PreflightReport) -> list[str]:
         else:
             hours = "GPU-hours unknown (no time_limit in the scenario)"
         lines.append(hours)
+    tight = [p for p in report.points if p.ok and p.memory is not None and p.memory.verdict != "fits"]
+    if tight:
+        lines.append(f"{len(tight)} accepted point(s) within the memory estimate's error band of the GPU or above it "
+                     "under memory_check: they run, with a warning")
     if not acc:
         lines.append("every point is rejected: nothing of this scenario would run")
     bad = sorted({p.test for p in report.points if not p.ok and not p.swept})
@@ -399,9 +428,11 @@ def summary_lines(report: PreflightReport) -> list[str]:
 
 def render_text(report: PreflightReport) -> str:
     table = rows(report)
-    cols = ("test", "point", "varies", "verdict", "gpus", "memory_gib_per_gpu", "largest_term_gib", "gpu_hours")
+    cols = ("test", "point", "varies", "verdict", "gpus", "memory_gib_per_gpu", "memory_band_pct", "memory_verdict",
+            "bridge_estimate_gib", "largest_term_gib", "gpu_hours")
     heads = {"test": "test", "point": "#", "varies": "values that vary", "verdict": "verdict", "gpus": "GPUs",
-             "memory_gib_per_gpu": "mem/GPU GiB", "largest_term_gib": "largest term", "gpu_hours": "GPU-h"}
+             "memory_gib_per_gpu": "mem/GPU GiB", "memory_band_pct": "+/-%", "memory_verdict": "memory",
+             "bridge_estimate_gib": "Bridge est. GiB", "largest_term_gib": "largest term", "gpu_hours": "GPU-h"}
     width = {c: max([len(heads[c]), *(len(r[c]) for r in table)]) for c in cols}
     buf = io.StringIO()
     buf.write("  ".join(heads[c].ljust(width[c]) for c in cols).rstrip() + "\n")
