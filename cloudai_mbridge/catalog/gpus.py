@@ -33,6 +33,9 @@ class GPUSpec:
         return self.compute_capability[0] >= 10
 
 
+# The system file names its GPU model with this key in [global_env_vars]; a plugin setting, never exported to jobs.
+GPU_ENV = "CLOUDAI_MBRIDGE_GPU"
+
 _HOPPER_FP8 = frozenset({"delayed", "tensorwise", "blockwise"})
 _BLACKWELL_FP8 = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
 

@@ -10,6 +10,7 @@ from typing import Any
 from cloudai.core import DockerImage, System, TestRun
 
 from ..catalog import get_gpu
+from ..catalog.gpus import GPU_ENV
 from ..launch.payload import UnsafeOutputPathError, claim_run_dir
 from ..redact import REDACTED, SECRET_NAME, secret_value_problem, string_leaves
 from ..rules import PointRejectedError, Violation
@@ -77,7 +78,6 @@ def system_network(system: System | None, requested: str) -> str:
     return "efa" if system_env(system).get("FI_PROVIDER", "").lower() == "efa" else "ib"
 
 
-GPU_ENV = "CLOUDAI_MBRIDGE_GPU"
 
 
 def system_gpu(system: System | None) -> str | None:

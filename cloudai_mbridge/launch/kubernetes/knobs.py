@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...catalog.gpus import GPU_ENV
 from .validation import (
     _CONFIG_KEY,
     _ENV_NAME,
@@ -191,7 +192,7 @@ def parse_settings(env: Mapping[str, object]) -> tuple[K8sSettings, dict[str, st
             if k[len(PREFIX) :] not in KNOBS:
                 raise K8sConfigError(k, v, "unknown cloudai-mbridge Kubernetes setting", f"use one of {_knob_list()}")
             knobs[k[len(PREFIX) :]] = str(v).strip()
-        else:
+        elif k != GPU_ENV:  # the plugin's GPU setting (catalog/gpus.py) is no pod variable
             pod_env[k] = str(v)
     kw: dict[str, Any] = {}
     for knob, raw in knobs.items():

@@ -13,6 +13,7 @@ from typing import Any
 
 from cloudai.systems.slurm import SlurmCommandGenStrategy
 
+from ...catalog.gpus import GPU_ENV
 from ...launch.payload import payload_argv, stage_payload, write_atomic, write_config
 from ...launch.slurm import SbatchSpec, SrunStep, render_sbatch, srun_line
 from ...rules import PointRejectedError, Violation
@@ -58,7 +59,8 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
 
     def env(self) -> dict[str, str]:
         env = dict(self.base_env())
-        env.update({k: str(v) for k, v in self.system.global_env_vars.items()})
+        # the plugin's own setting (the system's GPU model) is no job variable
+        env.update({k: str(v) for k, v in self.system.global_env_vars.items() if k != GPU_ENV})
         env.update({k: str(v) for k, v in self.test_run.test.extra_env_vars.items()})
         return env
 
