@@ -37,7 +37,7 @@ class GPUSpec:
 GPU_ENV = "CLOUDAI_MBRIDGE_GPU"
 
 _HOPPER_FP8 = frozenset({"delayed", "tensorwise", "blockwise"})
-_BLACKWELL_FP8 = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8"})
+_BLACKWELL_FP8 = frozenset({"delayed", "tensorwise", "blockwise", "mxfp8", "nvfp4"})
 
 GPUS: dict[str, GPUSpec] = {
     g.name: g

@@ -387,6 +387,10 @@ class _Activations:
 # blockwise on H100, benchmarks/results/fullwidth/README.md; MXFP8 from TE's code: MXFP8Quantizer keeps the 1-byte
 # rowwise / columnwise data plus one E8M0 scale per 32 elements, transformer_engine/pytorch/tensor/mxfp8_tensor.py).
 FP8_PRECISIONS = frozenset({"fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8"})
+# NVFP4 (Blackwell; Bridge's bf16_with_nvfp4_mixed): FP4 E2M1 data, two values a byte, and one FP8 E4M3 scale per 16
+# elements (transformer_engine/common/cast/nvfp4/quantize_transpose_nvfp4.cuh: SCALE_DIM = 16): 0.5625 B per
+# element of a quantised GEMM input. Modeled from TE's code, not measured (no Blackwell GPU here).
+QUANTISED_INPUT_BYTES = {**{p: 1.0 for p in FP8_PRECISIONS}, "nvfp4": 0.5 + 1 / 16}
 
 
 def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
@@ -423,7 +427,7 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
     mods = set(p.recompute_modules) if recompute == "selective" else set()
     if recompute == "selective" and not mods:
         mods = {"core_attn"}  # transformer_config.py L1200: Megatron's default recompute_modules
-    q8 = 1.0 if p.precision in FP8_PRECISIONS else 2.0  # bytes of a quantised GEMM input
+    q8 = QUANTISED_INPUT_BYTES.get(p.precision, 2.0)  # bytes of a quantised GEMM input
 
     attn = 2 * local * (ql + kl + dr) + 2 * tokens * heads * dv
     if "layernorm" not in mods:

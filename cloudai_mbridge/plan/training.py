@@ -13,7 +13,7 @@ from .layout import ResolvedLayout, resolve_layout
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
 DEEPEP_IMPLS = ("uccl", "nvidia")
-PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8")
+PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 NETWORKS = ("efa", "ib", "ethernet")

@@ -548,12 +548,13 @@ def _megatron_fsdp(p: TrainingPlan) -> Iterator[Violation]:
 def _fp8_recipe(p: TrainingPlan) -> Iterator[Violation]:
     """megatron/core/fp8_utils.py L565-L580 (core_v0.16.1) hands the recipe to Transformer Engine, whose
     check_mxfp8_support / check_fp8_support (transformer_engine/pytorch/fp8.py) refuse MXFP8 below compute
-    capability 10.0 and FP8 below 8.9; the catalog lists each GPU's recipes."""
+    capability 10.0 and FP8 below 8.9, and NVFP4 (``check_nvfp4_support``) below 10.0; the catalog lists each GPU's
+    recipes."""
     if p.precision == "bf16":
         return
     recipe = p.precision.removeprefix("fp8_")
     if recipe not in p.gpu.fp8_recipes:
-        allowed = ", ".join("fp8_" + r if r != "mxfp8" else r for r in sorted(p.gpu.fp8_recipes))
+        allowed = ", ".join("fp8_" + r if r not in ("mxfp8", "nvfp4") else r for r in sorted(p.gpu.fp8_recipes))
         yield _v({"precision": p.precision, "gpu": p.gpu.name}, f"{p.precision} is not available on {p.gpu.name}",
                  f"use one of bf16, {allowed}")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
 DEEPEP_IMPLS = ("uccl", "nvidia")
-PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8")
+PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 TASKS = ("pretrain", "sft")
@@ -60,6 +60,7 @@ BRIDGE_PRECISION_RECIPES = {
     "fp8_tensorwise": "bf16_with_fp8_current_scaling_mixed",
     "fp8_blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
     "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",  # training/mixed_precision.py L411 (0.4.2): fp4 e2m1, recipe nvfp4
 }
 
 

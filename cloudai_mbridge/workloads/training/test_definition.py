@@ -37,7 +37,7 @@ GPUName = Literal[tuple(GPUS)]  # type: ignore[valid-type]
 Dispatcher = Literal["alltoall", "deepep", "hybridep"]
 DeepEPImpl = Literal["uccl", "nvidia"]
 Recompute = Literal["none", "selective", "full"]
-Precision = Literal["bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8"]
+Precision = Literal["bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4"]
 CudaGraphImpl = Literal["none", "local", "transformer_engine"]
 BridgeVersion = Literal["0.3", "0.4", "0.5", "0.6"]
 
