@@ -368,3 +368,17 @@ def test_shared_expert_overlap_follows_the_recipes_unless_the_config_says():
     bad = {**make_cfg(dispatcher="deepep"), "moe_shared_expert_overlap": True}
     with pytest.raises(tc.ConfigError, match="moe_shared_expert_overlap = true needs dispatcher = 'alltoall'"):
         tc.check_config(bad)
+
+
+def test_cuda_graphs_get_what_bridge_asserts_for_them():
+    """Bridge's provide() asserts TE's RNG tracker for any CUDA graph; validate() refuses a full-iteration graph while
+    the rerun state machine checks the loss for NaN. NVIDIA's GB200 configurations run TE graphs."""
+    te = tc.check_config(make_cfg("deepseek_v3_proxy", cuda_graph_impl="transformer_engine",
+                                  cuda_graph_scope=("attn", "moe_router", "moe_preprocess")))
+    o = tc.bridge_overrides(te)
+    assert o["rng.te_rng_tracker"] is True and "rerun_state_machine.check_for_nan_in_loss" not in o
+    full = tc.bridge_overrides(tc.check_config(make_cfg("deepseek_v3_proxy", cuda_graph_impl="local",
+                                                        cuda_graph_scope=("full_iteration",))))
+    assert full["rng.te_rng_tracker"] is True and full["rerun_state_machine.check_for_nan_in_loss"] is False
+    none = tc.bridge_overrides(tc.check_config(make_cfg("deepseek_v3_proxy")))
+    assert "rng.te_rng_tracker" not in none

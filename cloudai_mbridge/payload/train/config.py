@@ -329,6 +329,14 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
     })
     if cfg["use_distributed_optimizer"] is not None:
         out["ddp.use_distributed_optimizer"] = bool(cfg["use_distributed_optimizer"])
+    if cfg["cuda_graph_impl"] != "none":
+        # GPTModelProvider.provide asserts TE's RNG tracker for CUDA graphs (gpt_provider.py 0.4.2 L224-L228);
+        # ConfigContainer.validate syncs rng.te_rng_tracker to the model (training/config.py 0.4.2 L1077-L1078)
+        out["rng.te_rng_tracker"] = True
+    if cfg["cuda_graph_impl"] == "local" and "full_iteration" in cfg["cuda_graph_scope"]:
+        # validate() refuses a full-iteration graph while the rerun state machine checks the loss for NaN
+        # (training/config.py 0.4.2 L1102-L1107, 0.6.2 L1370-L1374)
+        out["rerun_state_machine.check_for_nan_in_loss"] = False
     if cfg["model"]["is_proxy"]:
         out["tokenizer.vocab_size"] = cfg["model"]["vocab_size"]
     return out
