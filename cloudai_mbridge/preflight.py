@@ -372,10 +372,23 @@ def blocking_problems(report: PreflightReport, scenario: Any) -> list[str]:
             continue
         if any(p.ok or not p.checked for p in points):
             continue  # all fine, or a sweep with some rejected points: dry-run / run skip those, saying why
-        reasons = sorted({p.reasons for p in points})
         head = f"test {tr.name!r}: " + ("every point of its sweep is rejected" if points[0].swept else "rejected")
-        problems.append(head + ": " + " || ".join(reasons[:6]) + (" || ..." if len(reasons) > 6 else ""))
+        problems.append(head + ": " + distinct_reasons(points))
     return problems
+
+
+def distinct_reasons(points: list[PointResult], limit: int = 6) -> str:
+    """Each reason of ``points`` once (a rule that rejects several points is named once, with how many), in the
+    order first met."""
+    counts: dict[str, int] = {}
+    for p in points:
+        for reason in [p.error] if p.error else [str(v) for v in p.violations]:
+            counts[reason] = counts.get(reason, 0) + 1
+    shown = [r if n == 1 or len(points) == 1 else f"{r} ({n} of {len(points)} points)"
+             for r, n in list(counts.items())[:limit]]
+    more = len(counts) - limit
+    return " | ".join(shown) + (f" | and {more} other reason(s) (cloudai-mbridge preflight lists them)" if more > 0
+                               else "")
 
 
 # --------------------------------------------------------------------------------------------------------------

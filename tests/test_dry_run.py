@@ -82,7 +82,7 @@ def test_gb200_deepep_is_rejected_not_downgraded(tmp_path: Path) -> None:
     res = dry_run(CONF / "system" / "slurm_gb200_nvl72.toml", scenario, tmp_path)
     assert len(sbatch_scripts(res.output_dir)) == 1, "the alltoall arm runs, the deepep arm is skipped"
     rejected = [line for line in res.output.splitlines() if "rejected:" in line]
-    assert len(rejected) == 1 and "[dispatcher-gpu]" in rejected[0] and "dispatcher='deepep'" in rejected[0]
+    assert len(rejected) == 1 and "[dispatcher-gpu]" in rejected[0] and 'dispatcher="deepep"' in rejected[0]
     assert "gb200" in rejected[0] and "hybridep" in rejected[0]
 
 

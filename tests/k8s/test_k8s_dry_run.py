@@ -221,7 +221,7 @@ def test_every_setting_is_documented() -> None:
 @pytest.mark.parametrize(
     ("case", "env", "expected"),
     [
-        (SMALL_CASE, {}, "needs a container image (cmd_args.container_image=None)"),
+        (SMALL_CASE, {}, "needs a container image (cmd_args.container_image=unset)"),
         (SMALL_CASE + 'container_image = " img:1"\n', {}, "container_image ' img:1' is not an image reference"),
         (SMALL_CASE + 'container_image = "img:1"\n', {f"{PREFIX}EFA_DEVICES": None}, f"{PREFIX}EFA_DEVICES"),
         (
