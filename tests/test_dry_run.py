@@ -14,7 +14,8 @@ SCENARIOS = {
     "kimi_k2_sft": ("slurm_b300_efa", 1),
     "dsv3_sft": ("slurm_b300_efa", 1),
     "kimi_k2_refit": ("slurm_b300_efa", 7),
-    "refit_cpu_smoke": ("local_slurm", 3),
+    "refit_cpu_smoke": ("local_slurm", 4),
+    "refit_cpu_expected_rejection": ("local_slurm", 1),
     "seed001_refit_mappings": ("slurm_b300_efa", 3),
 }
 

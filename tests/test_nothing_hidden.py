@@ -34,3 +34,91 @@ def test_layout_values_read_as_toml_tables(tmp_path: Path) -> None:
     (line,) = [ln for ln in res.output.splitlines() if "rejected: [refit-layout]" in ln]
     assert "src={tp=2, pp=1, ep=2}, dst={tp=1, pp=1, ep=8, etp=1}, mode=\"collocated\", world_size=4" in line, line
     assert "None" not in line and "{'" not in line
+
+
+def _good_refit_logs(run: Path) -> None:
+    """Rank logs of a verified refit, in the payload's format."""
+    (run / "logs").mkdir(exist_ok=True)
+    iters = "".join(f"REFIT_ITER iter={i} time_ms={ms}\n" for i, ms in enumerate([45.61, 44.87, 45.21]))
+    (run / "logs" / "rank-0.log").write_text(
+        iters + "REFIT_STATS bytes_remote=1000000000 bytes_local=0 send_ops=4 recv_ops=4\n"
+        "REFIT_VERIFY status=pass params=12 mismatched=0 detail=bit-exact\n"
+        'REFIT_RESULT {"refit_time_ms": 45.21, "bandwidth_gbps": 22.1}\n')
+    for rank in (1, 2, 3):
+        (run / "logs" / f"rank-{rank}.log").write_text("ok\n")
+
+
+def test_dry_run_counts_a_declared_rejection_as_expected(tmp_path: Path) -> None:
+    res = dry_run(LOCAL, CONF / "test_scenario" / "refit_cpu_expected_rejection.toml", tmp_path)
+    assert res.returncode == 0, res.output
+    assert "dry-run: 2 point(s): 1 job(s) written, 1 skipped by a rule:" in res.output
+    assert ("skipped, as the test declares (expected_rejections): refit_cpu_expected_rejection point 2 (dst.ep=8): "
+            "[refit-layout] dst: expert grid") in res.output
+    assert "[ERROR]" not in res.output and "[WARNING]" not in res.output, res.output
+
+
+def test_dry_run_warns_that_run_will_fail_on_an_undeclared_rejection(tmp_path: Path) -> None:
+    _, scenario = write_case(tmp_path / "conf", REFIT, ON_LOCAL)
+    res = dry_run(LOCAL, scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    assert "dry-run: 2 point(s): 1 job(s) written, 1 skipped by a rule:" in res.output
+    assert "[WARNING]   skipped, NOT declared in expected_rejections: case point 2 (dst.ep=8): [refit-layout]" \
+        in res.output
+    assert "`run` will exit 1" in res.output and 'expected_rejections = "<rule>"' in res.output
+
+
+def _session_after_run(tmp_path: Path, expected: bool):
+    from cloudai_mbridge.preflight import PointResult, PreflightReport
+    from cloudai_mbridge.rules import Violation
+    from cloudai_mbridge.session import Session
+
+    _, scenario = write_case(tmp_path / "conf", REFIT, ON_LOCAL)
+    res = dry_run(LOCAL, scenario, tmp_path)
+    (root,) = list(res.output_dir.iterdir())
+    (run,) = [p.parent for p in root.rglob("mbridge_config.json")]
+    _good_refit_logs(run)
+    skipped = PointResult("case", 2, {"dst.ep": 8}, [Violation("refit-layout", {}, "8 ranks needed", "fewer")], None,
+                          expected=expected)
+    ran = PointResult("case", 1, {"dst.ep": 4}, [], 4)
+    return Session("run", scenario_roots=[root], report=PreflightReport("case", "local", [ran, skipped]))
+
+
+def test_run_exits_1_when_a_rule_skipped_a_point_the_test_does_not_declare(tmp_path: Path, caplog) -> None:
+    import logging
+
+    from cloudai_mbridge.session import finish_run
+
+    with caplog.at_level(logging.INFO):
+        assert finish_run(_session_after_run(tmp_path, expected=False), 0) == 1
+    assert "run: 2 point(s): 1 job(s) ran (1 passed, 0 failed), 1 skipped by a rule:" in caplog.text
+    assert "skipped, NOT declared in expected_rejections: case point 2 (dst.ep=8): [refit-layout]" in caplog.text
+    assert "run: 1 point(s) skipped by a rule that the scenario does not declare: it exits 1" in caplog.text
+
+
+def test_run_exits_0_when_the_test_declares_the_rejection(tmp_path: Path, caplog) -> None:
+    import logging
+
+    from cloudai_mbridge.session import finish_run
+
+    with caplog.at_level(logging.INFO):
+        assert finish_run(_session_after_run(tmp_path, expected=True), 0) == 0
+    assert "1 job(s) ran (1 passed, 0 failed), 1 skipped by a rule:" in caplog.text
+    assert "skipped, as the test declares (expected_rejections): case point 2" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_expected_rejections_must_name_a_rule_of_the_workload(tmp_path: Path) -> None:
+    for value, said in (('"refit-layot"', "expected_rejections names no rule of MBridgeRefit: refit-layot"),
+                        ('["refit-layout"]', 'Fix: write expected_rejections = "refit-layout"')):
+        _, scenario = write_case(tmp_path / "conf", REFIT.replace("[cmd_args]\n", f"[cmd_args]\nexpected_rejections "
+                                                                  f"= {value}\n"), ON_LOCAL)
+        res = dry_run(LOCAL, scenario, tmp_path)
+        assert res.returncode != 0 and said in res.output, res.output
+        assert "Traceback" not in res.output and not res.output_dir.exists()
+
+
+def test_the_quick_start_has_no_rejected_point(tmp_path: Path) -> None:
+    res = dry_run(LOCAL, CONF / "test_scenario" / "refit_cpu_smoke.toml", tmp_path)
+    assert res.returncode == 0, res.output
+    assert "dry-run: 4 point(s): 4 job(s) written, 0 skipped by a rule" in res.output
+    assert "rejected" not in res.output
