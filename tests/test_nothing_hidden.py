@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import CONF, dry_run, write_case
+from helpers import CONF, dry_run, run_cli, write_case
 
 B300 = CONF / "system" / "slurm_b300_efa.toml"
 LOCAL = CONF / "system" / "local_slurm.toml"
@@ -122,3 +122,55 @@ def test_the_quick_start_has_no_rejected_point(tmp_path: Path) -> None:
     assert res.returncode == 0, res.output
     assert "dry-run: 4 point(s): 4 job(s) written, 0 skipped by a rule" in res.output
     assert "rejected" not in res.output
+
+
+def _generate_report(tmp: Path, system: Path, scenario: Path, root: Path) -> None:
+    proc = run_cli("generate-report", "--system-config", str(system), "--test-scenario", str(scenario),
+                   "--result-dir", str(root), cwd=tmp)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_refit_report_lists_the_skipped_point_and_its_rule(tmp_path: Path) -> None:
+    scenario = CONF / "test_scenario" / "refit_cpu_expected_rejection.toml"
+    res = dry_run(LOCAL, scenario, tmp_path)
+    (root,) = list(res.output_dir.iterdir())
+    (run,) = [p.parent for p in root.rglob("mbridge_config.json")]
+    _good_refit_logs(run)
+    _generate_report(tmp_path, LOCAL, scenario, root)
+    page = (root / "mbridge_refit.html").read_text()
+    skipped = page[page.index("<h2>Skipped points</h2>"):]
+    assert "1 sweep point(s) skipped" in skipped
+    for cell in ("refit_cpu_expected_rejection", "dst.ep=8", "refit-layout", "dst: expert grid etp*ep=1*8=8"):
+        assert f">{cell}" in skipped, cell
+    assert "<td class='text'>yes</td>" in skipped, "declared in expected_rejections"
+
+
+def test_ab_report_lists_the_skipped_point_and_its_rule(tmp_path: Path) -> None:
+    import json
+
+    from test_reports import AB_TEST, SCENARIO, fake_run
+
+    h100 = CONF / "system" / "slurm_h100_ib.toml"
+    _, scenario = write_case(tmp_path, AB_TEST.replace("mbs = [1, 2]", "mbs = 1").replace("ep = 8", "ep = [8, 7]"),
+                             SCENARIO)
+    res = dry_run(h100, scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    (root,) = list(res.output_dir.iterdir())
+    for config in root.rglob("mbridge_config.json"):
+        built = "flex" if json.loads(config.read_text())["dispatcher"] == "deepep" else "alltoall"
+        fake_run(config.parent, [6000] * 12, [11.0 - 0.1 * i for i in range(12)], built)
+    _generate_report(tmp_path, h100, scenario, root)
+    page = (root / "mbridge_ab.html").read_text()
+    skipped = page[page.index("<h2>Skipped points</h2>"):]
+    assert "2 sweep point(s) skipped" in skipped
+    assert skipped.count("; experts-per-ep</td>") == 2 and ">ep=7 dispatcher=alltoall<" in skipped
+    assert "<td class='text'>no</td>" in skipped, "not declared"
+
+
+def test_a_report_says_when_no_point_was_skipped(tmp_path: Path) -> None:
+    scenario = CONF / "test_scenario" / "refit_cpu_smoke.toml"
+    res = dry_run(LOCAL, scenario, tmp_path)
+    (root,) = list(res.output_dir.iterdir())
+    _good_refit_logs(sorted(p.parent for p in root.rglob("mbridge_config.json"))[0])
+    _generate_report(tmp_path, LOCAL, scenario, root)
+    assert "None: every sweep point passed the rules" in (root / "mbridge_refit.html").read_text()
