@@ -52,7 +52,7 @@ def toml_problems(args: list[str]) -> list[str]:
     """Every TOML file the command will read (the configs named on the command line, the *.toml of the folders),
     decoded and parsed here first: a file that is not UTF-8 or not TOML is a message naming the file, the place and
     the fix, never a traceback from deep inside the parser."""
-    import tomllib
+    from .config_files import tomllib
 
     files: list[Path] = []
     values = _option_values(args, _TOML_OPTIONS)
