@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import re
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,12 @@ def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path
     return problems
 
 
+def the_tests_folder(kinds: dict[str, list[Path]]) -> Path | None:
+    """The one folder holding every test TOML found (conf/test for conf/), when there are scenarios to check."""
+    folders = {p.parent for p in kinds["test"]}
+    return folders.pop() if kinds["scenario"] and len(folders) == 1 else None
+
+
 def the_system(configs: Path, kinds: dict[str, list[Path]]) -> Path | None:
     """The folder's only system TOML (a one-cluster conf/), else None."""
     if configs.is_file():
@@ -146,7 +154,7 @@ def verify_configs_command() -> click.Command:
         in memory. Nothing is written."""
         kinds = config_kinds(configs_dir)
         if tests_dir is None:
-            tests_dir = sibling_tests_dir(configs_dir, kinds)
+            tests_dir = sibling_tests_dir(configs_dir, kinds) or the_tests_folder(kinds)
             if tests_dir is not None:
                 logging.info(f"verify-configs: scenarios checked against the tests in {tests_dir}")
         from .config_files import scenario_file_problems, system_file_problems
@@ -168,11 +176,16 @@ def verify_configs_command() -> click.Command:
             return expand(root, glob)
 
         handlers.expand_file_list = expand_quiet
+        dummy_kubeconfig = handlers._ensure_kube_config_exists
+        # The plugin's Kubernetes system reads no kubeconfig when a file is parsed: CloudAI's temporary dummy one in
+        # ~/.kube (and its two warnings per file) is not needed.
+        handlers._ensure_kube_config_exists = lambda *_args: contextlib.nullcontext()
         try:
             failed = handlers.handle_verify_all_configs(argparse.Namespace(configs_dir=configs_dir,
                                                                            tests_dir=tests_dir))
         finally:
             handlers.expand_file_list = expand
+            handlers._ensure_kube_config_exists = dummy_kubeconfig
         if failed:
             for reason in explain_failures(kinds, tests_dir):
                 logging.error(f"verify-configs: {reason}")
@@ -219,6 +232,7 @@ def list_command() -> click.Command:
         print(f"Workloads of cloudai-mbridge {version('cloudai-mbridge')} (test_template_name):")
         for idx, name in enumerate(PLUGIN_TEMPLATES, start=1):
             doc = (tdefs[name].__doc__ or "").strip().splitlines()[0]
+            doc = re.sub(r"\s*\(template name ``\w+``\)", "", doc).replace("``", "")  # the name is shown already
             print(f'{idx}. "{name}" {doc}')
         others = sorted(n for n in tdefs if n not in PLUGIN_TEMPLATES)
         print(f"CloudAI's own workloads ({len(others)}): {', '.join(others)}")

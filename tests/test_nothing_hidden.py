@@ -174,3 +174,16 @@ def test_a_report_says_when_no_point_was_skipped(tmp_path: Path) -> None:
     _good_refit_logs(sorted(p.parent for p in root.rglob("mbridge_config.json"))[0])
     _generate_report(tmp_path, LOCAL, scenario, root)
     assert "None: every sweep point passed the rules" in (root / "mbridge_refit.html").read_text()
+
+
+def test_verify_configs_and_list_print_no_noise(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = run_cli("verify-configs", str(CONF), cwd=tmp_path, env={"HOME": str(home), "KUBECONFIG": ""})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert f"scenarios checked against the tests in {CONF / 'test'}" in out
+    assert "Test configuration directory not provided" not in out and "Kube config" not in out, out
+    assert list(home.iterdir()) == [], "nothing written into HOME"
+    proc = run_cli("list", cwd=tmp_path)
+    assert '"MBridgeRefit" Megatron-Core refit benchmark.' in proc.stdout and "``" not in proc.stdout
