@@ -266,16 +266,47 @@ def results_problem(result_dir: Path, scenario: Any) -> str | None:
             "'Scenario results will be stored at', with the scenario that produced it.")
 
 
+def saved_inputs(result_dir: Path) -> tuple[Path | None, Path | None, Path | None]:
+    """(system, scenario, tests folder) that `run` kept in ``<result_dir>/mbridge_inputs/`` (session.save_inputs);
+    None for each that is not there."""
+    from .session import INPUTS
+
+    def only(folder: Path) -> Path | None:
+        files = sorted(folder.glob("*.toml")) if folder.is_dir() else []
+        return files[0] if len(files) == 1 else None
+
+    inputs = result_dir / INPUTS
+    tests = inputs / "test"
+    return only(inputs / "system"), only(inputs / "test_scenario"), tests if tests.is_dir() else None
+
+
 def guard_generate_report(command: click.Command) -> click.Command:
+    """CloudAI's generate-report, which also works from the results folder alone (--system-config and
+    --test-scenario default to the files `run` kept in it), and refuses a folder without the scenario's results."""
     import copy
 
     original = command.callback
 
-    def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
+    def callback(system_cfg: Path | None, tests_dir: Path | None, scenario_cfg: Path | None, hook_dir: Path | None,
                  result_dir: Path) -> None:
         from cloudai.core import Parser
         from cloudai.parser import HOOK_ROOT
 
+        from .session import INPUTS
+
+        if system_cfg is None or scenario_cfg is None:
+            saved_system, saved_scenario, saved_tests = saved_inputs(result_dir)
+            if saved_system is None or saved_scenario is None:
+                missing = " and ".join(o for o, v in (("--system-config", system_cfg), ("--test-scenario",
+                                                                                       scenario_cfg)) if v is None)
+                logging.error(f"generate-report: {result_dir} holds no {INPUTS}/ with the run's system and scenario "
+                              "(cloudai-mbridge run keeps them there; this folder comes from plain cloudai, a dry-run "
+                              f"or an older version). Fix: pass {missing}")
+                raise SystemExit(2)
+            if scenario_cfg is None:
+                scenario_cfg, tests_dir = saved_scenario, tests_dir or saved_tests
+            system_cfg = system_cfg or saved_system
+            logging.info(f"generate-report: system {system_cfg}, scenario {scenario_cfg} (kept by the run)")
         try:
             _, _, scenario = Parser(system_cfg, hook_dir or HOOK_ROOT).parse(tests_dir, scenario_cfg)
         except SystemExit:
@@ -292,4 +323,11 @@ def guard_generate_report(command: click.Command) -> click.Command:
 
     wrapped = copy.copy(command)
     wrapped.callback = callback
+    wrapped.params = []
+    for param in command.params:
+        if param.name in ("system_cfg", "scenario_cfg"):
+            param = copy.copy(param)
+            param.required = False
+            param.help = f"{param.help or ''} Default: the one `run` kept in <result-dir>/mbridge_inputs/.".strip()
+        wrapped.params.append(param)
     return wrapped

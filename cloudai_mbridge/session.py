@@ -8,7 +8,8 @@ cluster is not asked, the per-point job chatter is dropped from the terminal (de
 generated, and the session ends by saying which job files were written where. A dry-run that writes no job at all
 (every point rejected) exits 1.
 
-run: it ends with the same accounting as dry-run (points, jobs run, passed, failed, skipped by a
+run: the run's inputs (system, scenario and test TOMLs) are kept in ``<results>/mbridge_inputs/`` (generate-report
+reads them from there); it ends with the same accounting as dry-run (points, jobs run, passed, failed, skipped by a
 rule with the rule) and the report files written; it exits 1 when every job failed (CloudAI's DSE loop counts a failed
 job as a -1 reward and exits 0) or when a rule skipped a point the test does not declare in ``expected_rejections``.
 """
@@ -16,6 +17,7 @@ job as a -1 reward and exits 0) or when a rule skipped a point the test does not
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,6 +41,7 @@ class Session:
     rejected: list[str] = field(default_factory=list)
     refused: bool = False  # the whole scenario was refused before anything was written
     files: str = ""  # the scenario and system files of the command, for messages
+    inputs: dict[str, Any] = field(default_factory=dict)  # system_config, test_scenario, tests_dir of the command
     report: Any = None  # preflight.PreflightReport of every sweep point, from the checking parser
 
     def run_dirs(self) -> list[Path]:
@@ -124,6 +127,8 @@ def session(mode: str) -> Iterator[Session]:
         root = claim_scenario_root(Path(runner.runner.scenario_root))
         runner.runner.scenario_root = root
         s.scenario_roots.append(root)
+        if mode == "run":
+            save_inputs(root, **s.inputs)
         return runner
 
     patch(handlers, "Runner", capturing_runner)
@@ -151,6 +156,7 @@ def session(mode: str) -> Iterator[Session]:
         """The files checked first (config_files.py), then CloudAI's setup with the checking parser: a refusal
         leaves nothing behind and asks no cluster."""
         s.files = f"{getattr(args, 'test_scenario', '')} (system {getattr(args, 'system_config', '')})"
+        s.inputs = {k: getattr(args, k, None) for k in ("system_config", "test_scenario", "tests_dir")}
         from .config_files import file_problems
 
         early = file_problems(getattr(args, "system_config", None), getattr(args, "test_scenario", None))
@@ -345,3 +351,43 @@ def finish_run(s: Session, code: int) -> int:
         return 1
     return 1 if undeclared else code
 
+
+INPUTS = "mbridge_inputs"
+
+
+def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None, tests_dir: Any = None) -> None:
+    """Keep the run's system, scenario and test TOMLs in ``<root>/mbridge_inputs/`` (conf/'s layout: system/,
+    test_scenario/, test/), so ``generate-report --result-dir <root>`` needs nothing else. Only the tests the scenario
+    names are copied; the folder appears whole or not at all."""
+    import shutil
+    import tempfile
+
+    from .config_files import tomllib
+    from .launch.payload import normal_mode
+
+    if system_config is None or test_scenario is None:
+        return
+    scenario = Path(test_scenario)
+    try:
+        names = {t.get("test_name") for t in tomllib.loads(scenario.read_text()).get("Tests", [])}
+    except (OSError, ValueError):
+        return  # CloudAI read it already; nothing to keep if it cannot be read again
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{INPUTS}."))
+    try:
+        for sub, src in (("system", Path(system_config)), ("test_scenario", scenario)):
+            (staging / sub).mkdir()
+            shutil.copyfile(src, staging / sub / src.name)
+        (staging / "test").mkdir()
+        for src in sorted(Path(tests_dir).glob("*.toml")) if tests_dir else []:
+            try:
+                name = tomllib.loads(src.read_text()).get("name")
+            except (OSError, ValueError):
+                continue
+            if name in names:
+                shutil.copyfile(src, staging / "test" / src.name)
+        for path in [staging, *staging.rglob("*")]:
+            normal_mode(path, directory=path.is_dir())
+        os.replace(staging, root / INPUTS)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

@@ -187,3 +187,24 @@ def test_verify_configs_and_list_print_no_noise(tmp_path: Path) -> None:
     assert list(home.iterdir()) == [], "nothing written into HOME"
     proc = run_cli("list", cwd=tmp_path)
     assert '"MBridgeRefit" Megatron-Core refit benchmark.' in proc.stdout and "``" not in proc.stdout
+
+
+def test_generate_report_needs_only_the_results_folder_that_run_made(tmp_path: Path) -> None:
+    from cloudai_mbridge.session import save_inputs
+
+    scenario = CONF / "test_scenario" / "refit_cpu_smoke.toml"
+    res = dry_run(LOCAL, scenario, tmp_path)
+    (root,) = list(res.output_dir.iterdir())
+    _good_refit_logs(sorted(p.parent for p in root.rglob("mbridge_config.json"))[0])
+    proc = run_cli("generate-report", "--result-dir", str(root), cwd=tmp_path)
+    assert proc.returncode == 2, "a dry-run keeps no inputs"
+    assert "holds no mbridge_inputs/" in proc.stdout and "Fix: pass --system-config and --test-scenario" in \
+        proc.stdout, proc.stdout + proc.stderr
+    assert not (root / "mbridge_refit.html").exists()
+
+    save_inputs(root, LOCAL, scenario, CONF / "test")  # what `run` does once the results folder exists
+    kept = sorted(str(p.relative_to(root / "mbridge_inputs")) for p in (root / "mbridge_inputs").rglob("*.toml"))
+    assert kept == ["system/local_slurm.toml", "test/refit_cpu_smoke.toml", "test_scenario/refit_cpu_smoke.toml"]
+    proc = run_cli("generate-report", "--result-dir", str(root), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "(kept by the run)" in proc.stdout and (root / "mbridge_refit.html").is_file()
