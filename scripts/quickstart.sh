@@ -89,15 +89,21 @@ fi
 # ---------------------------------------------------------------------------------------------------------- CloudAI
 commit=$(sed -n 's/^TESTED_COMMIT = "\([0-9a-f]*\)"$/\1/p' cloudai_mbridge/_cloudai.py)
 [[ ${#commit} == 40 ]] || die "no TESTED_COMMIT in cloudai_mbridge/_cloudai.py"
-# What CloudAI in .venv came from: "git <commit>" or "file <url>" (pip's direct_url.json), else "none".
+# What CloudAI in .venv came from: "git <commit>" or "file <path>" (pip's direct_url.json), else "none".
 installed=$("$VPY" - <<'EOF'
 import json
 from importlib import metadata
+from urllib.parse import unquote, urlparse
 try:
     d = json.loads(metadata.distribution("cloudai").read_text("direct_url.json") or "{}")
 except metadata.PackageNotFoundError:
     d = None
-print("none" if d is None else f"git {d['vcs_info'].get('commit_id')}" if "vcs_info" in d else f"file {d.get('url')}")
+if d is None:
+    print("none")
+elif "vcs_info" in d:
+    print("git", d["vcs_info"].get("commit_id"))
+else:
+    print("file", unquote(urlparse(d.get("url", "")).path))
 EOF
 )
 if [[ -n ${CLOUDAI_WHEEL_DIR:-} ]]; then
@@ -107,7 +113,7 @@ if [[ -n ${CLOUDAI_WHEEL_DIR:-} ]]; then
     done
     [[ -n $wheel ]] || die "no cloudai-*.whl in CLOUDAI_WHEEL_DIR=$CLOUDAI_WHEEL_DIR. Fix: point it at the folder of the wheel, or unset it to install from GitHub"
     wheel=$(cd "$(dirname "$wheel")" && pwd)/$(basename "$wheel")
-    if [[ $installed == "file file://$wheel" ]]; then
+    if [[ $installed == "file $wheel" ]]; then
         say "CloudAI from $wheel already installed"
     else
         say "installing CloudAI from $wheel (CLOUDAI_WHEEL_DIR)"
@@ -120,7 +126,8 @@ else
     else
         command -v git >/dev/null || die "pip needs git to install CloudAI from its repository. Fix: apt-get install git, or set CLOUDAI_WHEEL_DIR"
         say "installing CloudAI at commit $commit from https://github.com/NVIDIA/cloudai (not on PyPI)"
-        "$VPY" -m pip install -q "cloudai @ git+https://github.com/NVIDIA/cloudai.git@$commit"
+        "$VPY" -m pip install -q "cloudai @ git+https://github.com/NVIDIA/cloudai.git@$commit" ||
+            die "CloudAI could not be installed from GitHub (pip's messages above). Fix: where GitHub cannot be reached, set CLOUDAI_WHEEL_DIR to a folder holding its wheel"
     fi
 fi
 
@@ -187,8 +194,13 @@ fi
 if ((rc)); then
     say "cloudai-mbridge $mode exited $rc (its messages above)"
 fi
-say "done. Results: ${root:-none}. Reports:"
+if [[ $mode == run ]]; then
+    say "done. Results: ${root:-none}. Reports:"
+else
+    say "done (dry-run: nothing ran). Jobs written under: ${root:-none}. Reports:"
+fi
 for f in "${reports[@]}"; do printf '  %s\n' "$f"; done
 ((${#reports[@]})) || printf '  none\n'
-say "tests: .venv/bin/python -m pytest; the local Slurm keeps running (tests/slurm/stop.sh stops it)"
+say "tests: .venv/bin/python -m pytest"
+if [[ -n ${SLURM_CONF:-} && $mode == run ]]; then say "the local Slurm keeps running; tests/slurm/stop.sh stops it"; fi
 exit "$rc"
