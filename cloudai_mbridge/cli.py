@@ -2,9 +2,11 @@
 
 Differences from plain ``cloudai``: the plugin is loaded; ``--tests-dir`` defaults to the ``test/`` folder beside the
 scenario's folder (conf/test for conf/test_scenario/x.toml); ``preflight`` checks every sweep point without generating
-jobs (preflight.py); ``dry-run`` asks no cluster and lists what it wrote, ``run`` exits 1 when every job failed
-(session.py); ``verify-configs`` says why a file fails and exits 1, ``list`` shows the plugin's workloads,
-``generate-report`` refuses a folder without the scenario's results, ``--version`` names the plugin (commands.py).
+jobs (preflight.py); ``dry-run`` asks no cluster and lists what it wrote, ``run`` keeps its inputs in the results
+folder, ends with the points run, passed, failed and skipped by a rule, and exits 1 when every job failed or a rule
+skipped a point the test does not declare (session.py); ``verify-configs`` says why a file fails and exits 1, ``list``
+shows the plugin's workloads, ``generate-report`` works from the results folder alone and refuses one without the
+scenario's results, ``--version`` names the plugin (commands.py).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def toml_problems(args: list[str]) -> list[str]:
     """Every TOML file the command will read (the configs named on the command line, the *.toml of the folders),
     decoded and parsed here first: a file that is not UTF-8 or not TOML is a message naming the file, the place and
     the fix, never a traceback from deep inside the parser."""
-    import tomllib
+    from .config_files import tomllib
 
     files: list[Path] = []
     values = _option_values(args, _TOML_OPTIONS)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import re
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,12 @@ def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path
     return problems
 
 
+def the_tests_folder(kinds: dict[str, list[Path]]) -> Path | None:
+    """The one folder holding every test TOML found (conf/test for conf/), when there are scenarios to check."""
+    folders = {p.parent for p in kinds["test"]}
+    return folders.pop() if kinds["scenario"] and len(folders) == 1 else None
+
+
 def the_system(configs: Path, kinds: dict[str, list[Path]]) -> Path | None:
     """The folder's only system TOML (a one-cluster conf/), else None."""
     if configs.is_file():
@@ -146,7 +154,7 @@ def verify_configs_command() -> click.Command:
         in memory. Nothing is written."""
         kinds = config_kinds(configs_dir)
         if tests_dir is None:
-            tests_dir = sibling_tests_dir(configs_dir, kinds)
+            tests_dir = sibling_tests_dir(configs_dir, kinds) or the_tests_folder(kinds)
             if tests_dir is not None:
                 logging.info(f"verify-configs: scenarios checked against the tests in {tests_dir}")
         from .config_files import scenario_file_problems, system_file_problems
@@ -168,11 +176,16 @@ def verify_configs_command() -> click.Command:
             return expand(root, glob)
 
         handlers.expand_file_list = expand_quiet
+        dummy_kubeconfig = handlers._ensure_kube_config_exists
+        # The plugin's Kubernetes system reads no kubeconfig when a file is parsed: CloudAI's temporary dummy one in
+        # ~/.kube (and its two warnings per file) is not needed.
+        handlers._ensure_kube_config_exists = lambda *_args: contextlib.nullcontext()
         try:
             failed = handlers.handle_verify_all_configs(argparse.Namespace(configs_dir=configs_dir,
                                                                            tests_dir=tests_dir))
         finally:
             handlers.expand_file_list = expand
+            handlers._ensure_kube_config_exists = dummy_kubeconfig
         if failed:
             for reason in explain_failures(kinds, tests_dir):
                 logging.error(f"verify-configs: {reason}")
@@ -219,6 +232,7 @@ def list_command() -> click.Command:
         print(f"Workloads of cloudai-mbridge {version('cloudai-mbridge')} (test_template_name):")
         for idx, name in enumerate(PLUGIN_TEMPLATES, start=1):
             doc = (tdefs[name].__doc__ or "").strip().splitlines()[0]
+            doc = re.sub(r"\s*\(template name ``\w+``\)", "", doc).replace("``", "")  # the name is shown already
             print(f'{idx}. "{name}" {doc}')
         others = sorted(n for n in tdefs if n not in PLUGIN_TEMPLATES)
         print(f"CloudAI's own workloads ({len(others)}): {', '.join(others)}")
@@ -252,16 +266,47 @@ def results_problem(result_dir: Path, scenario: Any) -> str | None:
             "'Scenario results will be stored at', with the scenario that produced it.")
 
 
+def saved_inputs(result_dir: Path) -> tuple[Path | None, Path | None, Path | None]:
+    """(system, scenario, tests folder) that `run` kept in ``<result_dir>/mbridge_inputs/`` (session.save_inputs);
+    None for each that is not there."""
+    from .session import INPUTS
+
+    def only(folder: Path) -> Path | None:
+        files = sorted(folder.glob("*.toml")) if folder.is_dir() else []
+        return files[0] if len(files) == 1 else None
+
+    inputs = result_dir / INPUTS
+    tests = inputs / "test"
+    return only(inputs / "system"), only(inputs / "test_scenario"), tests if tests.is_dir() else None
+
+
 def guard_generate_report(command: click.Command) -> click.Command:
+    """CloudAI's generate-report, which also works from the results folder alone (--system-config and
+    --test-scenario default to the files `run` kept in it), and refuses a folder without the scenario's results."""
     import copy
 
     original = command.callback
 
-    def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
+    def callback(system_cfg: Path | None, tests_dir: Path | None, scenario_cfg: Path | None, hook_dir: Path | None,
                  result_dir: Path) -> None:
         from cloudai.core import Parser
         from cloudai.parser import HOOK_ROOT
 
+        from .session import INPUTS
+
+        if system_cfg is None or scenario_cfg is None:
+            saved_system, saved_scenario, saved_tests = saved_inputs(result_dir)
+            if saved_system is None or saved_scenario is None:
+                missing = " and ".join(o for o, v in (("--system-config", system_cfg), ("--test-scenario",
+                                                                                       scenario_cfg)) if v is None)
+                logging.error(f"generate-report: {result_dir} holds no {INPUTS}/ with the run's system and scenario "
+                              "(cloudai-mbridge run keeps them there; this folder comes from plain cloudai, a dry-run "
+                              f"or an older version). Fix: pass {missing}")
+                raise SystemExit(2)
+            if scenario_cfg is None:
+                scenario_cfg, tests_dir = saved_scenario, tests_dir or saved_tests
+            system_cfg = system_cfg or saved_system
+            logging.info(f"generate-report: system {system_cfg}, scenario {scenario_cfg} (kept by the run)")
         try:
             _, _, scenario = Parser(system_cfg, hook_dir or HOOK_ROOT).parse(tests_dir, scenario_cfg)
         except SystemExit:
@@ -278,4 +323,11 @@ def guard_generate_report(command: click.Command) -> click.Command:
 
     wrapped = copy.copy(command)
     wrapped.callback = callback
+    wrapped.params = []
+    for param in command.params:
+        if param.name in ("system_cfg", "scenario_cfg"):
+            param = copy.copy(param)
+            param.required = False
+            param.help = f"{param.help or ''} Default: the one `run` kept in <result-dir>/mbridge_inputs/.".strip()
+        wrapped.params.append(param)
     return wrapped

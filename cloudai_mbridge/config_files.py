@@ -10,10 +10,14 @@ naming the file, the field, the value and the fix, before CloudAI reads the file
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI (a dependency there)
+    import tomli as tomllib
 
 MAX_NODES = 100_000
 

@@ -45,6 +45,7 @@ class PointResult:
     measured_step_s: float | None = None
     error: str | None = None  # the point could not even be built (CloudAI would abort the sweep)
     checked: bool = True  # False for a workload that is not the plugin's (CloudAI's own: no rules here)
+    expected: bool = False  # rejected only by rules the test declares in cmd_args.expected_rejections
 
     @property
     def swept(self) -> bool:
@@ -58,7 +59,7 @@ class PointResult:
     def verdict(self) -> str:
         if not self.checked:
             return "not checked"
-        return "ok" if self.ok else "rejected"
+        return "ok" if self.ok else "rejected (expected)" if self.expected else "rejected"
 
     @property
     def gpu_hours(self) -> float | None:
@@ -322,6 +323,7 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
             return res
     try:
         res.violations = tdef.violations(tr, system)
+        res.expected = tdef.rejection_expected(res.violations)
         if not any(v.rule == "system-gpu" for v in res.violations):  # no plan without a GPU: the rule says why
             res.gpus, res.memory, res.bridge = _gpus_and_memory(tr, system)
     except Exception as exc:  # a value combination the plan cannot even be built from
@@ -372,10 +374,23 @@ def blocking_problems(report: PreflightReport, scenario: Any) -> list[str]:
             continue
         if any(p.ok or not p.checked for p in points):
             continue  # all fine, or a sweep with some rejected points: dry-run / run skip those, saying why
-        reasons = sorted({p.reasons for p in points})
         head = f"test {tr.name!r}: " + ("every point of its sweep is rejected" if points[0].swept else "rejected")
-        problems.append(head + ": " + " || ".join(reasons[:6]) + (" || ..." if len(reasons) > 6 else ""))
+        problems.append(head + ": " + distinct_reasons(points))
     return problems
+
+
+def distinct_reasons(points: list[PointResult], limit: int = 6) -> str:
+    """Each reason of ``points`` once (a rule that rejects several points is named once, with how many), in the
+    order first met."""
+    counts: dict[str, int] = {}
+    for p in points:
+        for reason in [p.error] if p.error else [str(v) for v in p.violations]:
+            counts[reason] = counts.get(reason, 0) + 1
+    shown = [r if n == 1 or len(points) == 1 else f"{r} ({n} of {len(points)} points)"
+             for r, n in list(counts.items())[:limit]]
+    more = len(counts) - limit
+    return " | ".join(shown) + (f" | and {more} other reason(s) (cloudai-mbridge preflight lists them)" if more > 0
+                               else "")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -403,7 +418,9 @@ def rows(report: PreflightReport) -> list[dict[str, str]]:
 def summary_lines(report: PreflightReport) -> list[str]:
     n, acc = len(report.points), len(report.accepted)
     best, bound, measured = report.sweep_hours()
-    lines = [f"preflight {report.scenario} on {report.system}: {acc} of {n} point(s) accepted, {n - acc} rejected"]
+    expected = sum(p.expected for p in report.points)
+    lines = [f"preflight {report.scenario} on {report.system}: {acc} of {n} point(s) accepted, {n - acc} rejected"
+             + (f" ({expected} as the test declares in expected_rejections)" if expected else "")]
     if acc:
         hours = f"estimated {best:.1f} GPU-hours for the accepted points"
         if measured:
@@ -474,6 +491,11 @@ def write_html(report: PreflightReport, path: Path) -> Path:
 def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]:
     """Everything that makes dry-run / run refuse the whole scenario before writing anything; also what
     ``verify-configs`` reports. Each message names the test (and ``source``, the scenario file) and the fix."""
+    return scenario_check(system, scenario, source)[0]
+
+
+def scenario_check(system: Any, scenario: Any, source: str = "") -> tuple[list[str], PreflightReport | None]:
+    """scenario_refusals and the preflight report of every point (None when the scenario fails before one)."""
     from .launch.payload import UnsafeOutputPathError, check_folder_name
 
     where = f"{source}: " if source else ""
@@ -483,7 +505,7 @@ def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]
         for tr in scenario.test_runs:
             check_folder_name("test id", tr.name, f"test scenario {scenario.name!r}")
     except UnsafeOutputPathError as exc:
-        return [f"{where}{exc}"]
+        return [f"{where}{exc}"], None
     for tr in scenario.test_runs:
         space = tr.param_space if tr.is_dse_job else {}
         if "NUM_NODES" in space:
@@ -494,6 +516,6 @@ def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]
             problems.append(f"{where}test {tr.name!r}: time_limit = '' is empty. Fix: write HH:MM:SS (or D-HH:MM:SS), "
                             "or remove the key to use the partition's default")
     if problems:
-        return problems
+        return problems, None
     report = preflight(system, scenario)
-    return [f"{where}{p}" for p in blocking_problems(report, scenario)]
+    return [f"{where}{p}" for p in blocking_problems(report, scenario)], report

@@ -8,13 +8,16 @@ cluster is not asked, the per-point job chatter is dropped from the terminal (de
 generated, and the session ends by saying which job files were written where. A dry-run that writes no job at all
 (every point rejected) exits 1.
 
-run: a run whose every job failed exits 1, with each job's reason (CloudAI's DSE loop counts a failed job as a -1
-reward and exits 0).
+run: the run's inputs (system, scenario and test TOMLs) are kept in ``<results>/mbridge_inputs/`` (generate-report
+reads them from there); it ends with the same accounting as dry-run (points, jobs run, passed, failed, skipped by a
+rule with the rule) and the report files written; it exits 1 when every job failed (CloudAI's DSE loop counts a failed
+job as a -1 reward and exits 0) or when a rule skipped a point the test does not declare in ``expected_rejections``.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +41,8 @@ class Session:
     rejected: list[str] = field(default_factory=list)
     refused: bool = False  # the whole scenario was refused before anything was written
     files: str = ""  # the scenario and system files of the command, for messages
+    inputs: dict[str, Any] = field(default_factory=dict)  # system_config, test_scenario, tests_dir of the command
+    report: Any = None  # preflight.PreflightReport of every sweep point, from the checking parser
 
     def run_dirs(self) -> list[Path]:
         dirs: list[Path] = []
@@ -122,6 +127,8 @@ def session(mode: str) -> Iterator[Session]:
         root = claim_scenario_root(Path(runner.runner.scenario_root))
         runner.runner.scenario_root = root
         s.scenario_roots.append(root)
+        if mode == "run":
+            save_inputs(root, **s.inputs)
         return runner
 
     patch(handlers, "Runner", capturing_runner)
@@ -136,9 +143,9 @@ def session(mode: str) -> Iterator[Session]:
             result = super().parse(*args, **kwargs)
             system, _tests, scenario = result
             if scenario is not None:
-                from .preflight import scenario_refusals
+                from .preflight import scenario_check
 
-                problems = scenario_refusals(system, scenario, s.files)
+                problems, s.report = scenario_check(system, scenario, s.files)
                 if problems:
                     raise ScenarioRefusedError(problems)
             return result
@@ -149,6 +156,7 @@ def session(mode: str) -> Iterator[Session]:
         """The files checked first (config_files.py), then CloudAI's setup with the checking parser: a refusal
         leaves nothing behind and asks no cluster."""
         s.files = f"{getattr(args, 'test_scenario', '')} (system {getattr(args, 'system_config', '')})"
+        s.inputs = {k: getattr(args, k, None) for k in ("system_config", "test_scenario", "tests_dir")}
         from .config_files import file_problems
 
         early = file_problems(getattr(args, "system_config", None), getattr(args, "test_scenario", None))
@@ -230,8 +238,47 @@ def discard(s: Session) -> None:
     s.scenario_roots.clear()
 
 
+def skipped(s: Session) -> list[Any]:
+    """The sweep points a rule skips (preflight.PointResult), from the check made before anything was written."""
+    return [p for p in s.report.points if p.checked and not p.ok] if s.report is not None else []
+
+
+def point_name(p: Any) -> str:
+    return f"{p.test} point {p.point} ({p.varies})" if p.swept else p.test
+
+
+def skip_reason(p: Any) -> str:
+    """The rules that skip the point, with their messages (the values and the fix were logged when it was met)."""
+    return p.error if p.error else "; ".join(f"[{v.rule}] {v.message}" for v in p.violations)
+
+
+UNDECLARED_FIX = ("Fix: change the sweep so that no point breaks a rule, or, if the point is there on purpose, declare "
+                  "it: expected_rejections = \"<rule>\" in the test's [cmd_args] (rule ids as in the brackets)")
+
+
+def log_skipped(mode: str, points: list[Any]) -> list[Any]:
+    """One line per skipped point (its rule; expected or not); the points the test does not declare."""
+    undeclared = [p for p in points if not p.expected]
+    level = logging.ERROR if mode == "run" else logging.WARNING  # a dry-run that wrote its jobs did not fail
+    for p in points:
+        if p.expected:
+            logging.info(f"  skipped, as the test declares (expected_rejections): {point_name(p)}: {skip_reason(p)}")
+        else:
+            logging.log(level, f"  skipped, NOT declared in expected_rejections: {point_name(p)}: {skip_reason(p)}")
+    if undeclared:
+        consequence = "it exits 1" if mode == "run" else "`run` will exit 1 (after running the rest)"
+        logging.log(level, f"{mode}: {len(undeclared)} point(s) skipped by a rule that the scenario does not declare: "
+                      f"{consequence}. {UNDECLARED_FIX}")
+    return undeclared
+
+
+def _count(points: list[Any]) -> str:
+    return f"{len(points)} skipped by a rule{':' if points else ''}"
+
+
 def finish_dry_run(s: Session, code: int) -> int:
-    """Say what the dry-run wrote and where; 1 when it wrote nothing because every point was rejected."""
+    """Say what the dry-run wrote and where, and which points a rule skipped; 1 when it wrote nothing because every
+    point was rejected."""
     if code:
         discard(s)
         return code
@@ -244,20 +291,38 @@ def finish_dry_run(s: Session, code: int) -> int:
     root = s.scenario_roots[-1] if s.scenario_roots else dirs[0].parent
     logging.info(f"dry-run: nothing was submitted; {len(dirs)} job(s) written under {root}:")
     for d in dirs:
-        files = sorted(p.name for p in d.iterdir() if p.is_file() and p.suffix in (".sh", ".yaml", ".json"))
         rel = d.relative_to(root) if d.is_relative_to(root) else d
-        logging.info(f"  {rel}/  {', '.join(files)}")
-    if s.rejected:
-        logging.info(f"dry-run: {len(s.rejected)} point(s) skipped because Megatron would reject them (reasons above)")
+        logging.info(f"  {rel}/  {', '.join(job_files(d))}")
+    points = skipped(s)
+    total = f"{len(s.report.points)} point(s): " if s.report is not None else ""
+    logging.info(f"dry-run: {total}{len(dirs)} job(s) written, {_count(points)}")
+    log_skipped("dry-run", points)
     return code
 
 
+def job_files(run_dir: Path) -> list[str]:
+    """The files of a generated job worth naming: the sbatch script, the payload's config, the Kubernetes
+    manifests (k8s/*.yaml)."""
+    files = sorted(p.name for p in run_dir.iterdir() if p.is_file() and p.suffix in (".sh", ".yaml", ".json"))
+    manifests = run_dir / "k8s"
+    if manifests.is_dir():
+        files += sorted(f"k8s/{p.name}" for p in manifests.iterdir() if p.is_file() and p.suffix == ".yaml")
+    return files
+
+
+def report_files(root: Path) -> list[Path]:
+    """The scenario reports CloudAI and the plugin wrote at the top of the results folder."""
+    return sorted(p for p in root.iterdir() if p.is_file() and not p.name.startswith(".")) if root.is_dir() else []
+
+
 def finish_run(s: Session, code: int) -> int:
-    """A run whose every job failed exits 1, each job's reason logged."""
+    """The run's accounting (points, jobs run, passed, failed, skipped by a rule) and its report files; 1 when every
+    job failed or a rule skipped a point that the test does not declare."""
     if code:
         return code
     dirs = s.run_dirs()
-    if not dirs:
+    points = skipped(s)
+    if not dirs and not points:
         return code
     from .workloads.reporting import run_status
 
@@ -266,13 +331,63 @@ def finish_run(s: Session, code: int) -> int:
         status = run_status(d)
         if not status.is_successful:
             failed.append((d, status.error_message or "no result in the job's logs"))
-    if len(failed) == len(dirs):
+    total = f"{len(s.report.points)} point(s): " if s.report is not None else ""
+    logging.info(f"run: {total}{len(dirs)} job(s) ran ({len(dirs) - len(failed)} passed, {len(failed)} failed), "
+                 f"{_count(points)}")
+    undeclared = log_skipped("run", points)
+    if dirs and len(failed) == len(dirs):
         logging.error(f"run: every job failed ({len(dirs)} of {len(dirs)}):")
         for d, reason in failed:
             logging.error(f"  {d}: {reason}")
-        return 1
-    if failed:
+    elif failed:
         logging.warning(f"run: {len(failed)} of {len(dirs)} job(s) failed:")
         for d, reason in failed:
             logging.warning(f"  {d}: {reason}")
-    return code
+    for root in s.scenario_roots:
+        files = report_files(root)
+        if files:
+            logging.info(f"run: reports in {root}: {', '.join(p.name for p in files)}")
+    if dirs and len(failed) == len(dirs):
+        return 1
+    return 1 if undeclared else code
+
+
+INPUTS = "mbridge_inputs"
+
+
+def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None, tests_dir: Any = None) -> None:
+    """Keep the run's system, scenario and test TOMLs in ``<root>/mbridge_inputs/`` (conf/'s layout: system/,
+    test_scenario/, test/), so ``generate-report --result-dir <root>`` needs nothing else. Only the tests the scenario
+    names are copied; the folder appears whole or not at all."""
+    import shutil
+    import tempfile
+
+    from .config_files import tomllib
+    from .launch.payload import normal_mode
+
+    if system_config is None or test_scenario is None:
+        return
+    scenario = Path(test_scenario)
+    try:
+        names = {t.get("test_name") for t in tomllib.loads(scenario.read_text()).get("Tests", [])}
+    except (OSError, ValueError):
+        return  # CloudAI read it already; nothing to keep if it cannot be read again
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{INPUTS}."))
+    try:
+        for sub, src in (("system", Path(system_config)), ("test_scenario", scenario)):
+            (staging / sub).mkdir()
+            shutil.copyfile(src, staging / sub / src.name)
+        (staging / "test").mkdir()
+        for src in sorted(Path(tests_dir).glob("*.toml")) if tests_dir else []:
+            try:
+                name = tomllib.loads(src.read_text()).get("name")
+            except (OSError, ValueError):
+                continue
+            if name in names:
+                shutil.copyfile(src, staging / "test" / src.name)
+        for path in [staging, *staging.rglob("*")]:
+            normal_mode(path, directory=path.is_dir())
+        os.replace(staging, root / INPUTS)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise

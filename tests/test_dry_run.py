@@ -14,7 +14,8 @@ SCENARIOS = {
     "kimi_k2_sft": ("slurm_b300_efa", 1),
     "dsv3_sft": ("slurm_b300_efa", 1),
     "kimi_k2_refit": ("slurm_b300_efa", 7),
-    "refit_cpu_smoke": ("local_slurm", 3),
+    "refit_cpu_smoke": ("local_slurm", 4),
+    "refit_cpu_expected_rejection": ("local_slurm", 1),
     "seed001_refit_mappings": ("slurm_b300_efa", 3),
 }
 
@@ -82,7 +83,7 @@ def test_gb200_deepep_is_rejected_not_downgraded(tmp_path: Path) -> None:
     res = dry_run(CONF / "system" / "slurm_gb200_nvl72.toml", scenario, tmp_path)
     assert len(sbatch_scripts(res.output_dir)) == 1, "the alltoall arm runs, the deepep arm is skipped"
     rejected = [line for line in res.output.splitlines() if "rejected:" in line]
-    assert len(rejected) == 1 and "[dispatcher-gpu]" in rejected[0] and "dispatcher='deepep'" in rejected[0]
+    assert len(rejected) == 1 and "[dispatcher-gpu]" in rejected[0] and 'dispatcher="deepep"' in rejected[0]
     assert "gb200" in rejected[0] and "hybridep" in rejected[0]
 
 

@@ -50,10 +50,11 @@ def test_ab_scenario_all_points_accepted_with_memory_and_hours(tmp_path: Path) -
 
 
 def test_without_output_dir_nothing_is_written(tmp_path: Path) -> None:
-    proc, cwd = preflight(tmp_path, CONF / "test_scenario" / "refit_cpu_smoke.toml",
+    proc, cwd = preflight(tmp_path, CONF / "test_scenario" / "refit_cpu_expected_rejection.toml",
                           system=CONF / "system" / "local_slurm.toml", output=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 of 4 point(s) accepted" in proc.stdout and "[refit-layout]" in proc.stdout
+    assert "1 of 2 point(s) accepted, 1 rejected (1 as the test declares in expected_rejections)" in proc.stdout
+    assert "rejected (expected)" in proc.stdout and "[refit-layout]" in proc.stdout
     assert list(cwd.iterdir()) == [] and not (tmp_path / "out").exists()
 
 

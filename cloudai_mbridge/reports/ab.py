@@ -27,7 +27,16 @@ from pydantic import Field
 
 from ..launch.payload import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
-from .common import TolerantLoading, html_page, html_table, run_title, runs_of, scenario_facts
+from .common import (
+    TolerantLoading,
+    html_page,
+    html_table,
+    run_title,
+    runs_of,
+    scenario_facts,
+    skipped_points,
+    skipped_section,
+)
 from .plots import Panel, bar_plot, inline_png, series_plot, time_panel
 
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
@@ -278,6 +287,9 @@ class MBridgeABReport(TolerantLoading, Reporter):
         write_atomic(root / "mbridge_runs.csv", pd.DataFrame(self._runs).to_csv(index=False))
         paired = [r for r in rows if r.get("arm") is not None]
         sections = [self._facts, *self._runs_section()]
+        from ..workloads.training import MBridgeTrainingTestDefinition
+
+        sections.append(skipped_section(skipped_points(self, MBridgeTrainingTestDefinition)))
         sections.append(
             f"<h2>A/B by {html.escape(cfg.field)}</h2>"
             f"<p>Pairs differ only in <b>{html.escape(cfg.field)}</b>; times are steady-state means over the "

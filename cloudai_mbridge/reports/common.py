@@ -170,3 +170,34 @@ def html_page(title: str, sections: Sequence[str]) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>\n"
     )
+
+
+def skipped_points(reporter: Reporter, tdef_type: type) -> list[Any]:
+    """The sweep points of the scenario's ``tdef_type`` tests that a rule skipped, so no job ran for them
+    (preflight.PointResult: test, point, values, rules, reason, whether the test declares it expected): the same
+    check `run` made before queueing anything, made again on the scenario and the system."""
+    from ..preflight import preflight
+
+    names = {tr.name for tr in reporter.test_scenario.test_runs if isinstance(tr.test, tdef_type)}
+    if not names:
+        return []
+    try:
+        report = preflight(reporter.system, reporter.test_scenario, render=False)
+    except Exception as exc:  # the report itself must still be written
+        logging.warning("skipped points not listed: the scenario's points could not be checked again (%s)", exc)
+        return []
+    return [p for p in report.points if p.test in names and p.checked and not p.ok]
+
+
+def skipped_section(points: Sequence[Any]) -> str:
+    """A report's "Skipped points" section: each point a rule skipped, with the rule and why."""
+    if not points:
+        return "<h2>Skipped points</h2><p>None: every sweep point passed the rules and was run.</p>"
+    rows = [(p.test, p.point or "—", p.varies, p.rules, p.error or "; ".join(f"{v.message}. Fix: {v.fix}"
+             for v in p.violations), "yes" if p.expected else "no") for p in points]
+    columns = ["test", "point", "values", "rule", "reason", "declared"]
+    headers = {"point": "point (DSE step)", "values": "values that vary", "declared": "declared in "
+               "expected_rejections"}
+    return (f"<h2>Skipped points</h2><p>{len(points)} sweep point(s) skipped before anything was queued: Megatron "
+            "(or the payload) would reject them. No job ran for them; they have no row above.</p>"
+            + html_table(columns, rows, ["" if p.expected else "bad" for p in points], headers))

@@ -10,7 +10,15 @@ from cloudai.core import Reporter
 
 from ..launch.payload import write_atomic
 from ..metrics import parse_refit_run
-from .common import TolerantLoading, html_page, html_table, runs_of, scenario_facts
+from .common import (
+    TolerantLoading,
+    html_page,
+    html_table,
+    runs_of,
+    scenario_facts,
+    skipped_points,
+    skipped_section,
+)
 from .plots import bar_plot, inline_png
 
 HEADERS = {
@@ -103,6 +111,7 @@ class MBridgeRefitTable(TolerantLoading, Reporter):
             "verification or did not finish: they carry no time.</p>",
             html_table(columns, ([r[c] for c in columns] for r in rows), classes, HEADERS),
         ]
+        sections.append(skipped_section(skipped_points(self, MBridgeRefitTestDefinition)))
         sections.insert(0, scenario_facts([{"model": r["model"], "precision": r["precision"]} for r in rows],
                                           ["model", "precision"]))
         good = [r for r in rows if r["time_ms_median"] is not None]

@@ -7,6 +7,7 @@ sweep point was skipped without running anything.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -22,8 +23,24 @@ class Violation:
     fix: str
 
     def __str__(self) -> str:
-        values = ", ".join(f"{k}={v!r}" for k, v in self.fields.items())
+        values = ", ".join(f"{k}={show_value(v)}" for k, v in self.fields.items())
         return f"[{self.rule}] {self.message} ({values}). Fix: {self.fix}"
+
+
+def show_value(value: object) -> str:
+    """A value as the TOML files write it (no Python reprs): "text", true / false, unset for None, and a table as
+    {tp=2, ep=2} without its unset keys."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={show_value(v)}" for k, v in value.items() if v is not None) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(show_value(v) for v in value) + "]"
+    return str(value)
 
 
 class PointRejectedError(ValueError):

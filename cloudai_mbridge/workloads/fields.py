@@ -48,3 +48,21 @@ def check_hf_model_id(value: str | None) -> str | None:
         raise ValueError(f"hf_model_id {value!r} is neither a Hugging Face repo id nor an absolute path. Fix: write "
                          "e.g. \"moonshotai/Kimi-K2-Base\" or the absolute path of a pre-staged copy")
     return value
+
+
+def check_expected_rejections(value: object, known: tuple[str, ...], template: str) -> object:
+    """``expected_rejections``: one string of comma-separated rule ids, each a rule of the workload."""
+    if isinstance(value, list):
+        raise ValueError("expected_rejections is one string of comma-separated rule ids (a TOML list would make it a "
+                         f"sweep). Fix: write expected_rejections = \"{', '.join(map(str, value))}\"")
+    if not isinstance(value, str):
+        return value  # the str type reports it
+    unknown = [r for r in rule_ids(value) if r not in known]
+    if unknown:
+        raise ValueError(f"expected_rejections names no rule of {template}: {', '.join(unknown)}. Fix: use the id in "
+                         f"brackets of the rejection message; {template}'s rules are {', '.join(known)}")
+    return value
+
+
+def rule_ids(value: str) -> frozenset[str]:
+    return frozenset(r.strip() for r in value.split(",") if r.strip())

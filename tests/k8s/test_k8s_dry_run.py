@@ -48,6 +48,9 @@ def test_kimi_k2_ab_on_eks_without_cluster_or_kubeconfig(tmp_path: Path) -> None
     assert res.returncode == 0, res.output
     dirs = manifest_dirs(res.output_dir)
     assert len(dirs) == 8, res.output
+    # the closing list names the manifests a user applies, not only the payload's config
+    listed = [ln for ln in res.output.splitlines() if ln.startswith("[INFO]   kimi_k2_dispatcher_ab/0/")]
+    assert len(listed) == 8 and all("k8s/00-configmap-" in ln and "k8s/02-job-" in ln for ln in listed), listed
     cells = set()
     for k8s_dir in dirs:
         objects = _assert_valid_point(k8s_dir)
@@ -221,7 +224,7 @@ def test_every_setting_is_documented() -> None:
 @pytest.mark.parametrize(
     ("case", "env", "expected"),
     [
-        (SMALL_CASE, {}, "needs a container image (cmd_args.container_image=None)"),
+        (SMALL_CASE, {}, "needs a container image (cmd_args.container_image=unset)"),
         (SMALL_CASE + 'container_image = " img:1"\n', {}, "container_image ' img:1' is not an image reference"),
         (SMALL_CASE + 'container_image = "img:1"\n', {f"{PREFIX}EFA_DEVICES": None}, f"{PREFIX}EFA_DEVICES"),
         (

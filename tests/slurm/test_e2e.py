@@ -40,31 +40,47 @@ def refit_case(tmp: Path, cmd_args: dict, name: str = "case", extra_env: dict | 
 def test_refit_cpu_smoke_sweep_runs_tracks_and_reports(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     rc, output, root = cloudai_run(CONF / "test_scenario" / "refit_cpu_smoke.toml", tmp_path, tmp_path / "results")
     assert rc == 0, output
-    assert "[refit-layout] dst: expert grid etp*ep=4*4=16 must divide tp*dp=4*1=4" in output
+    assert "run: 4 point(s): 4 job(s) ran (4 passed, 0 failed), 0 skipped by a rule" in output
+    assert "rejected" not in output and "[ERROR]" not in output, "the quick start has no rejected point"
+    assert f"run: reports in {root}: mbridge_refit.csv, mbridge_refit.html" in output
     steps = sorted((root / "refit_cpu_smoke" / "0").glob("[0-9]*"))
-    assert len(steps) == 3, "four sweep points, one rejected by the rules"
+    assert len(steps) == 4, "four sweep points, all valid on 4 ranks"
     for step in steps:
         job = toml.load(step / "slurm-job.toml")
         assert job["state"] == "COMPLETED" and int(job["job_id"]) > 0, job
         assert len(list((step / "logs").glob("rank-*.log"))) == 4
     with (root / "refit_cpu_smoke" / "0" / "trajectory.csv").open() as f:
         trajectory = list(csv.DictReader(f))
-    assert len(trajectory) == 3 and all(float(r["reward"]) > 0 for r in trajectory), trajectory
+    assert len(trajectory) == 4 and all(float(r["reward"]) > 0 for r in trajectory), trajectory
 
     with (root / "mbridge_refit.csv").open() as f:
         table = list(csv.DictReader(f))
-    assert {r["mapping"] for r in table} == {"TP2xEP2 → EP4", "TP2xEP2 → TP1", "TP2xEP2 → TP4"}
+    assert {r["mapping"] for r in table} == {"TP2xEP2 → EP4", "TP2xEP2 → TP1", "TP2xEP2 → TP4xETP1",
+                                             "TP2xEP2 → TP4xEP4xETP1"}
     for row in table:
         assert row["verification"] == "pass" and row["status"] == "ok", row
         assert 0 < float(row["time_ms_min"]) <= float(row["time_ms_median"]) <= float(row["time_ms_max"])
         assert int(row["ranks"]) == 4 and int(row["n"]) == 3
 
-    # generate-report on the same folder again gives the same table (reports are re-derivable from the logs).
+    # generate-report on the same folder alone gives the same table (reports are re-derivable from the logs, and the
+    # run kept its system, scenario and test files there).
     before = (root / "mbridge_refit.csv").read_text()
-    proc = run_cli("generate-report", "--system-config", str(SYSTEM), "--test-scenario",
-                   str(CONF / "test_scenario" / "refit_cpu_smoke.toml"), "--result-dir", str(root), cwd=tmp_path)
-    assert proc.returncode == 0
+    (root / "mbridge_refit.csv").unlink()
+    proc = run_cli("generate-report", "--result-dir", str(root), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (root / "mbridge_refit.csv").read_text() == before
+
+
+def test_run_exits_1_after_running_the_rest_when_a_rejection_is_not_declared(slurm_cluster: SlurmCluster,
+                                                                             tmp_path: Path) -> None:
+    scenario = refit_case(tmp_path, {"dst": {"tp": 1, "etp": 1, "ep": [4, 8]}, "iterations": 1})
+    rc, output, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
+    assert rc == 1, output
+    assert "run: 2 point(s): 1 job(s) ran (1 passed, 0 failed), 1 skipped by a rule:" in output
+    assert "skipped, NOT declared in expected_rejections: case point 2 (dst.ep=8): [refit-layout]" in output
+    job = toml.load(root / "case" / "0" / "1" / "slurm-job.toml")
+    assert job["state"] == "COMPLETED", "the valid point ran"
+    assert "Skipped points" in (root / "mbridge_refit.html").read_text()
 
 
 def test_a_failing_job_is_reported_failed_with_its_reason(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:

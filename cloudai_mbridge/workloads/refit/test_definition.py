@@ -13,7 +13,7 @@ from ...plan.refit import RefitPlan, refit_model
 from ...rules import Violation
 from ...rules.refit import REFIT_RULES
 from ..base import MBridgeTestDefinition
-from ..fields import Bool, NonNegInt, Parallel, PosInt, Seed, check_image
+from ..fields import Bool, NonNegInt, Parallel, PosInt, Seed, check_expected_rejections, check_image
 
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
@@ -54,11 +54,18 @@ class MBridgeRefitCmdArgs(CmdArgs):
     container_image: str | None = None
     # None: python3 in a container, else the interpreter that runs CloudAI (sys.executable)
     python: str | None = None
+    # Rule ids (comma-separated) whose rejections of sweep points are intended: `run` exits 0 despite them.
+    expected_rejections: str = ""
 
     @field_validator("container_image")
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         return check_image(v)
+
+    @field_validator("expected_rejections", mode="before")
+    @classmethod
+    def _expected(cls, v: object) -> object:
+        return check_expected_rejections(v, tuple(REFIT_RULES.rules), "MBridgeRefit")
 
 
 class MBridgeRefitTestDefinition(MBridgeTestDefinition):

@@ -30,7 +30,17 @@ from ...systems.common import (
     system_network,
 )
 from ..base import MBridgeTestDefinition
-from ..fields import Bool, LayerCount, Parallel, PosInt, Seed, check_hf_model_id, check_image, has_control
+from ..fields import (
+    Bool,
+    LayerCount,
+    Parallel,
+    PosInt,
+    Seed,
+    check_expected_rejections,
+    check_hf_model_id,
+    check_image,
+    has_control,
+)
 
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 GPUName = Literal[tuple(GPUS)]  # type: ignore[valid-type]
@@ -41,6 +51,8 @@ Precision = Literal["bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "m
 CudaGraphImpl = Literal["none", "local", "transformer_engine"]
 BridgeVersion = Literal["0.3", "0.4", "0.5", "0.6"]
 
+# What a point of this workload can be rejected by (besides no-secrets-in-toml, which is never intended).
+TRAINING_RULE_IDS = (*TRAINING_RULES.rules, "system-gpu", "mcore-engine")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts", "layernorm")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
@@ -151,6 +163,13 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     # A point whose memory estimate does not fit: "reject" (refused before the queue), "warn" (runs with a warning),
     # "off" (no memory check). The choice and the estimate's verdict are recorded in mbridge_config.json.
     memory_check: Literal[MEMORY_CHECKS] = "reject"  # type: ignore[valid-type]
+    # Rule ids (comma-separated) whose rejections of sweep points are intended: `run` exits 0 despite them.
+    expected_rejections: str = ""
+
+    @field_validator("expected_rejections", mode="before")
+    @classmethod
+    def _expected(cls, v: object) -> object:
+        return check_expected_rejections(v, TRAINING_RULE_IDS, "MBridgeTraining")
 
     @field_validator("recompute_modules")
     @classmethod
