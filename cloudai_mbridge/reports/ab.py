@@ -29,7 +29,7 @@ from ..launch.payload import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
 from .common import TolerantLoading, html_page, html_table, run_title, runs_of, scenario_facts
 from .page import headline, verdict_badge
-from .plots import Panel, RangeRow, inline_png, range_figure, save, series_plot, time_panel
+from .plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
 from .provenance import RunSource, collect
 
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
@@ -293,6 +293,9 @@ class MBridgeABReport(TolerantLoading, Reporter):
         pairs = [c for c in ordered if len(c.arms) >= 2]
         sections = [self._facts, self._headline(rows)]
         if paired and pairs:
+            png = root / "mbridge_ab_change.png"
+            save(self._change_figure(paired), png)
+            sections.append(f"<img src='{inline_png(png)}' alt='change by {html.escape(cfg.field)}'>")
             png = root / "mbridge_ab_times.png"
             save(self._times_figure(pairs, rows), png)
             sections.append(f"<img src='{inline_png(png)}' alt='time per iteration by {html.escape(cfg.field)}'>")
@@ -392,6 +395,23 @@ class MBridgeABReport(TolerantLoading, Reporter):
             items.append(verdict_badge(f"all {len(self._runs)} runs finished", "ok"))
         return headline(f"Verdict by {self.config.field}", items)
 
+    def _change_figure(self, paired: list[dict[str, Any]]) -> Any:
+        """The change of each compared arm against its baseline with the 95 % interval: what won, by how much."""
+        out = []
+        for r in paired:
+            verdict = str(r["verdict"])
+            label = f"{r['cell']}\n{r['arm']} vs {r['baseline']}"
+            interval = _interval(r.get("delta_ci95_pct"))
+            if verdict.startswith(("invalid", "different", "work not")) or r.get("delta_pct") is None:
+                out.append(ChangeRow(label, None, note="not compared: " + verdict.removeprefix("invalid: ")))
+                continue
+            level = "warn" if verdict == "within noise" else "none" if verdict == "tie" else "ok"
+            out.append(ChangeRow(label, r["delta_pct"], interval, level))
+        return change_figure(
+            f"Change in time per iteration against the baseline, by {self.config.field}\n(dot: change of the "
+            "steady-state means; whisker: its 95 % interval; left of 0 = the arm is faster)",
+            "change in time per iteration (%)", out)
+
     def _times_figure(self, pairs: list[Cell], rows: list[dict[str, Any]]) -> Any:
         """One row per arm of each pair: mean, its 95 % interval, every steady-state iteration as a dot; the winner
         green; an arm whose gates fail shows why instead of a bar (its time measures something else)."""
@@ -415,7 +435,7 @@ class MBridgeABReport(TolerantLoading, Reporter):
                                         points, best=f"{value} faster" in verdicts, group=c.label))
         return range_figure(
             f"Steady-state time per iteration by {cfg.field}\n(bar: mean after {cfg.warmup} warm-up iterations; "
-            "whisker: its 95 % interval; dots: each iteration)",
+            "whisker: its 95 % interval; ticks: each iteration)",
             "time per iteration (s)",
             plotted,
             best_label="winner (interval of the change excludes 0)",
@@ -467,6 +487,17 @@ def delta_interval(base: Stats, arm: Stats) -> tuple[float, float] | None:
 
 def _sec(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
+
+
+def _interval(text: Any) -> tuple[float, float] | None:
+    """``-4.8..+2.5`` (the table's form) back to numbers; None when absent."""
+    if not isinstance(text, str) or ".." not in text:
+        return None
+    lo, hi = text.split("..", 1)
+    try:
+        return float(lo), float(hi)
+    except ValueError:
+        return None
 
 
 def _range(lo: float | None, hi: float | None) -> str | None:

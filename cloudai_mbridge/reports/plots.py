@@ -113,10 +113,10 @@ def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: 
         if row.spread is not None:
             lo, hi = row.spread
             ax.errorbar(row.value, y, xerr=[[max(0.0, row.value - lo)], [max(0.0, hi - row.value)]], fmt="none",
-                        ecolor="black", capsize=4, label=spread_label)
+                        ecolor="black", elinewidth=2, capsize=6, zorder=4, label=spread_label)
         if row.points:
-            ax.plot(list(row.points), [y] * len(row.points), "o", color="black", markersize=3, alpha=0.6,
-                    label=points_label)
+            ax.plot(list(row.points), [y - 0.18] * len(row.points), "|", color="0.2", markersize=7, alpha=0.5,
+                    zorder=3, label=points_label)
     for i in range(1, len(rows)):
         if rows[i].group != rows[i - 1].group:
             ax.axhline(ys[i] + 0.5, color="0.5", linewidth=0.8, linestyle="--")
@@ -130,6 +130,63 @@ def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: 
     unique = dict(zip(labels, handles, strict=True))
     if unique:
         ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+LEVEL_COLOURS = {"ok": "#3c8d00", "warn": "#c98a00", "bad": "#b00000", "none": "#555555"}
+
+
+@dataclass
+class ChangeRow:
+    """One row of :func:`change_figure`: a change (%) with its interval, coloured by what it means (``level``: ok
+    for a winner, warn for within noise, bad for not comparable); ``note`` replaces a missing change."""
+
+    label: str
+    change: float | None
+    interval: tuple[float, float] | None = None
+    level: str = "none"
+    note: str | None = None
+
+
+def change_figure(title: str, xlabel: str, rows: Sequence[ChangeRow]) -> Any:
+    """A forest plot: one row per comparison, a dot at the change, a whisker for its interval, a line at 0 (no
+    change). Rows whose interval crosses 0 are within noise at a glance."""
+    plt = _pyplot()
+    n = max(1, len(rows))
+    fig, ax = plt.subplots(figsize=(10.5, 1.5 + 0.55 * n))
+    ys = list(range(n))[::-1]
+    spans = [abs(v) for r in rows for v in ([r.change] if r.change is not None else []) + list(r.interval or ())]
+    reach = max([*spans, 1.0]) * 1.25
+    for y, row in zip(ys, rows, strict=False):
+        colour = LEVEL_COLOURS.get(row.level, "#555555")
+        if row.change is None:
+            note = textwrap.shorten(row.note or "no change", 150, placeholder=" ...")
+            ax.text(-reach * 0.97, y, textwrap.fill(note, 80), va="center", ha="left", fontsize="small",
+                    color=LEVEL_COLOURS["bad"])
+            continue
+        if row.interval is not None:
+            lo, hi = row.interval
+            ax.errorbar(row.change, y, xerr=[[max(0.0, row.change - lo)], [max(0.0, hi - row.change)]], fmt="o",
+                        color=colour, ecolor=colour, elinewidth=2.5, capsize=6, markersize=8)
+        else:
+            ax.plot(row.change, y, "o", color=colour, markersize=8)
+        ax.annotate(f"{row.change:+.1f} %", (row.change, y), textcoords="offset points", xytext=(0, 9),
+                    ha="center", fontsize="small", color=colour)
+    ax.axvline(0.0, color="black", linewidth=1)
+    meaning = {"ok": "winner: interval excludes 0", "warn": "no winner: interval includes 0", "none": "tie"}
+    shown = [level for level in meaning if any(r.level == level and r.change is not None for r in rows)]
+    if shown:
+        from matplotlib.lines import Line2D
+
+        ax.legend([Line2D([], [], color=LEVEL_COLOURS[lv], marker="o", linewidth=2.5) for lv in shown],
+                  [meaning[lv] for lv in shown], fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_yticks(ys, [r.label for r in rows], fontsize="small")
+    ax.set_ylim(-0.8, n - 0.2)
+    ax.set_xlim(-reach, reach)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
 

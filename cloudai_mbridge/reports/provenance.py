@@ -196,12 +196,14 @@ class Provenance:
                                                       "payload's MBRIDGE_VERSIONS line)")
             rows.append(("software of the runs (their logs)", listed))
         if self.elsewhere:
-            source = f" (recorded by {e(self.elsewhere_source)})" if self.elsewhere_source else ""
-            rows += [(f"{_label(k)}{source}", e(v)) for k, v in self.elsewhere.items()]
+            source = e(self.elsewhere_source or "another record")
+            rows.append(("", f"<i>not in the logs; recorded by {source}:</i>"))
+            rows += [(_label(k), e(v)) for k, v in self.elsewhere.items()]
         rows.append(("page written", f"{e(self.written_utc)} on host {e(self.host)} by cloudai-mbridge "
                      f"{e(self.plugin or 'unknown')}, CloudAI {e(self.cloudai or 'not installed')}"))
         rows.append(("command line", f"<code>{e(self.command)}</code>"))
-        body = "".join(f"<tr><th>{e(k) if '<' not in k else k}</th><td>{v}</td></tr>" for k, v in rows)
+        body = "".join(f"<tr><th>{e(k)}</th><td>{v}</td></tr>" if k else f"<tr><td colspan='2'>{v}</td></tr>"
+                       for k, v in rows)
         note = f"<p class='note'>{e(self.note)}</p>" if self.note else ""
         return (f"<section class='prov' id='provenance'><h2>Provenance</h2>{note}<table class='kv'>{body}</table>"
                 f"{self.logs_html()}</section>")
@@ -260,7 +262,7 @@ def _short(stamp: str) -> str:
 
 
 def _label(key: str) -> str:
-    names = dict(SOFTWARE)
+    names = {**dict(SOFTWARE), "date_utc": "date (UTC)", "command": "command line of the runs"}
     return names.get(key, key.replace("_", " "))
 
 

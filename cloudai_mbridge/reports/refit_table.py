@@ -180,7 +180,8 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
     if any(r["time_ms_median"] is not None for r in ordered):
         png = root / "mbridge_refit.png"
         save(range_figure(
-            "Refit time per mapping, grouped by source layout\n(bar: median; whisker: p10-p90; dots: each timed refit)",
+            "Refit time per mapping, grouped by source layout\n"
+            "(bar: median; whisker: p10-p90; ticks: each timed refit)",
             "refit time (ms)",
             [RangeRow(f"{r['mapping']}\n{r['mode']}, {r['transport']}", r["time_ms_median"],
                       None if r["time_ms_p10"] is None else (r["time_ms_p10"], r["time_ms_p90"]),
