@@ -501,7 +501,7 @@ def _headline_html(report: PreflightReport) -> str:
     tight = [p for p in report.accepted if p.memory is not None and p.memory.verdict != "fits"]
     if tight:
         items.append(verdict_badge(f"{len(tight)} within the memory estimate's error band or above it", "warn")
-                     + " they run, with a warning (tight), or only because memory_check lets them")
+                     + ": they run with a warning (tight), or only because memory_check lets them (does not fit)")
     best, _bound, measured = report.sweep_hours()
     if acc and any(p.gpu_hours is not None for p in report.accepted):
         basis = (f"{measured} from measured iteration times, the rest at their time limit" if measured

@@ -125,6 +125,8 @@ def test_command_line_names_a_module_entry_point_as_typed() -> None:
     assert command_line([str(demo), "--output-dir", "x"]) == "python3 -m cloudai_mbridge.reports.demo --output-dir x"
     main = Path(prov.__file__).parents[1] / "__main__.py"
     assert command_line([str(main), "generate-report"]) == "python3 -m cloudai_mbridge generate-report"
+    assert command_line(["benchmarks/report_screenshots.py"]) == "python3 benchmarks/report_screenshots.py"
+    assert command_line(["/venv/bin/cloudai-mbridge", "run"]) == "cloudai-mbridge run"
 
 
 def test_recorded_versions_come_from_the_runs_logs_and_damage_is_not_shown(tmp_path: Path) -> None:

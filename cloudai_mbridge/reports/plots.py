@@ -108,20 +108,20 @@ def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: 
             ax.text(right * 0.01, y, textwrap.fill(note, 75), va="center", ha="left", fontsize="small",
                     color="#a00000")
             continue
-        ax.barh(y, row.value, height=0.6, color="#76b900" if row.best else "#8da9c4",
+        ax.barh(y, row.value, height=0.5, color="#76b900" if row.best else "#8da9c4",
                 label=best_label if row.best else other_label)
         if row.spread is not None:
             lo, hi = row.spread
             ax.errorbar(row.value, y, xerr=[[max(0.0, row.value - lo)], [max(0.0, hi - row.value)]], fmt="none",
                         ecolor="black", elinewidth=2, capsize=6, zorder=4, label=spread_label)
         if row.points:
-            ax.plot(list(row.points), [y - 0.18] * len(row.points), "|", color="0.2", markersize=7, alpha=0.5,
+            ax.plot(list(row.points), [y - 0.37] * len(row.points), "|", color="0.15", markersize=7, alpha=0.6,
                     zorder=3, label=points_label)
     for i in range(1, len(rows)):
         if rows[i].group != rows[i - 1].group:
             ax.axhline(ys[i] + 0.5, color="0.5", linewidth=0.8, linestyle="--")
     ax.set_yticks(ys, [r.label for r in rows], fontsize="small")
-    ax.set_ylim(-0.7, n - 0.3)
+    ax.set_ylim(-0.6, n - 0.4)
     ax.set_xlim(0, right * 1.08)
     ax.set_xlabel(xlabel)
     ax.set_title(title)

@@ -82,12 +82,12 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     if not args:
         return ""
     first = Path(args[0])
-    package_root = Path(__file__).resolve().parents[2]
-    if first.name == "__main__.py":
-        words = ["python3", "-m", first.parent.name]
-    elif first.suffix == ".py" and first.resolve().is_relative_to(package_root):
-        module = first.resolve().relative_to(package_root).with_suffix("")
-        words = ["python3", "-m", ".".join(module.parts)]
+    package = Path(__file__).resolve().parents[1]  # cloudai_mbridge/
+    if first.suffix == ".py" and first.resolve().is_relative_to(package):
+        module = first.resolve().relative_to(package.parent).with_suffix("").parts
+        words = ["python3", "-m", ".".join(module[:-1] if module[-1] == "__main__" else module)]
+    elif first.suffix == ".py":
+        words = ["python3", args[0]]
     else:
         words = [first.name]
     return redact(shlex.join([*words, *args[1:]]))
