@@ -444,52 +444,13 @@ def catalog_gpu_name() -> str | None:
 
 
 def ab_report(run_dirs: list[Path], out: Path, warmup: int, name: str = "gpu_dispatcher_ab") -> list[dict[str, Any]]:
-    """reports/ab.py's ``mbridge_ab`` scenario report on run folders made outside a CloudAI scenario.
+    """reports/ab.py's ``mbridge_ab`` scenario report on run folders made outside a CloudAI scenario
+    (cloudai_mbridge/reports/folders.py: a real TestScenario of one real TestRun per folder; everything else, cells,
+    baseline alltoall, steady-state means after ``warmup`` iterations, gates, loss equivalence, verdict, CSV/HTML/PNG
+    into ``out``, is ab.py's own code)."""
+    from cloudai_mbridge.reports.folders import ab_report as folder_ab_report
 
-    MBridgeABReport is a CloudAI Reporter: it finds runs via ``load_test_runs`` (a scenario's results tree) and
-    keeps those whose test is an MBridgeTrainingTestDefinition. Here a real TestScenario holds one real TestRun per
-    run folder (its test definition carries the folder's settings, its output_path is the folder), and the
-    subclass only replaces the tree walk with that list and keeps the rows ``_write`` is given. Everything else
-    (cells = configs equal but for the dispatcher, baseline alltoall, steady-state means after ``warmup``
-    iterations, gates, loss equivalence, verdict, CSV/HTML/PNG into ``out``) is ab.py's own code.
-    """
-    from cloudai.core import TestRun, TestScenario
-    from cloudai.systems.standalone import StandaloneSystem
-
-    from cloudai_mbridge.reports.ab import ABReportConfig, MBridgeABReport
-    from cloudai_mbridge.workloads.training.test_definition import (
-        MBridgeTrainingCmdArgs,
-        MBridgeTrainingTestDefinition,
-    )
-
-    class FolderABReport(MBridgeABReport):
-        rows: list[dict[str, Any]]
-
-        def load_test_runs(self) -> None:
-            self.trs = list(self.test_scenario.test_runs)
-
-        def _write(self, rows: list[dict[str, Any]], cells: Any) -> None:
-            self.rows = rows
-            super()._write(rows, cells)
-
-    test_runs = []
-    for folder in run_dirs:
-        c = json.loads((folder / "mbridge_config.json").read_text())
-        args = {k: c[k] for k in ("ep", "mbs", "gbs", "seq_length", "train_iters", "dispatcher", "moe_a2a_overlap",
-                                  "force_balanced_routing", "engine", "seed") if k in c}
-        if c.get("deepep_impl"):
-            args["deepep_impl"] = c["deepep_impl"]
-        tdef = MBridgeTrainingTestDefinition(
-            name=folder.name, description=f"run folder {folder}", test_template_name="MBridgeTraining",
-            cmd_args=MBridgeTrainingCmdArgs(model=c["model"]["name"], gpu=c["gpu"], **args))
-        test_runs.append(TestRun(name=folder.name, test=tdef, num_nodes=c.get("num_nodes", 1), nodes=[],
-                                 output_path=folder))
-    out.mkdir(parents=True, exist_ok=True)
-    system = StandaloneSystem(name="local", install_path=out, output_path=out)
-    report = FolderABReport(system, TestScenario(name=name, test_runs=test_runs), out, ABReportConfig(warmup=warmup))
-    report.rows = []
-    report.generate()
-    return report.rows
+    return folder_ab_report(run_dirs, out, warmup, name)
 
 
 # --------------------------------------------------------------------------------------------------------------

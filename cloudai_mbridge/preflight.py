@@ -410,7 +410,8 @@ def rows(report: PreflightReport) -> list[dict[str, str]]:
             "reason_and_fix": p.reasons, "gpus": "" if p.gpus is None else str(p.gpus),
             "memory_gib_per_gpu": p.memory_gib, "memory_verdict": p.memory_verdict, "memory_band_pct": p.memory_band,
             "bridge_estimate_gib": p.bridge_gib, "largest_term_gib": p.largest_term,
-            "gpu_hours": "" if p.gpu_hours is None else f"{p.gpu_hours:.1f}", "gpu_hours_basis": p.hours_basis,
+            "gpu_hours": "" if p.gpu_hours is None or not p.ok else f"{p.gpu_hours:.1f}",
+            "gpu_hours_basis": p.hours_basis if p.ok else "",
         })
     return out
 
@@ -472,20 +473,224 @@ def write_csv(report: PreflightReport, path: Path) -> Path:
     return path
 
 
-def write_html(report: PreflightReport, path: Path) -> Path:
-    e = html.escape
-    body = [f"<h1>preflight: {e(report.scenario)} on {e(report.system)}</h1>"]
-    body += [f"<p>{e(line)}</p>" for line in summary_lines(report)]
-    body.append("<table><tr>" + "".join(f"<th>{e(c)}</th>" for c in COLUMNS) + "</tr>")
-    for r in rows(report):
-        cls = "ok" if r["verdict"] == "ok" else "rejected"
-        body.append(f'<tr class="{cls}">' + "".join(f"<td>{e(r[c])}</td>" for c in COLUMNS) + "</tr>")
-    body.append("</table>")
-    style = ("table{border-collapse:collapse;font:13px sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}"
-             "tr.rejected{background:#fde8e8}tr.ok{background:#e8f6e8}")
-    path.write_text(f"<!doctype html><html><head><meta charset=\"utf-8\"><title>preflight {e(report.scenario)}"
-                    f"</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+def write_html(report: PreflightReport, path: Path, argv: list[str] | None = None) -> Path:
+    """The page a person reads: a verdict box, then one table with the tests as group rows; per point its verdict in
+    colour, a headroom bar (the memory estimate against the GPU's capacity, with the estimate's error band and
+    Megatron-Bridge's own estimate as a marker), GPU-hours only for points that would run, and rule and fix in place
+    of the memory for a rejected point. Headers are words with units (the CSV keeps machine names)."""
+    from .reports.page import html_page
+    from .reports.provenance import collect
+
+    prov = collect(path.parent, [], system=report.system, scenario=report.scenario, argv=argv)
+    sections = [_headline_html(report), _table_html(report)]
+    page = html_page(f"Preflight: {report.scenario} on {report.system}", sections, prov, kind="preflight")
+    path.write_text(page)
     return path
+
+
+# Verdict of a point as the page shows it: (words, colour level).
+def point_verdict(p: PointResult) -> tuple[str, str]:
+    if not p.checked:
+        return "not checked (not a plugin test)", "none"
+    if not p.ok:
+        return ("invalid point" if p.error and not p.violations else "rejected"), "bad"
+    if p.memory is None:
+        return "would run", "ok"
+    verdict = p.memory.verdict
+    if verdict == "fits":
+        return "would run", "ok"
+    if verdict == "tight":
+        return "would run: memory tight", "warn"
+    return "would run under memory_check: does not fit", "warn"
+
+
+def _headline_html(report: PreflightReport) -> str:
+    from collections import Counter
+
+    from .reports.page import headline, verdict_badge
+
+    e = html.escape
+    n, acc = len(report.points), len(report.accepted)
+    items = []
+    counts = f"{acc} of {n} point{'s' if n != 1 else ''} would run"
+    items.append(verdict_badge(counts, "ok" if acc == n else "warn" if acc else "bad")
+                 + ("" if acc == n else " " + verdict_badge(f"{n - acc} rejected", "bad")))
+    tight = [p for p in report.accepted if p.memory is not None and p.memory.verdict != "fits"]
+    if tight:
+        items.append(verdict_badge(f"{len(tight)} within the memory estimate's error band or above it", "warn")
+                     + ": they run with a warning (tight), or only because memory_check lets them (does not fit)")
+    best, _bound, measured = report.sweep_hours()
+    if acc and any(p.gpu_hours is not None for p in report.accepted):
+        basis = (f"{measured} from measured iteration times, the rest at their time limit" if measured
+                 else "upper bound: GPUs x time limit; pass --result-dir for measured step times")
+        items.append(f"<b>{best:,.1f} GPU-hours</b> for the points that would run ({e(basis)})")
+    elif acc:
+        items.append("GPU-hours unknown: the scenario sets no time_limit")
+    rules = Counter(v.rule for p in report.points for v in p.violations)
+    rules.update("invalid-point" for p in report.points if p.error and not p.violations)
+    if rules:
+        items.append("rejected by rule: " + ", ".join(f"<b>{e(r)}</b> ({c} point{'s' if c != 1 else ''})"
+                                                      for r, c in rules.most_common()))
+    bad = sorted({p.test for p in report.points if not p.ok and not p.swept})
+    if bad:
+        items.append(verdict_badge("dry-run and run stop", "bad") + " rejected test(s) without a sweep: "
+                     + e(", ".join(bad)))
+    if not acc:
+        items.append(verdict_badge("every point is rejected: nothing of this scenario would run", "bad"))
+    return headline("Would it run?", items)
+
+
+def _legend_html() -> str:
+    return ("<p class='note'>Memory per GPU: the bar is the plugin's estimate for the most-loaded GPU (plan/memory.py)"
+            " coloured by its verdict (<span class='sw fits'></span> fits, <span class='sw tight'></span> tight: "
+            "within the error band of the capacity, <span class='sw nofit'></span> does not fit), "
+            "<span class='sw band'></span> its error band, <span class='sw cap'></span> the GPU's usable memory, "
+            "<span class='sw br'></span> Megatron-Bridge's own estimate (estimate_training_memory). GiB = 2<sup>30"
+            "</sup> bytes. GPU-hours only for the points that would run.</p>")
+
+
+PAGE_STYLE = (
+    "table.pf .bar{width:300px;padding:4px 8px}table.pf .kv{white-space:nowrap}"
+    ".hb{position:relative;height:14px;width:300px;background:#f1f1f1;"
+    "border:1px solid #ccc;margin-top:2px}.hb div{position:absolute;top:0;height:100%}"
+    ".hb .est.fits,.sw.fits{background:#76b900}.hb .est.tight,.sw.tight{background:#e0a000}"
+    ".hb .est.nofit,.sw.nofit{background:#d33}"
+    ".hb .band,.sw.band{background:repeating-linear-gradient(135deg,rgba(0,0,0,.45) 0 2px,transparent 2px 5px);"
+    "top:2px;height:10px;border-left:1px solid #222;border-right:1px solid #222}"
+    ".hb .cap,.sw.cap{background:#000;width:2px;top:-4px;height:22px}"
+    ".hb .br{width:8px;height:8px;margin-left:-5px;top:2px;background:#1f5fbf;border:1px solid #fff;"
+    "transform:rotate(45deg)}.sw.br{background:#1f5fbf;transform:rotate(45deg);width:8px;height:8px}"
+    ".sw{display:inline-block;width:14px;height:10px;vertical-align:middle;border:1px solid #999}"
+    ".sw.cap{width:2px;height:14px;border:0}"
+    ".axis{position:relative;height:14px;width:300px;font-size:11px;font-weight:normal;color:#333;margin-top:3px}"
+    ".axis span{position:absolute;transform:translateX(-50%);white-space:nowrap}"
+    "table.pf tr.group th{background:#dfe8d0;text-align:left;font-size:14px;padding:5px 8px}"
+    "table.pf td.why{text-align:left;color:#6d0000;max-width:none}table.pf .sub{color:#555;font-size:11px}"
+)
+
+
+def _table_html(report: PreflightReport) -> str:
+    e = html.escape
+    from .reports.page import verdict_badge
+
+    memory = any(p.memory is not None for p in report.points)  # no column of dashes for a refit-only scenario
+    scale = _memory_scale(report.points)
+    head = "<tr><th>#</th><th class='text'>values that vary</th><th class='text'>verdict</th><th>GPUs</th>"
+    if memory:
+        head += (f"<th class='text bar'>memory per GPU against the GPU's capacity (GiB){_axis_html(scale)}</th>"
+                 "<th>estimate ± band (GiB)</th><th>Megatron-Bridge's estimate (GiB)</th>"
+                 "<th class='text'>largest term (GiB)</th>")
+    head += "<th>GPU-hours</th></tr>"
+    width = 9 if memory else 5
+    body = []
+    for test, points in _by_test(report.points):
+        single = len(points) == 1 and not points[0].swept
+        if not single:  # a test without a sweep is one row that names it; a sweep gets a group row
+            ok = sum(p.ok for p in points)
+            what = f"{len(points)} point{'s' if len(points) != 1 else ''}, {ok} would run"
+            body.append(f"<tr class='group'><th colspan='{width}'>test {e(test)} <span class='sub'>· {e(what)}"
+                        "</span></th></tr>")
+        for p in points:
+            words, level = point_verdict(p)
+            cls = {"bad": "bad", "warn": "warn"}.get(level, "")
+            varies = (f"<b>test {e(test)}</b><br><span class='sub'>no sweep</span>" if single else
+                      " ".join(f"<span class='kv'>{e(f'{k}={_fmt(v)}')}</span>" for k, v in p.values.items()))
+            cells = [f"<td>{p.point if p.swept else '—'}</td>", f"<td class='text'>{varies}</td>",
+                     f"<td class='text'>{verdict_badge(words, level)}</td>",
+                     f"<td>{'' if p.gpus is None else (f'{p.gpus:,}' if p.gpus else '0 (CPU)')}</td>"]
+            if not p.ok:
+                cells.append(f"<td class='why' colspan='{width - 4}'>{_why_html(p)}</td>")
+            else:
+                if memory:
+                    cells += [f"<td class='bar'>{_bar_html(p, scale)}</td>", f"<td>{_estimate_text(p)}</td>",
+                              f"<td>{e(p.bridge_gib) or '—'}</td>",
+                              f"<td class='text short'>{e(p.largest_term) or '—'}</td>"]
+                cells.append(f"<td>{_hours_html(p)}</td>")
+            body.append(f"<tr class='{cls}'>{''.join(cells)}</tr>")
+    legend = _legend_html() if memory else ""
+    return (f"<style>{PAGE_STYLE}</style>{legend}<table class='pf'><thead>{head}</thead><tbody>{''.join(body)}"
+            "</tbody></table>")
+
+
+def _by_test(points: list[PointResult]) -> list[tuple[str, list[PointResult]]]:
+    groups: dict[str, list[PointResult]] = {}
+    for p in points:
+        groups.setdefault(p.test, []).append(p)
+    return list(groups.items())
+
+
+def _memory_scale(points: list[PointResult]) -> float:
+    """GiB at the right end of every bar: one scale for the page, so bars compare across tests."""
+    top = 0.0
+    for p in points:
+        if p.memory is not None:
+            top = max(top, (p.memory.total + p.memory.band) / GIB, p.memory.capacity / GIB)
+        if p.bridge is not None:
+            top = max(top, p.bridge.total / GIB)
+    return top * 1.04 if top else 1.0
+
+
+def _axis_html(scale: float) -> str:
+    """Tick labels under the header: 0 and round steps up to the scale, in GiB."""
+    step = next(s for s in (1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10**4, 10**5)
+                if scale / s <= 5)
+    ticks = [i * step for i in range(int(scale // step) + 1)]
+    spans = "".join(f"<span style='left:{t / scale * 100:.1f}%'>{t:,}</span>" for t in ticks)
+    return f"<div class='axis'>{spans}</div>"
+
+
+def _pct(gib: float, scale: float) -> str:
+    return f"{max(0.0, min(gib / scale * 100, 100.0)):.2f}%"
+
+
+def _bar_html(p: PointResult, scale: float) -> str:
+    m = p.memory
+    if m is None:
+        return "<span class='sub'>no memory estimate for this workload</span>" if p.gpus == 0 or p.gpus is None \
+            else "<span class='sub'>no estimate</span>"
+    total, band, cap = m.total / GIB, m.band / GIB, m.capacity / GIB
+    kind = {"fits": "fits", "tight": "tight"}.get(m.verdict, "nofit")
+    parts = [f"<div class='est {kind}' style='width:{_pct(total, scale)}'></div>",
+             f"<div class='band' style='left:{_pct(total - band, scale)};width:"
+             f"{max(0.0, min(total + band, scale) - max(total - band, 0.0)) / scale * 100:.2f}%'></div>",
+             f"<div class='cap' style='left:{_pct(cap, scale)}'></div>"]
+    tip = f"estimate {total:.1f} ± {band:.1f} GiB of {cap:.0f} GiB"
+    if p.bridge is not None:
+        bridge = p.bridge.total / GIB
+        parts.append(f"<div class='br' style='left:{_pct(bridge, scale)}'></div>")
+        tip += f"; Megatron-Bridge's estimate {bridge:.1f} GiB"
+    return f"<div class='hb' title='{html.escape(tip)}'>{''.join(parts)}</div>"
+
+
+def _estimate_text(p: PointResult) -> str:
+    m = p.memory
+    if m is None:
+        return "—"
+    free = m.headroom / GIB
+    room = f"{free:,.1f} GiB free" if free >= 0 else f"{-free:,.1f} GiB over"
+    return (f"{m.total / GIB:,.1f} ± {m.band / GIB:,.1f} of {m.capacity / GIB:,.0f}"
+            f"<br><span class='sub'>{html.escape(m.verdict)}, {room}</span>")
+
+
+def _hours_html(p: PointResult) -> str:
+    if p.gpu_hours is None:
+        return "—"
+    basis = "measured" if p.measured_hours is not None else "at the time limit"
+    return f"{p.gpu_hours:,.1f}<br><span class='sub'>{basis}</span>"
+
+
+def _why_html(p: PointResult) -> str:
+    e = html.escape
+    if p.error and not p.violations:
+        return f"<b>invalid point</b>: {e(p.error)}"
+    lines = []
+    for v in p.violations:
+        values = ", ".join(f"{k}={val!r}" for k, val in v.fields.items())
+        lines.append(f"<b>{e(v.rule)}</b>: {e(v.message)} <span class='sub'>({e(values)})</span>"
+                     f"<br><b>Fix</b>: {e(v.fix)}")
+    if p.error:
+        lines.append(f"<b>cannot be generated</b>: {e(p.error)}")
+    return "<br>".join(lines)
 
 
 def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]:

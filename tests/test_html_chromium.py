@@ -23,7 +23,11 @@ window.addEventListener('load', () => {
   const imgs = [...document.images];
   const bad = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).length;
   const width = Math.max(0, ...[...document.querySelectorAll('table')].map(t => t.getBoundingClientRect().right));
-  console.log(`MBRIDGE_CHECK images=${imgs.length} broken=${bad} table_right=${Math.ceil(width)}`);
+  const page = document.documentElement.scrollWidth;
+  const brand = document.querySelectorAll('header.brand').length;
+  const prov = document.querySelectorAll('#provenance').length;
+  console.log(`MBRIDGE_CHECK images=${imgs.length} broken=${bad} table_right=${Math.ceil(width)} ` +
+              `page_width=${page} brand=${brand} provenance=${prov}`);
 });
 </script>"""
 
@@ -61,12 +65,28 @@ def render(browser: str, page: Path, tmp: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Every page the plugin writes: the A/B and refit pages of a dry-run with logs (one failed point each), the
+    demo's pages from the recorded GPU runs, and the preflight page of a sweep with rejected points."""
+    import sys
+
+    from helpers import CONF, run_cli, write_case
+    from test_preflight import KIMI, SCENARIO
     from test_report_readability import build_refit_page
     from test_reports import build_ab_results
 
     ab_root, _ = build_ab_results(tmp_path_factory.mktemp("ab"))
     refit = build_refit_page(tmp_path_factory.mktemp("refit"))
-    return [ab_root / "mbridge_ab.html", refit]
+    demo = tmp_path_factory.mktemp("demo")
+    proc = subprocess.run([sys.executable, "-m", "cloudai_mbridge.reports.demo", "--output-dir", str(demo)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    pf = tmp_path_factory.mktemp("preflight")
+    _, scenario = write_case(pf / "conf", KIMI + "ep = [32, 7]\nmbs = [1, 4]\n", SCENARIO)
+    proc = run_cli("preflight", "--system-config", str(CONF / "system" / "slurm_b300_efa.toml"), "--test-scenario",
+                   str(scenario), "--output-dir", str(pf / "out"), cwd=pf)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [ab_root / "mbridge_ab.html", refit, demo / "mbridge_ab.html", demo / "mbridge_refit.html",
+            pf / "out" / "preflight.html"]
 
 
 def test_reports_load_offline_without_console_errors(pages: list[Path], tmp_path: Path) -> None:
@@ -78,8 +98,12 @@ def test_reports_load_offline_without_console_errors(pages: list[Path], tmp_path
         assert others == [], f"{page.name}: console says {others}"
         (check,) = checks
         found = dict(re.findall(r"(\w+)=(\d+)", check))
-        assert int(found["images"]) >= 1 and found["broken"] == "0", f"{page.name}: {check}"
+        if page.name != "preflight.html":  # preflight draws its bars in CSS, not as images
+            assert int(found["images"]) >= 1, f"{page.name}: {check}"
+        assert found["broken"] == "0", f"{page.name}: {check}"
         assert int(found["table_right"]) <= 1400, f"{page.name}: a table ends at {found['table_right']} px"
+        assert int(found["page_width"]) <= 1400, f"{page.name}: the page is {found['page_width']} px wide"
+        assert found["brand"] == "1" and found["provenance"] == "1", f"{page.name}: {check}"
 
 
 def test_the_check_sees_a_cdn_page_fail(tmp_path: Path) -> None:
@@ -90,3 +114,15 @@ def test_the_check_sees_a_cdn_page_fail(tmp_path: Path) -> None:
                     "chart.umd.min.js'></script></head><body><script>new Chart()</script></body></html>")
     messages = render(browser, page, tmp_path)
     assert any("Chart is not defined" in m for m in messages)
+
+
+def test_the_check_sees_a_page_wider_than_the_window(tmp_path: Path) -> None:
+    """The negative control of the width check: an unwrappable table and a wide block are measured as such."""
+    browser = chromium()
+    page = tmp_path / "wide.html"
+    page.write_text("<!doctype html><html><body><table><tr><td style='white-space:nowrap'>" + "x" * 400
+                    + "</td></tr></table><div style='width:2000px'>w</div></body></html>")
+    (check,) = [m for m in render(browser, page, tmp_path) if "MBRIDGE_CHECK" in m]
+    found = dict(re.findall(r"(\w+)=(\d+)", check))
+    assert int(found["table_right"]) > 1400 and int(found["page_width"]) >= 2000
+    assert found["brand"] == "0" and found["provenance"] == "0"

@@ -43,7 +43,11 @@ def test_ab_scenario_all_points_accepted_with_memory_and_hours(tmp_path: Path) -
     assert all(r["verdict"] == "ok" and r["memory_gib_per_gpu"].endswith("/268") for r in rows)
     assert rows[4]["largest_term_gib"].startswith("activations")
     html = (tmp_path / "out" / "preflight.html").read_text()
-    assert "kimi_k2_dispatcher_ab" in html and "<table>" in html
+    assert "<h1>Preflight: kimi_k2_dispatcher_ab on slurm-b300-efa</h1>" in html
+    assert html.count("test kimi_k2_dispatcher_ab") == 1 and "8 points, 8 would run" in html
+    assert html.count("class='hb'") == 8 and html.count("v-ok'>would run<") == 8
+    assert "memory_gib_per_gpu" not in html and "reason_and_fix" not in html and "/268" not in html
+    assert "91.2 ± 7.3 of 268" in html  # point 1: estimate, band and capacity in GiB
     # nothing written outside --output-dir: no debug.log, no results folder, no job
     assert list(cwd.iterdir()) == []
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["preflight.csv", "preflight.html"]
@@ -69,6 +73,10 @@ def test_rejected_point_shows_rule_and_fix(tmp_path: Path) -> None:
     assert rows["ep=7"]["verdict"] == "rejected" and "experts-per-ep" in rows["ep=7"]["rule"]
     assert rows["ep=32"]["verdict"] == "ok" and rows["ep=32"]["rule"] == ""
     assert "512.0 GPU-hours" in proc.stdout  # the accepted point only
+    assert (rows["ep=7"]["gpu_hours"], rows["ep=32"]["gpu_hours"]) == ("", "512.0")  # a rejected point costs nothing
+    html = (tmp_path / "out" / "preflight.html").read_text()
+    assert "<b>experts-per-ep</b>: 384 experts cannot be split evenly over ep=7" in html
+    assert "<b>Fix</b>: use an ep that divides the number of experts" in html
 
 
 def test_every_point_rejected_exits_1(tmp_path: Path) -> None:

@@ -143,35 +143,130 @@ def test_per_run_figure_has_titles_units_and_no_warmup() -> None:
         plt.close(fig)
 
 
-def test_ab_bars_are_named_by_arm_with_interval_error_bars() -> None:
+def _overlaps(boxes) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if boxes[i].overlaps(boxes[j])]
+
+
+def test_time_rows_name_each_arm_with_interval_whiskers_and_say_why_one_is_missing() -> None:
     import matplotlib.pyplot as plt
 
-    from cloudai_mbridge.reports.plots import bar_figure
+    from cloudai_mbridge.reports.plots import RangeRow, range_figure
 
-    fig = bar_figure("time by dispatcher", "time per iteration (s)", ["mbs=1", "mbs=2"],
-                     {"alltoall": [5.0, 3.0], "deepep": [4.0, None]},
-                     {"alltoall": [(4.9, 5.2), (2.9, 3.1)], "deepep": [(3.8, 4.1), None]})
+    fig = range_figure("time by dispatcher", "time per iteration (s)", [
+        RangeRow("mbs=1\ndispatcher=alltoall (baseline)", 5.0, (4.9, 5.2), [4.95, 5.05], group="mbs=1"),
+        RangeRow("mbs=1\ndispatcher=deepep", 4.0, (3.8, 4.1), [3.9, 4.1], best=True, group="mbs=1"),
+        RangeRow("mbs=2\ndispatcher=deepep", None, note="not compared: dispatcher downgraded (deepep -> alltoall)",
+                 group="mbs=2"),
+    ], best_label="winner", spread_label="95 % interval of the mean")
     try:
         ax = fig.axes[0]
-        assert [t.get_text() for t in ax.get_legend().get_texts()] == ["alltoall", "deepep"]
-        assert ax.get_ylabel() == "time per iteration (s)" and ax.get_title() == "time by dispatcher"
-        caps = [c for c in ax.containers if c.__class__.__name__ == "ErrorbarContainer"]
-        assert len(caps) == 2
-        segments = caps[0].lines[2][0].get_segments()
-        assert [tuple(s[:, 1]) for s in segments] == [(4.9, 5.2), (2.9, 3.1)]
+        assert ax.get_xlabel() == "time per iteration (s)" and ax.get_title() == "time by dispatcher"
+        ticks = sorted(ax.get_yticklabels(), key=lambda t: -t.get_position()[1])  # top to bottom
+        assert [t.get_text() for t in ticks] == ["mbs=1\ndispatcher=alltoall (baseline)", "mbs=1\ndispatcher=deepep",
+                                                 "mbs=2\ndispatcher=deepep"]
+        whiskers = [c for c in ax.containers if c.__class__.__name__ == "ErrorbarContainer"]
+        assert [tuple(c.lines[2][0].get_segments()[0][:, 0]) for c in whiskers] == [(4.9, 5.2), (3.8, 4.1)]
+        bars = [c for c in ax.containers if c.__class__.__name__ == "BarContainer"]
+        assert [round(b.patches[0].get_width(), 6) for b in bars] == [5.0, 4.0]  # no bar for the invalid arm
+        assert any("dispatcher downgraded" in t.get_text() for t in ax.texts)
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "winner" in legend and "95 % interval of the mean" in legend
+    finally:
+        plt.close(fig)
+
+
+def test_many_long_mapping_labels_do_not_overlap() -> None:
+    """The old refit plot rotated long x labels into each other; rows on the y axis cannot collide."""
+    import matplotlib.pyplot as plt
+
+    from cloudai_mbridge.reports.plots import RangeRow, range_figure
+
+    rows = [RangeRow(f"TP{2 ** (i % 4)}·PP2·EP{2 ** (i % 5)} → TP{2 ** (i % 3)}·PP1·EP{2 ** (i % 6)}\n"
+                     "non-collocated, nvshmem (64 MiB messages)", 40.0 + i, (39.0 + i, 42.0 + i), group=str(i // 3))
+            for i in range(14)]
+    fig = range_figure("refit", "refit time (ms)", rows)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in fig.axes[0].get_yticklabels()]
+        assert len(boxes) == 14 and _overlaps(boxes) == []
+        width = fig.get_size_inches()[0] * fig.dpi
+        assert all(b.x0 >= 0 and b.x1 <= width for b in boxes)  # none cut at the figure's edge
     finally:
         plt.close(fig)
 
 
 # --- the refit scenario page -----------------------------------------------------------------------------------------
-def test_refit_page_headers_units_min_max_and_failure(tmp_path: Path) -> None:
-    page = build_refit_page(tmp_path).read_text()
-    for header in ("min time (ms)", "median time (ms)", "max time (ms)", "bandwidth (GB/s)", "status",
+def test_refit_page_names_full_layouts_the_fastest_mapping_spread_and_failure(tmp_path: Path) -> None:
+    import csv
+
+    page_path = build_refit_page(tmp_path)
+    page = page_path.read_text()
+    for header in ("median time (ms)", "spread p10-p90 (ms)", "min-max (ms)", "timed refits (n)",
+                   "vs fastest from its source", "bandwidth (GB/s)", "status",
                    "failure: class, rank, first error line"):
         assert f"<th>{header}</th>" in page
+    # Both layouts in full: EP dropping to 1 stays visible (it read "TP2xEP2 -> TP4" before).
+    assert "TP2·EP2 → TP4·EP1" in page and "TP2·EP2 → TP1·EP1" in page and "TP2·EP2 → TP1·EP4" in page
+    assert "xEP" not in page
+    # The fastest mapping from the source layout, with its spread (p10-p90 of 44.87, 45.21, 45.61) and n.
+    assert ("From <b>TP2·EP2</b> (tiny_moe, 2 layers): fastest <b>→ TP1·EP4</b>, 45.2 ms median "
+            "(p10-p90 44.9-45.5 ms, n = 3)") in page
+    assert "only verified mapping" in page
+    assert "2 without a time: → TP1·EP1: refit error on rank 0: REFIT_ERROR phase=plan" in page
     assert "<b>model</b>: tiny_moe" in page and "<b>dtype</b>: fp32" in page
-    assert "refit error on rank 0: REFIT_ERROR phase=plan" in page
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
+    # The CSV numbers the sweep's points as CloudAI does (it read 1, 0, 0 for points 1, 2 and 4).
+    with (page_path.parent / "mbridge_refit.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["step"], r["mapping"]) for r in rows] == [("1", "TP2·EP2 → TP1·EP4"), ("2", "TP2·EP2 → TP1·EP1"),
+                                                          ("4", "TP2·EP2 → TP4·EP1")]
+    assert rows[0]["ranks"] == "4" and rows[0]["fastest"] == "True" and rows[1]["fastest"] == "False"
+    assert float(rows[0]["time_ms_p10"]) == pytest.approx(44.938) and float(rows[0]["time_ms_p90"]) == 45.53
+
+
+def _refit_row(src: str, dst: str, times: list[float] | None, status: str = "ok") -> dict:
+    from cloudai_mbridge.metrics.stats import steady_state
+
+    t = steady_state(times or [], warmup=0)
+    return {"test": "t", "step": 1, "model": "kimi", "layers": 2, "src_layout": src, "dst_layout": dst,
+            "mapping": f"{src} → {dst}", "mode": "collocated", "transport": "nccl", "ranks": 8,
+            "time_ms_min": t.min, "time_ms_p10": t.p10, "time_ms_median": t.median, "time_ms_p90": t.p90,
+            "time_ms_max": t.max, "n": t.n, "times_ms": times or [], "bandwidth_gbps": None, "bytes_moved": None,
+            "verification": "pass" if times else "missing", "mismatched": 0, "status": status,
+            "failure": None if times else "NCCL timeout on rank 3: watchdog", "precision": "bf16", "run": "r"}
+
+
+def test_fastest_mapping_is_called_clear_only_when_spreads_separate_with_enough_refits(tmp_path: Path) -> None:
+    from cloudai_mbridge.reports.provenance import collect
+    from cloudai_mbridge.reports.refit_table import rank_mappings, write_refit_report
+
+    rows = [
+        # from TP8·EP8: TP8·EP4 is 20 % faster and the p10-p90 ranges (8 refits each) do not touch
+        _refit_row("TP8·EP8", "TP8·EP4", [10.0, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7]),
+        _refit_row("TP8·EP8", "TP16·EP4", [12.0, 12.2, 12.4, 12.6, 12.8, 13.0, 13.2, 13.4]),
+        _refit_row("TP8·EP8", "TP4·EP16", None, status="failed"),
+        # from TP16·EP4: medians 45.9 and 64.9 ms, but one run's spread covers the other: no ranking
+        _refit_row("TP16·EP4", "TP8·EP4", [44.0, 45.9, 70.0, 46.0, 45.0]),
+        _refit_row("TP16·EP4", "TP32·EP2", [40.0, 64.9, 66.0, 65.0, 64.0]),
+        # from TP4·EP8: separated, but 3 refits each is too few to call
+        _refit_row("TP4·EP8", "TP8·EP4", [20.0, 20.1, 20.2]),
+        _refit_row("TP4·EP8", "TP4·EP4", [30.0, 30.1, 30.2]),
+    ]
+    findings = {f["source"]: f for f in rank_mappings(rows)}
+    assert findings["TP8·EP8"]["certainty"] == "clear" and findings["TP8·EP8"]["best"]["dst_layout"] == "TP8·EP4"
+    assert [r["dst_layout"] for r in findings["TP8·EP8"]["failed"]] == ["TP4·EP16"]
+    assert rows[1]["vs_fastest_pct"] == pytest.approx((12.7 - 10.35) / 10.35 * 100)
+    assert findings["TP16·EP4"]["certainty"] == "within spread"
+    assert findings["TP16·EP4"]["best"]["dst_layout"] == "TP8·EP4"  # the lower median, still named
+    assert findings["TP4·EP8"]["certainty"] == "too few"
+    write_refit_report(tmp_path, "Refit: t", rows, collect(tmp_path, []))
+    page = (tmp_path / "mbridge_refit.html").read_text()
+    assert "clear: spreads do not overlap" in page and "within the spread: not a ranking" in page
+    assert "not sure: n &lt; 5 timed refits" in page
+    assert "next: → TP16·EP4, 12.7 ms median, 23 % slower" in page  # (12.7 - 10.35) / 10.35
+    assert "<td class='text short'>+23 %</td>" in page  # its row, against the fastest
+    assert "→ TP4·EP16: NCCL timeout on rank 3: watchdog" in page
 
 
 def build_refit_page(tmp_path: Path) -> Path:

@@ -37,7 +37,9 @@ from .common import (
     skipped_points,
     skipped_section,
 )
-from .plots import Panel, bar_plot, inline_png, series_plot, time_panel
+from .page import headline, verdict_badge
+from .plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
+from .provenance import RunSource, collect
 
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
 VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes", "memory"})
@@ -174,6 +176,11 @@ class MBridgeABReport(TolerantLoading, Reporter):
     """Writes ``mbridge_ab.csv`` and ``mbridge_ab.html`` (+ PNG plots) into the scenario's results folder."""
 
     config: ABReportConfig
+    # Software recorded outside the runs' logs (the demo: the device command's own record), shown as provenance.
+    provenance_elsewhere: dict[str, str] | None = None
+    provenance_source: str | None = None
+    # Re-check the scenario for the points a rule skipped (off for plain run folders: no scenario to check)
+    list_skipped: bool = True
 
     def generate(self) -> None:
         from ..workloads.training import MBridgeTrainingTestDefinition
@@ -196,11 +203,18 @@ class MBridgeABReport(TolerantLoading, Reporter):
         )
         self._facts = scenario_facts(configs, ["model", "precision", "gpu", "engine"])
         self._runs: list[dict[str, Any]] = []
+        self._sources: list[RunSource] = []
         cells: dict[str, Cell] = {}
         for tr, config in found:
             metrics = parse_training_run(tr.output_path, warmup=cfg.warmup)
             label = _label(config, all_varying) if all_varying else run_title(config)
             self._runs.append(run_row(label, tr, metrics))
+            stamps = [r.timestamp for r in metrics.iterations if r.timestamp]
+            first = metrics.failure.first
+            self._sources.append(RunSource(label, tr.output_path, engine=metrics.engine,
+                                           started=stamps[0] if stamps else None,
+                                           ended=stamps[-1] if stamps else None,
+                                           failed_rank=first.rank if first is not None else None))
             cell = cells.setdefault(_cell_key(config, cfg.field), Cell(_label(config, varying)))
             value = str(config.get(cfg.field))
             if value in cell.arms:
@@ -286,15 +300,24 @@ class MBridgeABReport(TolerantLoading, Reporter):
         write_atomic(root / "mbridge_ab.csv", pd.DataFrame(rows).to_csv(index=False))
         write_atomic(root / "mbridge_runs.csv", pd.DataFrame(self._runs).to_csv(index=False))
         paired = [r for r in rows if r.get("arm") is not None]
-        sections = [self._facts, *self._runs_section()]
-        from ..workloads.training import MBridgeTrainingTestDefinition
-
-        sections.append(skipped_section(skipped_points(self, MBridgeTrainingTestDefinition)))
+        ordered = sorted(cells.values(), key=lambda c: c.label)
+        pairs = [c for c in ordered if len(c.arms) >= 2]
+        sections = [self._facts, self._headline(rows)]
+        if paired and pairs:
+            png = root / "mbridge_ab_change.png"
+            save(self._change_figure(paired), png)
+            sections.append(f"<img src='{inline_png(png)}' alt='change by {html.escape(cfg.field)}'>")
+            png = root / "mbridge_ab_times.png"
+            save(self._times_figure(pairs, rows), png)
+            sections.append(f"<img src='{inline_png(png)}' alt='time per iteration by {html.escape(cfg.field)}'>")
+        sections += self._runs_section()
         sections.append(
             f"<h2>A/B by {html.escape(cfg.field)}</h2>"
-            f"<p>Pairs differ only in <b>{html.escape(cfg.field)}</b>; times are steady-state means over the "
-            f"iterations after the first {cfg.warmup}. Work-equivalence: max relative lm-loss "
-            f"difference over the first {cfg.loss_first_k} iterations, flagged above {cfg.loss_rtol:g}.</p>"
+            f"<p class='note'>Pairs differ only in <b>{html.escape(cfg.field)}</b>; times are steady-state means over "
+            f"the iterations after the first {cfg.warmup}; the change's 95 % interval is Welch's over the "
+            "per-iteration times (noise within a run, not between job starts). A winner only when the interval "
+            f"excludes 0. Work-equivalence: max relative lm-loss difference over the first {cfg.loss_first_k} "
+            f"iterations, flagged above {cfg.loss_rtol:g}.</p>"
         )
         columns = [
             "cell",
@@ -313,39 +336,6 @@ class MBridgeABReport(TolerantLoading, Reporter):
         ]
         classes = ["bad" if str(r["verdict"]).startswith(("invalid", "different", "work not")) else "" for r in rows]
         sections.append(html_table(columns, ([r.get(c) for c in columns] for r in rows), classes, HEADERS))
-        ordered = sorted(cells.values(), key=lambda c: c.label)
-        pairs = [c for c in ordered if len(c.arms) >= 2]
-        if paired and pairs:
-            bars = root / "mbridge_ab_times.png"
-            arms = sorted({v for c in pairs for v in c.arms})
-            groups = []
-            for c in pairs:
-                row = next((r for r in paired if r["cell"] == c.label), {})
-                change = ""
-                if row.get("delta_pct") is not None and row.get("delta_ci95_pct"):
-                    change = f"\n{row['arm']} vs {row['baseline']}: {row['delta_pct']:+.1f} % [{row['delta_ci95_pct']}]"
-                groups.append(f"{c.label}{change}")
-            values = {a: [_sec(mean_time_ms(c.arms[a].metrics)) if a in c.arms else None for c in pairs]
-                      for a in arms}
-            errors = {
-                a: [
-                    None if a not in c.arms or c.arms[a].metrics.time_errors
-                    or (iv := mean_interval(c.arms[a].metrics.iteration_time_ms)) is None
-                    else (iv[0] / 1000.0, iv[1] / 1000.0)
-                    for c in pairs
-                ]
-                for a in arms
-            }
-            bar_plot(
-                bars,
-                f"Steady-state time per iteration by {cfg.field}\n(error bars: 95 % interval of the mean)",
-                "time per iteration (s)",
-                groups,
-                values,
-                errors,
-                xlabel="point (what differs besides the arm)",
-            )
-            sections.append(f"<h2>Time per iteration</h2><img src='{inline_png(bars)}' alt='time per iteration'>")
         for i, cell in enumerate(ordered):
             if len(cell.arms) < 2:
                 continue
@@ -368,9 +358,104 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 "iteration",
             )
             name = html.escape(cell.label)
-            sections.append(f"<h2>{name}</h2><img src='{inline_png(png)}' alt='{name}'>")
-        write_atomic(root / "mbridge_ab.html", html_page(f"A/B by {cfg.field}: {self.test_scenario.name}", sections))
+            sections.append(f"<h2>Per iteration: {name}</h2><img src='{inline_png(png)}' alt='{name}'>")
+        if self.list_skipped:  # the sweep points a rule rejected, with the rule
+            from ..workloads.training import MBridgeTrainingTestDefinition
+
+            sections.append(skipped_section(skipped_points(self, MBridgeTrainingTestDefinition)))
+        prov = collect(root, self._sources, system=self.system.name, scenario=self.test_scenario.name,
+                       elsewhere=self.provenance_elsewhere, elsewhere_source=self.provenance_source)
+        page = html_page(f"A/B by {cfg.field}: {self.test_scenario.name}", sections, prov, kind="A/B report")
+        write_atomic(root / "mbridge_ab.html", page)
         logging.info("mbridge_ab: %d pair(s) written to %s", len(paired), root / "mbridge_ab.html")
+
+    def _headline(self, rows: list[dict[str, Any]]) -> str:
+        """What won, by how much, how sure; which runs failed and why."""
+        e = html.escape
+        items = []
+        for r in rows:
+            where = f"<b>{e(str(r['cell']))}</b>"
+            verdict = str(r["verdict"])
+            if r.get("arm") is None:
+                badge = verdict_badge("unpaired: no comparison", "none")
+                items.append(f"{where}: only {e(str(r['baseline']))} ran {badge}")
+                continue
+            change = ""
+            if r.get("delta_pct") is not None:
+                change = (f"{e(str(r['arm']))} vs {e(str(r['baseline']))}: {r['delta_pct']:+.1f} % time per "
+                          f"iteration")
+                if r.get("delta_ci95_pct"):
+                    change += (f" (95 % interval {e(r['delta_ci95_pct'])} %, n = {r['base_n']} + {r['arm_n']} "
+                               "iterations)")
+            if verdict.startswith("invalid"):
+                badge = verdict_badge("not compared: invalid", "bad")
+                change = e(verdict.removeprefix("invalid: "))
+            elif verdict in ("different work", "work not proven (no loss to compare)"):
+                badge = verdict_badge(f"not compared: {verdict}", "bad")
+            elif verdict == "within noise":
+                badge = verdict_badge("no winner: within noise", "warn")
+            elif verdict == "tie":
+                badge = verdict_badge("tie", "none")
+            else:
+                badge = verdict_badge(verdict, "ok")
+            items.append(f"{where}: {badge} {change}")
+        failed = [r for r in self._runs if not str(r["status"]).startswith("ok") or r.get("golden") == "breached"]
+        if failed:
+            why = "".join(f"<br>{e(str(r['point']))}: {e(str(r['failure'] or r['status']))}" for r in failed)
+            items.append(f"{verdict_badge(f'{len(failed)} of {len(self._runs)} runs failed', 'bad')}"
+                         f"<span class='note'>{why}</span>")
+        else:
+            items.append(verdict_badge(f"all {len(self._runs)} runs finished", "ok"))
+        return headline(f"Verdict by {self.config.field}", items)
+
+    def _change_figure(self, paired: list[dict[str, Any]]) -> Any:
+        """The change of each compared arm against its baseline with the 95 % interval: what won, by how much."""
+        out = []
+        for r in paired:
+            verdict = str(r["verdict"])
+            label = f"{r['cell']}\n{r['arm']} vs {r['baseline']}"
+            interval = _interval(r.get("delta_ci95_pct"))
+            if verdict.startswith(("invalid", "different", "work not")) or r.get("delta_pct") is None:
+                out.append(ChangeRow(label, None, note="not compared: " + verdict.removeprefix("invalid: ")))
+                continue
+            level = "warn" if verdict == "within noise" else "none" if verdict == "tie" else "ok"
+            out.append(ChangeRow(label, r["delta_pct"], interval, level))
+        return change_figure(
+            f"Change in time per iteration against the baseline, by {self.config.field}\n(dot: change of the "
+            "steady-state means; whisker: its 95 % interval; left of 0 = the arm is faster)",
+            "change in time per iteration (%)", out)
+
+    def _times_figure(self, pairs: list[Cell], rows: list[dict[str, Any]]) -> Any:
+        """One row per arm of each pair: mean, its 95 % interval, every steady-state iteration as a dot; the winner
+        green; an arm whose gates fail shows why instead of a bar (its time measures something else)."""
+        cfg = self.config
+        plotted = []
+        for c in pairs:
+            verdicts = [str(r["verdict"]) for r in rows if r["cell"] == c.label]
+            for value, arm in sorted(c.arms.items(), key=lambda kv: kv[0] != self._baseline(c)):
+                m = arm.metrics
+                label = f"{c.label}\n{cfg.field}={value}" + (" (baseline)" if value == self._baseline(c) else "")
+                gates = arm.gates()
+                mean = _sec(mean_time_ms(m))
+                if gates or mean is None:
+                    plotted.append(RangeRow(label, None, note="not compared: " + "; ".join(gates or ["no time"]),
+                                            group=c.label))
+                    continue
+                iv = mean_interval(m.iteration_time_ms)
+                steady = set(m.steady_iterations)
+                points = [r.elapsed_ms / 1000.0 for r in m.iterations if r.iteration in steady and r.elapsed_ms]
+                plotted.append(RangeRow(label, mean, None if iv is None else (iv[0] / 1000.0, iv[1] / 1000.0),
+                                        points, best=f"{value} faster" in verdicts, group=c.label))
+        return range_figure(
+            f"Steady-state time per iteration by {cfg.field}\n(bar: mean after {cfg.warmup} warm-up iterations; "
+            "whisker: its 95 % interval; ticks: each iteration)",
+            "time per iteration (s)",
+            plotted,
+            best_label="winner (interval of the change excludes 0)",
+            spread_label="95 % interval of the mean",
+            points_label="each steady-state iteration",
+            other_label="no win (baseline, or no winner)",
+        )
 
     def _runs_section(self) -> list[str]:
         runs = self._runs
@@ -415,6 +500,17 @@ def delta_interval(base: Stats, arm: Stats) -> tuple[float, float] | None:
 
 def _sec(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
+
+
+def _interval(text: Any) -> tuple[float, float] | None:
+    """``-4.8..+2.5`` (the table's form) back to numbers; None when absent."""
+    if not isinstance(text, str) or ".." not in text:
+        return None
+    lo, hi = text.split("..", 1)
+    try:
+        return float(lo), float(hi)
+    except ValueError:
+        return None
 
 
 def _range(lo: float | None, hi: float | None) -> str | None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 import html
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from cloudai.core import Reporter, TestRun
 
 from ..metrics.layout import config_problem
+from .page import fmt, html_page, html_table  # noqa: F401  (the reports import them from here)
 
 
 class TolerantLoading:
@@ -39,14 +40,17 @@ def load_test_runs(reporter: Reporter) -> None:
 
     for scenario_tr in reporter.test_scenario.test_runs:
         tr = copy.deepcopy(scenario_tr)
+        # Asked once, of the scenario's run: ``tr.test`` becomes each step's unrolled definition below, which is no
+        # DSE job any more (asking ``tr`` again numbered every step after the first 0 in the reports).
+        dse = scenario_tr.is_dse_job
         for it in numbered(reporter.results_root / tr.name):
             tr.current_iteration = int(it.name)
-            for step in numbered(it) if tr.is_dse_job else [it]:
-                tr.step = int(step.name) if tr.is_dse_job else 0
+            for step in numbered(it) if dse else [it]:
+                tr.step = int(step.name) if dse else 0
                 tr.output_path = step
                 tr.test = scenario_tr.test
                 dump = step / "test-run.toml"
-                if tr.is_dse_job and dump.is_file():
+                if dse and dump.is_file():
                     try:
                         tr.test = tr.test.model_validate(toml.load(dump)["test_definition"])
                     except Exception as exc:
@@ -77,43 +81,6 @@ def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str
             continue
         found.append((tr, config))
     return found
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}" if abs(value) < 1e-3 and value else f"{value:,.{digits}f}".rstrip("0").rstrip(".")
-    return str(value)
-
-
-def html_table(
-    columns: Sequence[str],
-    rows: Iterable[Sequence[Any]],
-    classes: Iterable[str] | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> str:
-    """A table; ``headers`` maps a column key to the words (with unit) shown above it. Text cells (strings that
-    are not numbers) are left-aligned and wrap, so a long failure line cannot widen the table past the page."""
-    head = "".join(f"<th>{html.escape((headers or {}).get(c, c))}</th>" for c in columns)
-    body = []
-    for row, cls in zip(rows, classes or _forever(""), strict=False):
-        cells = "".join(
-            f"<td class='text'>{html.escape(fmt(v))}</td>" if _is_text(v) else f"<td>{html.escape(fmt(v))}</td>"
-            for v in row
-        )
-        body.append(f'<tr class="{html.escape(cls)}">{cells}</tr>')
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _is_text(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        float(value.replace(",", ""))
-    except ValueError:
-        return True
-    return False
 
 
 def run_title(config: Mapping[str, Any]) -> str:
@@ -149,27 +116,6 @@ def scenario_facts(configs: Sequence[Mapping[str, Any]], keys: Sequence[str]) ->
         if values:
             items.append(f"<b>{html.escape(label)}</b>: {html.escape(' / '.join(values))}")
     return f"<p class='facts'>{' · '.join(items)}</p>" if items else ""
-
-
-def _forever(value: str) -> Iterable[str]:
-    while True:
-        yield value
-
-
-def html_page(title: str, sections: Sequence[str]) -> str:
-    # Self-contained: no script, no web font, no CDN; images are inline PNGs. Fits a 1,400 px window.
-    style = (
-        "body{font-family:sans-serif;margin:1.5em auto;max-width:1400px;padding:0 1em}"
-        "table{border-collapse:collapse;margin:1em 0;font-size:13px;max-width:100%}"
-        "td,th{border:1px solid #bbb;padding:3px 6px;text-align:right;vertical-align:top}"
-        "th{background:#eee;font-weight:600;white-space:normal}td.text{text-align:left;overflow-wrap:anywhere;"
-        "max-width:32em}tr.bad td{background:#fde2e2}tr.warn td{background:#fff4cc}img{max-width:100%}"
-        ".facts{color:#333}"
-    )
-    return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>{''.join(sections)}</body></html>\n"
-    )
 
 
 def skipped_points(reporter: Reporter, tdef_type: type) -> list[Any]:

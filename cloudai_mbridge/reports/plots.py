@@ -9,6 +9,7 @@ can read titles and labels from matplotlib's objects; :func:`save` writes and cl
 from __future__ import annotations
 
 import base64
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,38 +75,118 @@ def series_figure(title: str, panels: Sequence[Panel], xlabel: str) -> Any:
     return fig
 
 
-def bar_figure(
-    title: str,
-    ylabel: str,
-    groups: Sequence[str],
-    bars: Mapping[str, Sequence[float | None]],
-    errors: Mapping[str, Sequence[tuple[float, float] | None]] | None = None,
-    xlabel: str = "",
-) -> Any:
-    """Grouped bars: one group per label, one bar per series (None = missing, drawn as nothing). ``errors`` gives a
-    (low, high) interval per bar, drawn as an asymmetric error bar around the bar's value."""
+@dataclass
+class RangeRow:
+    """One horizontal row of :func:`range_figure`: a label, a middle value with its (low, high) spread, the values
+    it summarises (drawn as dots), whether it is the best of its group, and a note for a row without a value (why
+    it has none: a failure)."""
+
+    label: str
+    value: float | None
+    spread: tuple[float, float] | None = None
+    points: Sequence[float] = ()
+    best: bool = False
+    note: str | None = None
+    group: str = ""
+
+
+def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: str = "best of its group",
+                 spread_label: str = "p10-p90 spread", points_label: str = "each timed value",
+                 other_label: str = "other") -> Any:
+    """One labelled row per item, top to bottom in the given order, labels on the y axis (they never overlap,
+    however many and however long): a bar to the middle value, an error bar for the spread, a dot per value. A row
+    without a value shows its note instead. Groups (``RangeRow.group``) are separated by a line."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(groups) * max(1, len(bars)) / 2), 4.5))
-    width = 0.8 / max(1, len(bars))
-    for i, (name, values) in enumerate(bars.items()):
-        xs = [g + i * width for g in range(len(groups))]
-        heights = [v if v is not None else 0.0 for v in values]
-        yerr = None
-        if errors and name in errors:
-            lows, highs = [], []
-            for v, interval in zip(values, errors[name], strict=True):
-                lo, hi = interval if interval is not None and v is not None else (v or 0.0, v or 0.0)
-                lows.append(max(0.0, (v or 0.0) - lo))
-                highs.append(max(0.0, hi - (v or 0.0)))
-            yerr = [lows, highs]
-        ax.bar(xs, heights, width, label=name, yerr=yerr, capsize=4 if yerr else 0)
-    ax.set_xticks([g + width * (len(bars) - 1) / 2 for g in range(len(groups))], groups, rotation=15, ha="right")
-    ax.set_ylabel(ylabel)
-    if xlabel:
-        ax.set_xlabel(xlabel)
+    n = max(1, len(rows))
+    fig, ax = plt.subplots(figsize=(10.5, 1.3 + 0.5 * n))
+    ys = list(range(n))[::-1]
+    right = max([r.spread[1] for r in rows if r.spread] + [max(r.points) for r in rows if r.points]
+                + [r.value for r in rows if r.value is not None] + [1.0])
+    for y, row in zip(ys, rows, strict=False):
+        if row.value is None:
+            note = textwrap.shorten(row.note or "no value", 150, placeholder=" ...")
+            ax.text(right * 0.01, y, textwrap.fill(note, 75), va="center", ha="left", fontsize="small",
+                    color="#a00000")
+            continue
+        ax.barh(y, row.value, height=0.5, color="#76b900" if row.best else "#8da9c4",
+                label=best_label if row.best else other_label)
+        if row.spread is not None:
+            lo, hi = row.spread
+            ax.errorbar(row.value, y, xerr=[[max(0.0, row.value - lo)], [max(0.0, hi - row.value)]], fmt="none",
+                        ecolor="black", elinewidth=2, capsize=6, zorder=4, label=spread_label)
+        if row.points:
+            ax.plot(list(row.points), [y - 0.37] * len(row.points), "|", color="0.15", markersize=7, alpha=0.6,
+                    zorder=3, label=points_label)
+    for i in range(1, len(rows)):
+        if rows[i].group != rows[i - 1].group:
+            ax.axhline(ys[i] + 0.5, color="0.5", linewidth=0.8, linestyle="--")
+    ax.set_yticks(ys, [r.label for r in rows], fontsize="small")
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xlim(0, right * 1.08)
+    ax.set_xlabel(xlabel)
     ax.set_title(title)
-    ax.legend(fontsize="small")
-    ax.grid(True, axis="y", alpha=0.3)
+    ax.grid(True, axis="x", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    if unique:
+        ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+LEVEL_COLOURS = {"ok": "#3c8d00", "warn": "#c98a00", "bad": "#b00000", "none": "#555555"}
+
+
+@dataclass
+class ChangeRow:
+    """One row of :func:`change_figure`: a change (%) with its interval, coloured by what it means (``level``: ok
+    for a winner, warn for within noise, bad for not comparable); ``note`` replaces a missing change."""
+
+    label: str
+    change: float | None
+    interval: tuple[float, float] | None = None
+    level: str = "none"
+    note: str | None = None
+
+
+def change_figure(title: str, xlabel: str, rows: Sequence[ChangeRow]) -> Any:
+    """A forest plot: one row per comparison, a dot at the change, a whisker for its interval, a line at 0 (no
+    change). Rows whose interval crosses 0 are within noise at a glance."""
+    plt = _pyplot()
+    n = max(1, len(rows))
+    fig, ax = plt.subplots(figsize=(10.5, 1.5 + 0.55 * n))
+    ys = list(range(n))[::-1]
+    spans = [abs(v) for r in rows for v in ([r.change] if r.change is not None else []) + list(r.interval or ())]
+    reach = max([*spans, 1.0]) * 1.25
+    for y, row in zip(ys, rows, strict=False):
+        colour = LEVEL_COLOURS.get(row.level, "#555555")
+        if row.change is None:
+            note = textwrap.shorten(row.note or "no change", 150, placeholder=" ...")
+            ax.text(-reach * 0.97, y, textwrap.fill(note, 80), va="center", ha="left", fontsize="small",
+                    color=LEVEL_COLOURS["bad"])
+            continue
+        if row.interval is not None:
+            lo, hi = row.interval
+            ax.errorbar(row.change, y, xerr=[[max(0.0, row.change - lo)], [max(0.0, hi - row.change)]], fmt="o",
+                        color=colour, ecolor=colour, elinewidth=2.5, capsize=6, markersize=8)
+        else:
+            ax.plot(row.change, y, "o", color=colour, markersize=8)
+        ax.annotate(f"{row.change:+.1f} %", (row.change, y), textcoords="offset points", xytext=(0, 9),
+                    ha="center", fontsize="small", color=colour)
+    ax.axvline(0.0, color="black", linewidth=1)
+    meaning = {"ok": "winner: interval excludes 0", "warn": "no winner: interval includes 0", "none": "tie"}
+    shown = [level for level in meaning if any(r.level == level and r.change is not None for r in rows)]
+    if shown:
+        from matplotlib.lines import Line2D
+
+        ax.legend([Line2D([], [], color=LEVEL_COLOURS[lv], marker="o", linewidth=2.5) for lv in shown],
+                  [meaning[lv] for lv in shown], fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_yticks(ys, [r.label for r in rows], fontsize="small")
+    ax.set_ylim(-0.8, n - 0.2)
+    ax.set_xlim(-reach, reach)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
 
@@ -121,10 +202,6 @@ def series_plot(path: Path, title: str, panels: Sequence[tuple[str, Mapping[str,
     """:func:`series_figure`, written to ``path``; a (ylabel, series) pair is a panel without a note."""
     as_panels = [p if isinstance(p, Panel) else Panel(p[0], p[1]) for p in panels]
     return save(series_figure(title, as_panels, xlabel), path)
-
-
-def bar_plot(path: Path, title: str, ylabel: str, groups: Sequence[str], bars, errors=None, xlabel: str = ""):
-    return save(bar_figure(title, ylabel, groups, bars, errors, xlabel), path)
 
 
 def inline_png(path: Path) -> str:

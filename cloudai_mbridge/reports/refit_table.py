@@ -1,9 +1,19 @@
-"""Scenario report: one row per refit mapping (source layout -> destination layout) with its time range, bandwidth
-and verification result, like seed 001's table. A run that failed verification shows no time."""
+"""Scenario report: one row per refit mapping (source layout -> destination layout) with its time, spread and
+bandwidth, the fastest mapping from each source layout, and what failed and why, like seed 001's table.
+
+A mapping is named by both full layouts (``TP2·EP2 → TP4·EP1``: TP and EP always, PP and ETP where either side sets
+them), so a dimension that drops to 1 stays visible. Spread is p10-p90 of the timed refits of the run, with their
+count n. The fastest mapping from a source layout is *clear* only when its p10-p90 range lies below every other's
+and each side has at least ``MIN_N`` timed refits; otherwise the page says the ranking is within the spread: the
+median of three refits moved from 64.9 to 45.9 ms between two identical runs. A run that failed verification, or
+whose log carries a damaged time, shows no time.
+"""
 
 from __future__ import annotations
 
+import html
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from cloudai.core import Reporter
@@ -19,7 +29,11 @@ from .common import (
     skipped_points,
     skipped_section,
 )
-from .plots import bar_plot, inline_png
+from .page import headline, verdict_badge
+from .plots import RangeRow, inline_png, range_figure, save
+from .provenance import RunSource, collect
+
+MIN_N = 5  # timed refits per mapping below which no ranking is called clear
 
 HEADERS = {
     "mapping": "mapping (training → inference layout)",
@@ -27,23 +41,38 @@ HEADERS = {
     "transport": "transport",
     "ranks": "ranks",
     "layers": "layers",
-    "time_ms_min": "min time (ms)",
     "time_ms_median": "median time (ms)",
-    "time_ms_max": "max time (ms)",
-    "n": "timed refits",
+    "spread": "spread p10-p90 (ms)",
+    "range": "min-max (ms)",
+    "n": "timed refits (n)",
+    "vs_fastest": "vs fastest from its source",
     "bandwidth_gbps": "bandwidth (GB/s)",
     "verification": "verification",
     "status": "status",
     "failure": "failure: class, rank, first error line",
 }
+COLUMNS = ["mapping", "mode", "transport", "ranks", "layers", "time_ms_median", "spread", "range", "n", "vs_fastest",
+           "bandwidth_gbps", "verification", "status", "failure"]
 
 
-def layout_name(side: dict[str, Any]) -> str:
-    parts = [f"{k.upper()}{side[k]}" for k in ("tp", "pp", "ep") if side.get(k, 1) != 1]
+def layout_name(side: Mapping[str, Any], dims: tuple[str, ...] = ("tp", "ep")) -> str:
+    """``TP2·EP1``: every dimension of ``dims`` (a 1 included), ETP only where it differs from TP."""
+    parts = [f"{k.upper()}{side.get(k) or 1}" for k in dims if k != "etp"]
     etp = side.get("etp")
-    if etp not in (None, side.get("tp")):
+    if "etp" in dims and etp not in (None, side.get("tp")):
         parts.append(f"ETP{etp}")
-    return "x".join(parts) or "TP1"
+    return "·".join(parts)
+
+
+def mapping_dims(src: Mapping[str, Any], dst: Mapping[str, Any]) -> tuple[str, ...]:
+    """TP and EP always; PP where either side pipelines; ETP where either side sets one apart from its TP."""
+    dims = ["tp"]
+    if any((s.get("pp") or 1) != 1 for s in (src, dst)):
+        dims.append("pp")
+    dims.append("ep")
+    if any(s.get("etp") not in (None, s.get("tp")) for s in (src, dst)):
+        dims.append("etp")
+    return tuple(dims)
 
 
 class MBridgeRefitTable(TolerantLoading, Reporter):
@@ -52,83 +81,174 @@ class MBridgeRefitTable(TolerantLoading, Reporter):
     def generate(self) -> None:
         from ..workloads.refit import MBridgeRefitTestDefinition
 
-        rows = []
+        rows, sources = [], []
         for tr, config in runs_of(self, MBridgeRefitTestDefinition):
             m = parse_refit_run(tr.output_path)
-            # A damaged REFIT_ITER time makes the whole run's times unusable: the row stays, without a time.
-            verified = m.verify is not None and m.verify.status == "pass" and not m.time_errors
-            t = m.time_ms
-            rows.append(
-                {
-                    "test": tr.name,
-                    "step": tr.step,
-                    "model": config["model"]["name"],
-                    "layers": config["model"]["num_layers"],
-                    "mapping": f"{layout_name(config['src'])} → {layout_name(config['dst'])}",
-                    "mode": config["mode"],
-                    "transport": config["transport"] + (f" ({config['coalesce_mib']} MiB messages)"
-                                                        if config.get("coalesce_mib") else ""),
-                    "ranks": m.world_size,
-                    "time_ms_min": t.min if verified else None,
-                    "time_ms_median": t.median if verified else None,
-                    "time_ms_max": t.max if verified else None,
-                    "n": t.n if verified else 0,
-                    "bandwidth_gbps": m.bandwidth_gbps if verified else None,
-                    "bytes_moved": None if m.bytes_remote is None else m.bytes_remote + (m.bytes_local or 0),
-                    "verification": m.verify.status if m.verify else "missing",
-                    "mismatched": m.verify.mismatched if m.verify else None,
-                    "status": m.status,
-                    "failure": _failure(m),
-                    "precision": config.get("dtype"),
-                    "run": str(tr.output_path),
-                }
-            )
+            rows.append(refit_row(tr.name, tr.step, config, m, str(tr.output_path)))
+            first = m.failure.first
+            sources.append(RunSource(f"{tr.name} step {tr.step}: {rows[-1]['mapping']}" if tr.step else
+                                     f"{tr.name}: {rows[-1]['mapping']}", tr.output_path, engine="refit",
+                                     failed_rank=first.rank if first is not None else None))
         if not rows:
             return
-        import pandas as pd
+        prov = collect(self.results_root, sources, system=self.system.name, scenario=self.test_scenario.name)
+        write_refit_report(self.results_root, f"Refit: {self.test_scenario.name}", rows, prov,
+                           skipped_section(skipped_points(self, MBridgeRefitTestDefinition)))
 
-        root = self.results_root
-        write_atomic(root / "mbridge_refit.csv", pd.DataFrame(rows).to_csv(index=False))
-        columns = [
-            "mapping",
-            "mode",
-            "transport",
-            "ranks",
-            "layers",
-            "time_ms_min",
-            "time_ms_median",
-            "time_ms_max",
-            "n",
-            "bandwidth_gbps",
-            "verification",
-            "status",
-            "failure",
-        ]
-        classes = ["" if r["verification"] == "pass" and r["status"] == "ok" else "bad" for r in rows]
-        sections = [
-            "<p>Time per refit (megatron.core.resharding.swap_model_weights) over the timed iterations, "
-            "after warm-up; bandwidth = bytes moved / median time (GB = 1e9 bytes). Rows in red failed "
-            "verification or did not finish: they carry no time.</p>",
-            html_table(columns, ([r[c] for c in columns] for r in rows), classes, HEADERS),
-        ]
-        sections.append(skipped_section(skipped_points(self, MBridgeRefitTestDefinition)))
-        sections.insert(0, scenario_facts([{"model": r["model"], "precision": r["precision"]} for r in rows],
-                                          ["model", "precision"]))
-        good = [r for r in rows if r["time_ms_median"] is not None]
-        if good:
-            png = root / "mbridge_refit.png"
-            bar_plot(
-                png,
-                "Refit time per mapping: median, error bars min to max",
-                "refit time (ms)",
-                [f"{r['mapping']} {r['mode']}\n{r['transport']}" for r in good],
-                {"median": [r["time_ms_median"] for r in good]},
-                {"median": [(r["time_ms_min"], r["time_ms_max"]) for r in good]},
-                xlabel="mapping (training → inference layout), mode, transport",
-            )
-            sections.append(f"<img src='{inline_png(png)}' alt='refit time per mapping'>")
-        write_atomic(root / "mbridge_refit.html", html_page(f"Refit: {self.test_scenario.name}", sections))
-        logging.info("mbridge_refit: %d row(s) written to %s", len(rows), root / "mbridge_refit.html")
+
+def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str) -> dict[str, Any]:
+    # A damaged REFIT_ITER time makes the whole run's times unusable: the row stays, without a time.
+    verified = m.verify is not None and m.verify.status == "pass" and not m.time_errors
+    t = m.time_ms
+    dims = mapping_dims(config["src"], config["dst"])
+    src, dst = layout_name(config["src"], dims), layout_name(config["dst"], dims)
+    return {
+        "test": test,
+        "step": step,
+        "model": config["model"]["name"],
+        "layers": config["model"]["num_layers"],
+        "src_layout": src,
+        "dst_layout": dst,
+        "mapping": f"{src} → {dst}",
+        "mode": config["mode"],
+        "transport": config["transport"] + (f" ({config['coalesce_mib']} MiB messages)"
+                                            if config.get("coalesce_mib") else ""),
+        "ranks": m.world_size,
+        "time_ms_min": t.min if verified else None,
+        "time_ms_p10": t.p10 if verified else None,
+        "time_ms_median": t.median if verified else None,
+        "time_ms_p90": t.p90 if verified else None,
+        "time_ms_max": t.max if verified else None,
+        "n": t.n if verified else 0,
+        "times_ms": [ms for _, ms in m.iterations] if verified else [],
+        "bandwidth_gbps": m.bandwidth_gbps if verified else None,
+        "bytes_moved": None if m.bytes_remote is None else m.bytes_remote + (m.bytes_local or 0),
+        "verification": m.verify.status if m.verify else "missing",
+        "mismatched": m.verify.mismatched if m.verify else None,
+        "status": m.status,
+        "failure": _failure(m),
+        "precision": config.get("dtype"),
+        "run": run,
+    }
+
+
+def _key(row: Mapping[str, Any]) -> tuple[str, Any, str]:
+    """Mappings compete with the others from the same source layout, on the same model and depth."""
+    return (str(row["model"]), row["layers"], str(row["src_layout"]))
+
+
+def rank_mappings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per source layout: the fastest verified mapping and how sure that is. Sets ``fastest`` and
+    ``vs_fastest_pct`` on the rows; returns one finding per source layout, in the rows' order."""
+    groups: dict[tuple[str, Any, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(_key(row), []).append(row)
+    findings = []
+    for (model, layers, src), members in groups.items():
+        timed = sorted((r for r in members if r["time_ms_median"] is not None), key=lambda r: r["time_ms_median"])
+        failed = [r for r in members if r["time_ms_median"] is None]
+        best = timed[0] if timed else None
+        for r in members:
+            r["fastest"] = r is best
+            r["vs_fastest_pct"] = (None if best is None or r["time_ms_median"] is None
+                                   else (r["time_ms_median"] - best["time_ms_median"]) / best["time_ms_median"] * 100)
+        certainty, runner = "none", None
+        if best is not None and len(timed) == 1:
+            certainty = "only"
+        elif best is not None:
+            runner = timed[1]
+            separated = all(best["time_ms_p90"] < r["time_ms_p10"] for r in timed[1:])
+            enough = all(r["n"] >= MIN_N for r in timed)
+            certainty = "clear" if separated and enough else "within spread" if not separated else "too few"
+        findings.append({"model": model, "layers": layers, "source": src, "best": best, "runner": runner,
+                         "certainty": certainty, "failed": failed, "count": len(members)})
+    return findings
+
+
+def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: Any,
+                       skipped: str = "") -> None:
+    import pandas as pd
+
+    findings = rank_mappings(rows)
+    for r in rows:
+        r["spread"] = _span(r["time_ms_p10"], r["time_ms_p90"])
+        r["range"] = _span(r["time_ms_min"], r["time_ms_max"])
+        r["vs_fastest"] = ("fastest" if r["fastest"] else None if r["vs_fastest_pct"] is None
+                           else f"+{r['vs_fastest_pct']:.0f} %")
+    csv_rows = [{k: v for k, v in r.items() if k not in ("spread", "range", "vs_fastest", "times_ms")} for r in rows]
+    frame = pd.DataFrame(csv_rows)
+    frame["ranks"] = frame["ranks"].astype("Int64")
+    write_atomic(root / "mbridge_refit.csv", frame.to_csv(index=False))
+
+    sections = [scenario_facts([{"model": r["model"], "precision": r["precision"]} for r in rows],
+                               ["model", "precision"])]
+    sections.append(headline("Fastest mapping per source layout", [_finding_html(f) for f in findings]))
+    ordered = []  # by source layout, fastest first, the mappings without a time last
+    for f in findings:
+        members = [x for x in rows if _key(x) == (f["model"], f["layers"], f["source"])]
+        ordered += sorted(members, key=lambda x: (x["time_ms_median"] is None, x["time_ms_median"] or 0.0))
+    if any(r["time_ms_median"] is not None for r in ordered):
+        png = root / "mbridge_refit.png"
+        save(range_figure(
+            "Refit time per mapping, grouped by source layout\n"
+            "(bar: median; whisker: p10-p90; ticks: each timed refit)",
+            "refit time (ms)",
+            [RangeRow(f"{r['mapping']}\n{r['mode']}, {r['transport']}", r["time_ms_median"],
+                      None if r["time_ms_p10"] is None else (r["time_ms_p10"], r["time_ms_p90"]),
+                      r["times_ms"], r["fastest"], None if r["time_ms_median"] is not None else
+                      f"no time: {r['status']}" + (f" ({r['failure']})" if r["failure"] else ""),
+                      group="|".join(map(str, _key(r))))
+             for r in ordered],
+            best_label="fastest from its source layout",
+            other_label="other mapping",
+        ), png)
+        sections.append(f"<img src='{inline_png(png)}' alt='refit time per mapping'>")
+    sections.append(
+        "<h2>Mappings</h2><p class='note'>Time per refit (megatron.core.resharding.swap_model_weights) over the "
+        "timed iterations, after warm-up: median, p10-p90 spread and min-max over the n timed refits of the run; "
+        "bandwidth = bytes moved / median time (GB = 10<sup>9</sup> bytes). Rows in red failed verification or did "
+        "not finish: they carry no time.</p>"
+    )
+    classes = ["" if r["verification"] == "pass" and r["status"] == "ok" else "bad" for r in ordered]
+    sections.append(html_table(COLUMNS, ([r[c] for c in COLUMNS] for r in ordered), classes, HEADERS))
+    if skipped:  # the sweep points a rule rejected, with the rule (after the results, before the provenance)
+        sections.append(skipped)
+    write_atomic(root / "mbridge_refit.html", html_page(title, sections, prov, kind="refit report"))
+    logging.info("mbridge_refit: %d row(s) written to %s", len(rows), root / "mbridge_refit.html")
+
+
+def _finding_html(f: Mapping[str, Any]) -> str:
+    e = html.escape
+    where = f"From <b>{e(f['source'])}</b> ({e(f['model'])}, {e(str(f['layers']))} layers)"
+    best = f["best"]
+    failed = f["failed"]
+    if best is None:
+        text = f"{where}: {verdict_badge('no verified mapping', 'bad')} none of {f['count']} mapping(s) finished"
+    else:
+        stat = (f"{best['time_ms_median']:,.1f} ms median (p10-p90 {best['spread']} ms, n = {best['n']}), "
+                f"{e(best['mode'])}, {e(best['transport'])}")
+        text = f"{where}: fastest <b>→ {e(best['dst_layout'])}</b>, {stat}"
+        runner = f["runner"]
+        if f["certainty"] == "only":
+            text += f" {verdict_badge('only verified mapping', 'none')}"
+        else:
+            gap = runner["vs_fastest_pct"]
+            versus = (f"next: → {e(runner['dst_layout'])}, {runner['time_ms_median']:,.1f} ms median, {gap:.0f} % "
+                      "slower")
+            if f["certainty"] == "clear":
+                text += f"; {versus} {verdict_badge('clear: spreads do not overlap', 'ok')}"
+            elif f["certainty"] == "too few":
+                text += (f"; {versus} {verdict_badge(f'not sure: n < {MIN_N} timed refits', 'warn')}")
+            else:
+                text += f"; {versus} {verdict_badge('within the spread: not a ranking', 'warn')}"
+    if failed:
+        why = "; ".join(f"→ {e(r['dst_layout'])}: {e(r['failure'] or r['status'].replace('_', ' '))}" for r in failed)
+        text += f"<br><span class='note'>{len(failed)} without a time: {why}</span>"
+    return text
+
+
+def _span(lo: float | None, hi: float | None) -> str | None:
+    return None if lo is None or hi is None else f"{lo:,.1f}-{hi:,.1f}"
 
 
 def _failure(m: Any) -> str | None:

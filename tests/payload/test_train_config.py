@@ -148,6 +148,32 @@ def test_main_checks_the_world_size(tmp_path, capsys, monkeypatch):
     assert "world_size = 8 in the config but 1 processes were started" in capsys.readouterr().err
 
 
+def test_rank_0_records_its_software_and_the_reports_read_it_back(tmp_path, capsys, monkeypatch):
+    """MBRIDGE_VERSIONS (payload/versions.py) is printed by rank 0 before the engine runs; the pages' provenance
+    (reports/provenance.py) reads it from rank-0.log."""
+    import platform
+
+    import torch
+
+    from cloudai_mbridge.payload.train import mcore as train_mcore
+    from cloudai_mbridge.reports.provenance import recorded_versions
+
+    _single_process(monkeypatch)
+    monkeypatch.setattr(train_mcore, "run", lambda cfg, dist: print("ENGINE RAN", flush=True))
+    path = tmp_path / "mbridge_config.json"
+    path.write_text(json.dumps({**make_cfg(ep=1, gpus_per_node=1, gbs=1), "engine": "mcore", "world_size": 1}))
+    assert train.main(["--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines.index(next(ln for ln in lines if ln.startswith("MBRIDGE_VERSIONS {"))) < lines.index("ENGINE RAN")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank-0.log").write_text(out)
+    recorded = recorded_versions(tmp_path)
+    assert recorded["torch"] == torch.__version__ and recorded["python"] == platform.python_version()
+    assert recorded["megatron_core"] and recorded["host"] == platform.node()
+    assert recorded["date_utc"].startswith("20")
+
+
 def test_config_line_is_one_json_line():
     cfg = tc.check_config(make_cfg())
     line = train.config_line(cfg)

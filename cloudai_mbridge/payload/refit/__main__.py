@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 import threading
@@ -81,6 +80,7 @@ import traceback
 from datetime import timedelta
 
 from .. import dist_env
+from ..versions import software_versions
 from .config import (
     ConfigError,
     RefitConfig,
@@ -117,10 +117,8 @@ def _start_watchdog(timeout_s: int) -> threading.Timer:
 
 
 def _versions() -> dict[str, str]:
-    import torch
-    from megatron.core import package_info
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "megatron_core": package_info.__version__}
+    """payload/versions.py's dict (python, torch, megatron_core, ... plus date_utc and host), read by the reports."""
+    return software_versions()
 
 
 def _sync(cfg: RefitConfig) -> None:

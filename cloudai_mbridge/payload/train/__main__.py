@@ -10,7 +10,9 @@ on rank 0 (MBRIDGE_CONFIG, one JSON line), resolves rank/world/master from torch
   (train_mcore.py); its lines are Megatron-LM's training_log lines, byte for byte.
 - "auto" (default): "bridge" when megatron.bridge imports, else "mcore".
 
-Both print, rank 0, once the model is built:
+Rank 0 prints, before anything is built, MBRIDGE_VERSIONS {json} (payload/versions.py: date, host and the versions
+of torch, CUDA, NCCL, Megatron-Core, Megatron-Bridge and Transformer Engine), read back by the reports.
+Both engines print, rank 0, once the model is built:
   MBRIDGE_DISPATCHER requested=<alltoall|deepep|hybridep> built=<alltoall|flex|allgather> backend=<deepep|hybridep|none>
   MBRIDGE_DEEP_EP module=<deep_ep.__file__|none> provider=<uccl|nvidia|unknown|none>
 and exit non-zero ("dispatcher downgraded") when the built dispatcher is not the requested one.
@@ -26,6 +28,7 @@ import sys
 from typing import Any
 
 from .. import dist_env
+from ..versions import versions_line
 from .config import ConfigError, load_config, select_engine
 from .log import DispatcherError
 
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         if dist.rank == 0:
             print(config_line(cfg), flush=True)
             print(f"MBRIDGE_ENGINE requested={cfg['engine']} selected={engine}", flush=True)
+            print(versions_line(), flush=True)
         if engine == "bridge":
             train_bridge.run(cfg, dist)
         else:

@@ -1,0 +1,63 @@
+"""What a run ran with, printed once by rank 0 so that a report can say it later (reports/provenance.py reads it).
+
+``MBRIDGE_VERSIONS {json}``: date_utc (when the payload started), host (rank 0's node), python, torch, cuda (torch's
+build), nccl (torch's, when CUDA is up), megatron_core, megatron_bridge, transformer_engine; a package that is not
+installed is left out. The refit payload puts the same dict under "versions" in its REFIT_CONFIG line. Stdlib only;
+torch is asked only when it is already imported or importable.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from datetime import datetime, timezone
+from importlib import metadata
+
+TAG = "MBRIDGE_VERSIONS"
+# (key, distribution names to try): the wheel's name differs between releases and builds.
+DISTRIBUTIONS = (
+    ("megatron_core", ("megatron-core", "megatron_core")),
+    ("megatron_bridge", ("megatron-bridge", "megatron_bridge")),
+    ("transformer_engine", ("transformer-engine", "transformer_engine", "transformer-engine-torch")),
+)
+
+
+def _dist_version(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        except Exception:  # a broken install's metadata: unknown, not a crash of the run
+            return None
+    return None
+
+
+def software_versions() -> dict[str, str]:
+    out = {"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
+           "python": platform.python_version()}
+    try:
+        import torch
+
+        out["torch"] = str(torch.__version__)
+        if torch.version.cuda:
+            out["cuda"] = str(torch.version.cuda)
+        if torch.cuda.is_available():
+            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception:
+        pass
+    for key, names in DISTRIBUTIONS:
+        if found := _dist_version(names):
+            out[key] = found
+    if "megatron_core" not in out:  # built from source, without wheel metadata: its package_info says
+        try:
+            from megatron.core import package_info
+
+            out["megatron_core"] = str(package_info.__version__)
+        except Exception:
+            pass
+    return out
+
+
+def versions_line() -> str:
+    return f"{TAG} {json.dumps(software_versions(), sort_keys=True)}"
