@@ -142,7 +142,7 @@ def test_refit_report_lists_the_skipped_point_and_its_rule(tmp_path: Path) -> No
     assert "1 sweep point(s) skipped" in skipped
     for cell in ("refit_cpu_expected_rejection", "dst.ep=8", "refit-layout", "dst: expert grid etp*ep=1*8=8"):
         assert f">{cell}" in skipped, cell
-    assert "<td class='text'>yes</td>" in skipped, "declared in expected_rejections"
+    assert "<td class='text short'>yes</td>" in skipped, "declared in expected_rejections"
 
 
 def test_ab_report_lists_the_skipped_point_and_its_rule(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_ab_report_lists_the_skipped_point_and_its_rule(tmp_path: Path) -> None:
     skipped = page[page.index("<h2>Skipped points</h2>"):]
     assert "2 sweep point(s) skipped" in skipped
     assert skipped.count("; experts-per-ep</td>") == 2 and ">ep=7 dispatcher=alltoall<" in skipped
-    assert "<td class='text'>no</td>" in skipped, "not declared"
+    assert "<td class='text short'>no</td>" in skipped, "not declared"
 
 
 def test_a_report_says_when_no_point_was_skipped(tmp_path: Path) -> None:

@@ -207,20 +207,21 @@ def test_refit_page_names_full_layouts_the_fastest_mapping_spread_and_failure(tm
                    "failure: class, rank, first error line"):
         assert f"<th>{header}</th>" in page
     # Both layouts in full: EP dropping to 1 stays visible (it read "TP2xEP2 -> TP4" before).
-    assert "TP2·EP2 → TP4·EP1" in page and "TP2·EP2 → TP1·EP1" in page and "TP2·EP2 → TP1·EP4" in page
+    assert "TP2·EP2 → TP4·EP1·ETP1" in page and "TP2·EP2 → TP1·EP1" in page and "TP2·EP2 → TP1·EP4" in page
     assert "xEP" not in page
     # The fastest mapping from the source layout, with its spread (p10-p90 of 44.87, 45.21, 45.61) and n.
     assert ("From <b>TP2·EP2</b> (tiny_moe, 2 layers): fastest <b>→ TP1·EP4</b>, 45.2 ms median "
             "(p10-p90 44.9-45.5 ms, n = 3)") in page
     assert "only verified mapping" in page
-    assert "2 without a time: → TP1·EP1: refit error on rank 0: REFIT_ERROR phase=plan" in page
+    assert " without a time: → TP1·EP1: refit error on rank 0: REFIT_ERROR phase=plan" in page
     assert "<b>model</b>: tiny_moe" in page and "<b>dtype</b>: fp32" in page
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
     # The CSV numbers the sweep's points as CloudAI does (it read 1, 0, 0 for points 1, 2 and 4).
     with (page_path.parent / "mbridge_refit.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [(r["step"], r["mapping"]) for r in rows] == [("1", "TP2·EP2 → TP1·EP4"), ("2", "TP2·EP2 → TP1·EP1"),
-                                                          ("4", "TP2·EP2 → TP4·EP1")]
+                                                          ("3", "TP2·EP2 → TP4·EP4·ETP1"),
+                                                          ("4", "TP2·EP2 → TP4·EP1·ETP1")]
     assert rows[0]["ranks"] == "4" and rows[0]["fastest"] == "True" and rows[1]["fastest"] == "False"
     assert float(rows[0]["time_ms_p10"]) == pytest.approx(44.938) and float(rows[0]["time_ms_p90"]) == 45.53
 
