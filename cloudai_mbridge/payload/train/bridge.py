@@ -46,6 +46,7 @@ from .log import (
     first_dispatcher_class,
     import_deep_ep,
 )
+from .nccl_ep import EP_MODULE, bootstrap_compat, check_te_ep, nccl_ep_line, nccl_ep_topk
 
 KIMI_RECIPE = "megatron.bridge.recipes.kimi.kimi_k2"
 # DeepSeek-V3 recipe settings that are not architecture: kept when Kimi-K2's AutoBridge provider replaces the model.
@@ -300,6 +301,8 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
     say(hub.line())
     deep_ep, deep_ep_error = import_deep_ep()
     check_deep_ep(cfg["dispatcher"], cfg["deepep_impl"], deep_ep, deep_ep_error)
+    if cfg["dispatcher"] == "ncclep":
+        say(_prepare_nccl_ep(cfg))
 
     from megatron.bridge.training.callbacks import Callback
     from megatron.bridge.training.finetune import finetune
@@ -354,6 +357,20 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
         callbacks.append(MemoryReport())
     entry = finetune if cfg["task"] == "sft" else pretrain
     entry(container, forward_step, callbacks=callbacks)
+
+
+def _prepare_nccl_ep(cfg: dict[str, Any]) -> str:
+    """The ncclep backend's Transformer Engine module, checked and made to fit Megatron-Core's bootstrap call
+    (payload/train/nccl_ep.py); returns the MBRIDGE_NCCL_EP line."""
+    try:
+        te_ep, error = importlib.import_module(EP_MODULE), None
+    except Exception as e:  # a TE without NCCL EP fails with anything from ImportError to an OSError on the library
+        te_ep, error = None, f"{type(e).__name__}: {e}"
+    check_te_ep(te_ep, error)
+    from megatron.core.transformer.moe import fused_a2a
+
+    te_version = getattr(importlib.import_module("transformer_engine"), "__version__", "")
+    return nccl_ep_line(te_ep, te_version, bootstrap_compat(te_ep, fused_a2a, nccl_ep_topk(cfg)))
 
 
 def memory_breakdown(model_chunks: list[Any], optimizer: Any) -> dict[str, Any]:
