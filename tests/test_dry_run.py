@@ -11,6 +11,7 @@ from helpers import CONF, dry_run, sbatch_scripts, write_case
 SCENARIOS = {
     "kimi_k2_dispatcher_ab": ("slurm_b300_efa", 8),
     "dsv3_dispatcher_ab": ("slurm_b300_efa", 8),
+    "dsv3_proxy_ncclep_ab": ("slurm_h100_ib", 4),
     "kimi_k2_sft": ("slurm_b300_efa", 1),
     "dsv3_sft": ("slurm_b300_efa", 1),
     "kimi_k2_refit": ("slurm_b300_efa", 7),
@@ -229,3 +230,38 @@ def test_local_model_folders_are_mounted_into_the_container(tmp_path: Path) -> N
     assert "/fsx/models/k2:/fsx/models/k2" in text and text.count("/fsx/models/k2:/fsx/models/k2") == text.count(
         "--container-mounts")
     assert "Hugging Face hub" not in res.output  # a local folder needs no hub
+
+
+def test_ncclep_arm_carries_its_capacity_factor_to_megatron_only(tmp_path: Path) -> None:
+    """conf/test/dsv3_proxy_ncclep_ab.toml: both arms record moe_expert_rank_capacity_factor; only the ncclep arm's
+    Megatron-Bridge overrides set it (payload/train/config.py rank_capacity_factor)."""
+    import json
+
+    from cloudai_mbridge.payload.train import config as tc
+
+    res = dry_run(CONF / "system" / "slurm_h100_ib.toml", CONF / "test_scenario" / "dsv3_proxy_ncclep_ab.toml",
+                  tmp_path)
+    assert res.returncode == 0, res.output
+    configs = [json.loads((s.parent / "mbridge_config.json").read_text()) for s in sbatch_scripts(res.output_dir)]
+    assert sorted(c["dispatcher"] for c in configs) == ["alltoall", "alltoall", "ncclep", "ncclep"]
+    for c in configs:
+        assert c["moe_expert_rank_capacity_factor"] == 1.5 and c["gpu"] == "h100"
+        overrides = tc.bridge_overrides(tc.check_config(c))
+        assert overrides.get("model.moe_expert_rank_capacity_factor") == (1.5 if c["dispatcher"] == "ncclep" else None)
+
+
+def test_ncclep_on_an_older_bridge_is_refused_with_the_release_rule(tmp_path: Path) -> None:
+    """A swept bridge_version: the 0.6 point is written, the 0.5 point (no ncclep backend there) is skipped."""
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\n'
+        'model = "deepseek_v3_proxy"\nep = 8\ngbs = 32\ndispatcher = "ncclep"\n'
+        'moe_expert_rank_capacity_factor = 1.5\nbridge_version = ["0.5", "0.6"]\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 1\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_h100_ib.toml", scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    assert len(sbatch_scripts(res.output_dir)) == 1
+    rejected = [line for line in res.output.splitlines() if "rejected:" in line]
+    assert len(rejected) == 1 and "[dispatcher-bridge-release]" in rejected[0]
+    assert "Megatron-Bridge 0.5 has no 'ncclep'" in rejected[0]

@@ -230,7 +230,7 @@ BOOL_FIELDS = [
     (R, ("verify",)),
 ]
 FLOAT_FIELDS = [(T, ("golden_thresholds", name)) for name in GoldenThresholdArgs.model_fields] + [
-    (T, ("echo", "received_token_capacity"))
+    (T, ("echo", "received_token_capacity")), (T, ("moe_expert_rank_capacity_factor",))
 ]
 
 
@@ -407,6 +407,7 @@ def training_args(draw: st.DrawFn) -> dict[str, Any]:
         **{k: pos for k in ("train_iters", "log_interval")},
         "seed": st.integers(0, INT64_MAX),
         "mtp_num_layers": st.integers(0, 8),
+        "moe_expert_rank_capacity_factor": _one_or_sweep(st.floats(min_value=1e-6, max_value=1024)),
         **{k: _one_or_sweep(_literal(T, k)) for k in ("task", "dispatcher", "deepep_impl", "recompute", "precision",
                                                         "cuda_graph_impl", "bridge_version")},
         **{k: _literal(T, k) for k in ("network", "optimizer", "engine")},
@@ -536,6 +537,7 @@ def training_point(draw: st.DrawFn) -> tuple[dict[str, Any], int]:
                                               "optimizer")},
         "moe_a2a_overlap": draw(st.booleans()),
         "sequence_parallel": draw(st.booleans()),
+        "moe_expert_rank_capacity_factor": draw(st.sampled_from([None, 1e-3, 1.5, 1024.0])),
     }
     return args, draw(st.sampled_from([1, 2, 4, 16]))
 
@@ -559,6 +561,7 @@ def test_a_valid_training_point_is_checked_and_configured_without_raising(point:
     for key in ("tp", "pp", "cp", "ep", "etp", "mbs", "gbs", "seq_length", "train_iters", "seed", "dispatcher",
                 "recompute", "precision", "task", "optimizer"):
         assert config[key] == args[key], key
+    assert config.get("moe_expert_rank_capacity_factor") == args["moe_expert_rank_capacity_factor"]
     json.dumps(config, allow_nan=False)
 
 

@@ -9,6 +9,15 @@ Read from the released wheels (megatron-bridge 0.3.0, 0.4.2, 0.5.1, 0.6.2 on PyP
   "NVIDIA B300"]``), so a B300, which reports ``NVIDIA B300 SXM6 AC``, is skipped there and trains with all-to-all;
   0.4 and later compare the prefix (``name.startswith(...)``).
 - The HybridEP allowlist: compute capability 8.x / 9.x / 10.x in all of them.
+- The flex backends ``apply_flex_dispatcher_backend`` takes: ``deepep`` and ``hybridep`` in every release read;
+  ``ncclep`` (NCCL EP through Transformer Engine's ``transformer_engine.pytorch.ep``) only from 0.6.2, on compute
+  capability 9.x / 10.x (0.6.2 L80-L88: "NCCL EP is only applicable to Hopper and Blackwell GPUs", else a warning and
+  all-to-all; ``validate_flex_dispatcher_backend`` L121-L125 raises). Older releases log "Not a valid flex
+  dispatcher backend ... Skipping" and keep what the model had (0.5.1 L65-L68; the payload starts from all-to-all,
+  so that is a downgrade it stops). The 0.6.0 and 0.6.1 wheels do not take ``ncclep`` either: ``bridge_version =
+  "0.6"`` stands for 0.6.2 here, the release the series' entries were read from; a 0.6.0 / 0.6.1 container
+  downgrades and the payload's dispatcher check stops the run. Its Megatron-Core is 0.19 (0.19.2 on PyPI), the
+  first with the ``ncclep`` backend (``transformer_config.py`` L869; 0.18 has ``deepep`` / ``hybridep`` only).
 - CUDA graphs: 0.6's ``utils/cuda_graph.py`` (L134-L155) runs ``cuda_graph_impl = "local"`` only as a full-iteration
   graph; 0.3-0.5 also take per-layer local graphs.
 - Kimi-K2: 0.4/0.5's ``kimi_k2_pretrain_config(optimizer_type=...)``; 0.6's takes no argument and configures Muon,
@@ -42,6 +51,9 @@ class BridgeRelease:
     deepep_name_prefix: bool  # True: the name must start with one of them; False: equal one of them
     deepep_cc_majors: tuple[int, ...] = (8, 9)
     hybridep_cc_majors: tuple[int, ...] = (8, 9, 10)
+    # the backends apply_flex_dispatcher_backend configures (anything else: "Not a valid flex dispatcher backend")
+    flex_backends: tuple[str, ...] = ("deepep", "hybridep")
+    ncclep_cc_majors: tuple[int, ...] = (9, 10)  # 0.6.2 training/flex_dispatcher_backend.py L81
     dsv3_layout_pp_vp: frozenset[tuple[int, int]] = DSV3_LAYOUT_PP_VP
     # 0.6's utils/cuda_graph.py (L134-L155) accepts cuda_graph_impl "local" only for a full-iteration graph
     local_graph_full_iteration_only: bool = False
@@ -54,6 +66,13 @@ class BridgeRelease:
     def hybridep_allowed(self, gpu: GPUSpec) -> bool:
         return gpu.compute_capability[0] in self.hybridep_cc_majors
 
+    def ncclep_allowed(self, gpu: GPUSpec) -> bool:
+        return "ncclep" in self.flex_backends and gpu.compute_capability[0] in self.ncclep_cc_majors
+
+    def takes_backend(self, backend: str) -> bool:
+        """Whether this release's apply_flex_dispatcher_backend knows the flex backend at all."""
+        return backend in self.flex_backends
+
     def deepep_rule_text(self) -> str:
         how = "starting with" if self.deepep_name_prefix else "equal to"
         return (f"compute capability {'/'.join(f'{m}.x' for m in self.deepep_cc_majors)} or a device name {how} "
@@ -65,7 +84,8 @@ BRIDGE_RELEASES = {
     "0.3": BridgeRelease("0.3", _BLACKWELL, deepep_name_prefix=False),
     "0.4": BridgeRelease("0.4", _BLACKWELL, deepep_name_prefix=True),
     "0.5": BridgeRelease("0.5", _BLACKWELL, deepep_name_prefix=True),
-    "0.6": BridgeRelease("0.6", _BLACKWELL, deepep_name_prefix=True, local_graph_full_iteration_only=True),
+    "0.6": BridgeRelease("0.6", _BLACKWELL, deepep_name_prefix=True, local_graph_full_iteration_only=True,
+                         flex_backends=("deepep", "hybridep", "ncclep")),
 }
 DEFAULT_BRIDGE = "0.4"
 # Container image (without registry tag suffix beyond the release) -> the Megatron-Bridge release it ships.

@@ -38,6 +38,8 @@ def training_config(plan: TrainingPlan, **job: Any) -> dict[str, Any]:
         "train_iters": plan.train_iters,
         "dispatcher": plan.dispatcher,
         "deepep_impl": plan.deepep_impl,
+        **({"moe_expert_rank_capacity_factor": plan.moe_expert_rank_capacity_factor}
+           if plan.moe_expert_rank_capacity_factor is not None else {}),
         "moe_a2a_overlap": plan.moe_a2a_overlap,
         **({"moe_shared_expert_overlap": plan.moe_shared_expert_overlap}
            if plan.moe_shared_expert_overlap is not None else {}),

@@ -7,10 +7,10 @@ declines a flex backend (``flex_dispatcher_backend.apply_flex_dispatcher_backend
 configuration."). So the training payload prints two lines of its own, once, on rank 0 (printing them on every rank
 is allowed; the parser reads rank 0 and the last rank and flags disagreement), after the model is built. Grammar::
 
-    MBRIDGE_DISPATCHER requested=<alltoall|deepep|hybridep> built=<alltoall|flex|allgather> backend=<B>
+    MBRIDGE_DISPATCHER requested=<alltoall|deepep|hybridep|ncclep> built=<alltoall|flex|allgather> backend=<B>
     MBRIDGE_DEEP_EP module=<path|none> provider=<uccl|nvidia|none>
 
-with ``<B>`` one of ``deepep``, ``hybridep``, ``none``. Example (the UCCL arm of the A/B)::
+with ``<B>`` one of ``deepep``, ``hybridep``, ``ncclep``, ``none``. Example (the UCCL arm of the A/B)::
 
     MBRIDGE_DISPATCHER requested=deepep built=flex backend=deepep
     MBRIDGE_DEEP_EP module=/opt/uccl/ep/deep_ep_wrapper/deep_ep/__init__.py provider=uccl
@@ -24,8 +24,10 @@ with ``<B>`` one of ``deepep``, ``hybridep``, ``none``. Example (the UCCL arm of
 - Tokens are ``key=value`` separated by spaces; values never contain whitespace (percent-encode a path that does).
   Unknown keys are ignored, so the line can grow.
 
-A run that requested ``deepep``/``hybridep`` but built ``alltoall`` (or another backend) is a *dispatcher
-downgrade*: its time is not the arm it claims to be.
+A run that requested a flex backend (``deepep``/``hybridep``/``ncclep``, :data:`FLEX_BACKENDS`) but built
+``alltoall`` (or another backend) is a *dispatcher downgrade*: its time is not the arm it claims to be. Bridge's own
+warnings count as one too: "Skipping ... configuration" (0.3-0.5, and any release for a backend it does not know,
+e.g. ``ncclep`` before 0.6.2) and "Falling back to alltoall" (0.6.2's allowlists).
 
 Other signals, with the source of each string
 =============================================
@@ -63,12 +65,15 @@ _UCCL_PROXY_RE = re.compile(r"Registered prox(?:y|ies) for device (?P<dev>\d+)(?
 _UCCL_NIC_RE = re.compile(r"\[RDMA\] Selected NIC (?P<nic>\S+) \(index \d+\)")
 _CONTRACT_RE = re.compile(r"MBRIDGE_(?P<kind>DISPATCHER|DEEP_EP)\b(?P<rest>.*)$")
 _KV_RE = re.compile(r"(?<!\S)(?P<key>\w+)=(?P<value>\S*)")
-_BRIDGE_SKIP_RE = re.compile(r"Skipping (?:DeepEP|HybridEP|flex dispatcher backend) configuration")
+_BRIDGE_SKIP_RE = re.compile(
+    r"Skipping (?:DeepEP|HybridEP|flex dispatcher backend) configuration|Falling back to alltoall"
+)
 
+FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
 CONTRACT_VALUES = {
-    "requested": ("alltoall", "deepep", "hybridep"),
+    "requested": ("alltoall", *FLEX_BACKENDS),
     "built": ("alltoall", "flex", "allgather"),
-    "backend": ("deepep", "hybridep", "none"),
+    "backend": (*FLEX_BACKENDS, "none"),
     "provider": ("uccl", "nvidia", "unknown", "none"),
 }
 
@@ -161,7 +166,8 @@ SOCKET = Marker("socket", (b"Using network Socket", b"NET/Socket"), first_only=T
 UCCL_PROXY = Marker("uccl_proxy", (b"Registered prox",), first_only=True)
 UCCL_NIC = Marker("uccl_nic", (b"[RDMA] Selected NIC",), first_only=True, requires="uccl_proxy")
 CONTRACT = Marker("contract", (b"MBRIDGE_",))
-BRIDGE_SKIP = Marker("bridge_skip", (b"EP configuration", b"dispatcher backend configuration"))
+BRIDGE_SKIP = Marker("bridge_skip", (b"EP configuration", b"dispatcher backend configuration",
+                                     b"Falling back to alltoall"))
 
 
 def job_log_markers(markers: Iterable[Marker]) -> tuple[Marker, ...]:
@@ -243,7 +249,7 @@ class DispatcherReport:
         wanted = self.wanted
         if wanted is None:
             return None
-        if wanted not in ("deepep", "hybridep"):
+        if wanted not in FLEX_BACKENDS:
             return False
         if self.bridge_warnings:
             return True

@@ -140,6 +140,18 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
      2h · 2`` (DeepEP's default chunked-token configs; ``channels`` = 12, G = et·e), plus the dispatched tokens.
    - HybridEP: dispatch and combine buffers sized for every rank of the NVLink domain, ``2·(T/t)·R·2h`` with R
      ranks per domain, and the same per remote domain for the RDMA staging, plus the dispatched tokens.
+   - NCCL EP (``ncclep``, megatron-core 0.19.2 ``_NCCLEPManager`` over Transformer Engine 2.20's
+     ``transformer_engine.pytorch.ep``): every buffer is sized by the fixed per-rank receive budget
+     ``Rc = int(ceil64(T/t)·k'·cf)`` (token_dispatcher.py L1597-L1609; ``k' = et·k``, ``cf`` =
+     ``moe_expert_rank_capacity_factor``), not by the tokens a step really receives: the receive buffer ``Rc·2h``
+     and its fp32 weights ``4·Rc`` (te ep.py L610-L612), the expert output padded back to ``Rc`` rows for the combine
+     (token_dispatcher.py L1709-L1722), the combine's backward gradient ``Rc·2h`` (ep.py L806) and NCCL EP's own
+     staging for the dispatch output and the combine input (nccl_ep.h L319-L323, "library-owned dispatch / combine
+     token staging"; its sizes are not published, modeled as ``Rc·2h`` each): ``4·Rc·2h + 4·Rc``. In bf16 the
+     experts' saved input is a view of the receive buffer (token_dispatcher.py L1698-L1700 narrows it, TE's grouped
+     GEMM saves the views), so each in-flight MoE layer keeps all ``Rc`` rows, not the ``(T/t)·k`` it received: the
+     activations count ``(Rc - (T/t)·k)·(2h + 4)`` more per MoE layer (FP8 saves its own quantised copy of the
+     received rows). From the code, not measured.
    - runtime (``RUNTIME``, ``runtime_bytes``): the CUDA context and the cuBLAS workspace (measured), NCCL's first
      communicator and each further one the rank uses (measured on 1-2 GPUs, ``communicators``), allocator
      fragmentation (modeled: 3 % of what the allocator holds at the peak).
@@ -449,6 +461,9 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
             moe_block += 2 * local * h
         if "shared_experts" not in mods:
             moe_block += 2 * tokens * 3 * fs / t
+        if p.dispatcher == "ncclep" and q8 == 2.0:
+            # bf16: the experts' saved input and probabilities are views of the whole receive buffer (module doc, 6.)
+            moe_block += max(0.0, ncclep_recv_rows(p) - copies) * (2 * h + 4)
     scale = CALIBRATION["activation_factor"]
     dense = (attn + residuals + dense_mlp) * scale
     moe = (attn + residuals + moe_block) * scale
@@ -610,7 +625,17 @@ def _dispatcher_bytes(p: TrainingPlan) -> int:
         per_domain = max(1, min(group, p.gpu.nvlink_domain, p.world_size))
         domains = max(1, math.ceil(group / per_domain))
         return int(2 * local * per_domain * 2 * h + (2 * local * domains * 2 * h if domains > 1 else 0) + a2a / 2)
+    if p.dispatcher == "ncclep":
+        recv = ncclep_recv_rows(p)
+        return int(4 * recv * 2 * h + 4 * recv)  # receive, combine input, combine gradient, staging (x2); weights
     return int(a2a)
+
+
+def ncclep_recv_rows(p: TrainingPlan) -> int:
+    """The ncclep receive budget in rows (TrainingPlan.ncclep_recv_capacity); without a capacity factor (a point the
+    ncclep-capacity-factor rule rejects) the balanced share."""
+    recv = p.ncclep_recv_capacity
+    return recv if recv is not None else p.ncclep_tokens_per_rank * p.flex_topk
 
 
 def _optimizer_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards: int) -> float:

@@ -6,12 +6,14 @@ in a unit test and never see CloudAI.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..catalog import GPUSpec, ModelSpec
 from .layout import ResolvedLayout, resolve_layout
 
-DISPATCHERS = ("alltoall", "deepep", "hybridep")
+DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
+FLEX_DISPATCHERS = ("deepep", "hybridep", "ncclep")  # the flex token dispatcher's backends
 DEEPEP_IMPLS = ("uccl", "nvidia")
 PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
@@ -49,6 +51,9 @@ class TrainingPlan:
     train_iters: int = 20
     dispatcher: str = "alltoall"
     deepep_impl: str = "nvidia"
+    # Megatron-Core's moe_expert_rank_capacity_factor (0.19+): the per-rank receive budget of the ncclep backend, as a
+    # multiple of the balanced share (tokens per rank x top-k); None: unset. Only the ncclep arm hands it to Megatron.
+    moe_expert_rank_capacity_factor: float | None = None
     moe_a2a_overlap: bool = False
     recompute: str = "none"
     recompute_modules: tuple[str, ...] = ()
@@ -147,4 +152,28 @@ class TrainingPlan:
 
     @property
     def uses_flex(self) -> bool:
-        return self.dispatcher in ("deepep", "hybridep")
+        return self.dispatcher in FLEX_DISPATCHERS
+
+    @property
+    def flex_topk(self) -> int:
+        """Top-k as the flex dispatcher sees it: the expert-TP-folded ``tp_size * moe_router_topk`` of
+        MoEFlexTokenDispatcher (token_dispatcher.py L1792, megatron-core 0.19.2; ``tp_size`` is the expert TP
+        group's, L83-L86)."""
+        return self.etp * self.model.moe_router_topk
+
+    @property
+    def ncclep_tokens_per_rank(self) -> int:
+        """_NCCLEPManager._ensure_bootstrap (token_dispatcher.py L1597-L1605, megatron-core 0.19.2): the tokens one
+        rank dispatches (its sequence-parallel shard, s*b/(cp*tp)) rounded up to NCCL EP's HT chunk of 64."""
+        local = math.ceil(self.seq_length * self.mbs / (self.cp * self.tp))
+        return -(-local // 64) * 64
+
+    @property
+    def ncclep_recv_capacity(self) -> int | None:
+        """The per-rank receive budget the ncclep backend sizes its buffers with (token_dispatcher.py L1606-L1609):
+        int(tokens_per_rank x top-k x moe_expert_rank_capacity_factor), before the grouped-GEMM alignment; None
+        without a capacity factor."""
+        cf = self.moe_expert_rank_capacity_factor
+        if cf is None:
+            return None
+        return int(self.ncclep_tokens_per_rank * self.flex_topk * cf)

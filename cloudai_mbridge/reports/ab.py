@@ -70,7 +70,7 @@ class Arm:
         d = m.validity.dispatcher
         if d.downgraded:
             problems.append(f"dispatcher downgraded ({d.wanted} -> {d.built})")
-        elif self.config.get("dispatcher") in ("deepep", "hybridep") and d.downgraded is None:
+        elif self.config.get("dispatcher") in ("deepep", "hybridep", "ncclep") and d.downgraded is None:
             problems.append("dispatcher not proven (no MBRIDGE_DISPATCHER line)")
         multinode_efa = self.config.get("network") == "efa" and self.config.get("num_nodes", 1) > 1
         if multinode_efa and not m.validity.efa_on_all_ranks:

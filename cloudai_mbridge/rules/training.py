@@ -4,6 +4,11 @@ File references: Megatron-Core core_v0.16.1 (``megatron/core/...``, the installe
 Megatron-LM main (``main:megatron/...``, where a check is newer than 0.16.1), Megatron-Bridge v0.4.0
 (``bridge:src/megatron/bridge/...``), DeepEP hybrid-ep branch (``deep_ep/hybrid_ep_buffer.py``), MoE Echo
 (``Victarry/Megatron-MoE-Echo``) and CloudAI's built-in MegatronBridge workload (``cloudai:megatron_bridge.py``).
+The ``ncclep`` rules cite megatron-core 0.19.2 (``mcore-0.19:megatron/core/...``, the PyPI wheel, identical to the
+core_v0.19.0 tag in these files), the megatron-bridge 0.6.2 wheel (``bridge-0.6.2:...``) and the
+transformer-engine-cu13 2.20.2 wheel (``te:transformer_engine/pytorch/ep.py``, ``nccl_ep:`` for the NCCL EP headers
+it ships under ``transformer_engine/wheel_lib/nccl_ep/include/``, ``libnccl_ep.so`` for that library's own
+assertion strings).
 
 Rules marked *differential* are checked against the real megatron-core on the CPU in
 ``tests/rules/test_differential.py``: on generated configs, the verdict of the rule set restricted to them must
@@ -12,6 +17,7 @@ match whether the real ``MLATransformerConfig(...)`` raises (and the layout DSL 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from ..catalog import GPUSpec
@@ -343,7 +349,10 @@ def _dispatcher_gpu(p: TrainingPlan) -> Iterator[Violation]:
     """bridge:training/flex_dispatcher_backend.py apply_flex_dispatcher_backend (0.3-0.6): outside its allowlist
     Bridge only logs a warning and keeps the alltoall dispatcher, so a 'deepep' arm of an A/B would silently measure
     alltoall; validate_flex_dispatcher_backend raises for the same GPUs. The allowlist is the plan's Bridge
-    release's (catalog/bridge.py)."""
+    release's (catalog/bridge.py). NCCL EP: bridge-0.6.2:training/flex_dispatcher_backend.py L80-L88 (compute
+    capability 9.x / 10.x, "NCCL EP is only applicable to Hopper and Blackwell GPUs ... Falling back to alltoall";
+    L121-L125 raises), which is also NCCL EP's own floor (te:common/include/transformer_engine/ep.h L95 "Requires
+    SM>=90"). Every GPU of the catalog passes it today; the rule holds for any GPU added."""
     cc = ".".join(map(str, p.gpu.compute_capability))
     release = BRIDGE_RELEASES[p.bridge_version]
     if p.dispatcher == "deepep" and not release.deepep_allowed(p.gpu):
@@ -357,16 +366,168 @@ def _dispatcher_gpu(p: TrainingPlan) -> Iterator[Violation]:
         yield _v({"dispatcher": "hybridep", "gpu": p.gpu.name, "compute_capability": cc},
                  f"{p.gpu.name} is not on Megatron-Bridge's HybridEP allowlist (compute capability 8.x/9.x/10.x)",
                  "use dispatcher = \"deepep\" or \"alltoall\"")
+    if p.dispatcher == "ncclep" and release.takes_backend("ncclep") and not release.ncclep_allowed(p.gpu):
+        yield _v({"dispatcher": "ncclep", "gpu": p.gpu.name, "compute_capability": cc},
+                 f"{p.gpu.name} is not on Megatron-Bridge's NCCL EP allowlist (compute capability "
+                 f"{'/'.join(f'{m}.x' for m in release.ncclep_cc_majors)}: Hopper and Blackwell); Bridge would fall "
+                 "back to alltoall",
+                 "use a Hopper or Blackwell GPU for ncclep, or dispatcher = \"alltoall\" / \"hybridep\"")
+
+
+@rule("dispatcher-bridge-release")
+def _dispatcher_bridge_release(p: TrainingPlan) -> Iterator[Violation]:
+    """A flex backend the plan's Megatron-Bridge release does not know: its apply_flex_dispatcher_backend logs "Not
+    a valid flex dispatcher backend ... Skipping" and leaves the dispatcher as it was (bridge-0.5.1:training/
+    flex_dispatcher_backend.py L65-L68; the 0.6.0 / 0.6.1 wheels alike), all-to-all in our payload, which then stops
+    the run ('dispatcher downgraded'). ``ncclep`` needs Megatron-Bridge 0.6.2 (L80-L88) and the Megatron-Core it
+    runs, 0.19 (mcore-0.19:megatron/core/transformer/transformer_config.py L869; core_v0.18.0 L799 knows only deepep
+    and hybridep, and its MoEFlexTokenDispatcher raises "Invalid backend"); catalog/bridge.py lists each release's
+    backends."""
+    release = BRIDGE_RELEASES[p.bridge_version]
+    if p.uses_flex and not release.takes_backend(p.dispatcher):
+        newer = [v for v, r in BRIDGE_RELEASES.items() if r.takes_backend(p.dispatcher)]
+        yield _v({"dispatcher": p.dispatcher, "bridge_version": p.bridge_version},
+                 f"Megatron-Bridge {p.bridge_version} has no {p.dispatcher!r} flex backend (it logs 'Not a valid flex "
+                 "dispatcher backend' and trains with alltoall)",
+                 f"set bridge_version = \"{newer[-1] if newer else '?'}\" with a container that ships Megatron-Bridge "
+                 f"0.6.2 and megatron-core 0.19 (bridge_version is what the container runs), or another dispatcher")
 
 
 @rule("flex-dispatcher-ep")
 def _flex_dispatcher_ep(p: TrainingPlan) -> Iterator[Violation]:
     """megatron/core/transformer/moe/token_dispatcher.py L1346: the flex dispatcher needs etp*ep > 1; HybridEP's
-    buffer asserts a group of at least two ranks (deep_ep/hybrid_ep_buffer.py)."""
+    buffer asserts a group of at least two ranks (deep_ep/hybrid_ep_buffer.py); NCCL EP: mcore-0.19:megatron/core/
+    transformer/moe/token_dispatcher.py L1788 ("NCCL EP dispatcher requires TPxEP > 1") and te:transformer_engine/
+    pytorch/ep.py L139-L140 (``ep_bootstrap requires ep_group.size() >= 2``)."""
     if p.uses_flex and p.etp * p.ep <= 1:
         yield _v({"dispatcher": p.dispatcher, "ep": p.ep, "etp": p.etp},
                  f"the {p.dispatcher} dispatcher needs an expert group of at least two ranks",
                  "use ep > 1, or dispatcher = \"alltoall\"")
+
+
+@rule("ncclep-capacity-factor")
+def _ncclep_capacity_factor(p: TrainingPlan) -> Iterator[Violation]:
+    """The ncclep backend sizes every rank's receive buffer once, at the first dispatch, as R = int(ceil64(tokens per
+    rank) x top-k x moe_expert_rank_capacity_factor) (mcore-0.19:megatron/core/transformer/moe/token_dispatcher.py
+    L1597-L1609; top-k expert-TP-folded, L1792), and a step that receives more than R on any rank traps
+    (transformer_config.py L976-L981: "exceeding the budget is a hard error (TransformerEngine/NCCL traps)"; TE
+    bootstraps without drop_on_overflow, te:transformer_engine/pytorch/ep.py L111, L132-L133). So:
+
+    - the factor must be set (token_dispatcher.py L1563-L1568 raises ValueError without it; eager mode, where
+      None sizes per step, is Megatron-LM main's #6229, not 0.19);
+    - R >= the tokens a rank dispatches: NCCL EP's high-throughput group refuses a smaller receive bound
+      (nccl_ep:nccl_ep.h L272-L276; libnccl_ep.so ncclEpCreateGroup "HT mode requires max_recv_tokens_per_rank >=
+      max_dispatch_tokens_per_rank");
+    - R >= tokens per rank x top-k, the balanced share: every token reaches top-k expert slots, so the EP group
+      receives G x that in total and some rank at least the average -- a smaller budget traps on the first step
+      whatever the routing. Above it, whether a step traps depends on how unbalanced the routing is (Bridge 0.6.2's
+      perf recipes use 1.5 for HybridEP's equivalent, perf_recipes/deepseek/common.py L62); the factor that can
+      never trap is G x min(top-k, experts per rank) / top-k."""
+    if p.dispatcher != "ncclep":
+        return
+    cf = p.moe_expert_rank_capacity_factor
+    if cf is None:
+        yield _v({"dispatcher": "ncclep", "moe_expert_rank_capacity_factor": None},
+                 "the ncclep backend needs moe_expert_rank_capacity_factor: it sizes the per-rank receive buffer "
+                 "(megatron-core raises without it, and a step that receives more traps)",
+                 "set moe_expert_rank_capacity_factor (e.g. 1.5, Bridge's perf recipes' budget; above 1.0 leaves room "
+                 "for unbalanced routing)")
+        return
+    recv = p.ncclep_recv_capacity or 0
+    sent = p.ncclep_tokens_per_rank
+    local = math.ceil(p.seq_length * p.mbs / (p.cp * p.tp))
+    share = local * p.flex_topk
+    fields = {"moe_expert_rank_capacity_factor": cf, "seq_length": p.seq_length, "mbs": p.mbs, "tp": p.tp,
+              "cp": p.cp, "etp": p.etp, "moe_router_topk": p.model.moe_router_topk}
+    if recv < sent:
+        yield _v(fields,
+                 f"the receive budget of {recv} tokens is below the {sent} tokens a rank dispatches: NCCL EP refuses "
+                 "to create the group",
+                 f"use moe_expert_rank_capacity_factor >= {sent / (sent * p.flex_topk):.4g}")
+    elif recv < share:
+        yield _v(fields,
+                 f"the receive budget of {recv} tokens per rank is below the balanced share of {share} (tokens per "
+                 f"rank x top-k): some rank receives at least that every step, so the first step traps",
+                 f"use moe_expert_rank_capacity_factor >= {share / (sent * p.flex_topk):.4g} (1.5 leaves room for "
+                 "unbalanced routing)")
+
+
+@rule("ncclep-limits")
+def _ncclep_limits(p: TrainingPlan) -> Iterator[Violation]:
+    """NCCL EP's published limits (nccl_ep:nccl_ep/common.hpp, the constants its high-throughput kernels are built
+    with) for what the ncclep backend hands it (mcore-0.19:megatron/core/transformer/moe/token_dispatcher.py
+    L1597-L1621: the expert tp x ep group, num_experts = etp x E, top-k = etp x moe_router_topk, hidden_size):
+
+    - hidden size <= MAX_HIDDEN_DIM 16384 (common.hpp L22), and a bf16 token row a multiple of 16 bytes, hidden % 8
+      == 0 (nccl_ep.h L286 "HT requires this configured upper bound to be a multiple of 16 bytes"; device/ht_ep.cuh
+      L5320 "HIDDEN_DIM must satisfy TMA alignment"; libnccl_ep.so "(hidden * ncclTypeSize(x->datatype)) %
+      sizeof(int4) == 0");
+    - top-k <= MAX_NUM_TOPK 32 (common.hpp L23) and <= the experts (libnccl_ep.so ncclEpCreateGroup "num_topk must
+      be <= num_experts");
+    - experts per rank <= NUM_MAX_LOCAL_EXPERTS 1024 (common.hpp L20);
+    - tokens a rank dispatches (rounded up to 64) <= MAX_SUPPORTED_TOKENS_PER_RANK 8192 (common.hpp L28, "Must match
+      kernel template in ht_ep_adapter.cu");
+    - experts per NVLink (LSA) team a multiple of 4 (libnccl_ep.so "HT dispatch requires experts_per_lsa_team to be
+      multiple of 4 (16B prob TMA alignment)"; device/ht_ep.cuh L5316), with the team the group's ranks in one
+      NVLink domain (consecutive ranks, as hybridep_ranks_per_domain).
+
+    NCCL EP moves bfloat16 tokens only (te:transformer_engine/pytorch/ep.py L885-L891, L1045): every precision here
+    keeps bf16 activations (FP8 quantises inside the GEMMs; megatron-core 0.19.2 sets no dispatch quantisation), so
+    that limit cannot fail. NCCL >= 2.30.4 at run time (ep.py L49) is the container's, checked by TE at bootstrap."""
+    if p.dispatcher != "ncclep" or not p.ep:
+        return
+    h, topk = p.model.hidden_size, p.flex_topk
+    experts = p.etp * p.model.num_experts
+    if h > 16384 or h % 8:
+        yield _v({"model": p.model.name, "hidden_size": h},
+                 f"NCCL EP carries hidden sizes up to 16384 whose bf16 rows are a multiple of 16 bytes; {h} is not one",
+                 "use dispatcher = \"deepep\", \"hybridep\" or \"alltoall\" for this model")
+    if topk > 32 or topk > experts:
+        yield _v({"etp": p.etp, "moe_router_topk": p.model.moe_router_topk, "num_experts": p.model.num_experts},
+                 f"NCCL EP takes a top-k of at most 32 and at most the experts; the flex dispatcher hands it "
+                 f"etp x moe_router_topk = {topk}",
+                 "lower etp (the recipes use 1)")
+    if p.model.num_experts % p.ep == 0 and p.model.num_experts // p.ep > 1024:
+        yield _v({"num_experts": p.model.num_experts, "ep": p.ep},
+                 f"NCCL EP holds at most 1024 experts per rank; ep={p.ep} leaves {p.model.num_experts // p.ep}",
+                 f"raise ep to at least {math.ceil(p.model.num_experts / 1024)}")
+    sent = p.ncclep_tokens_per_rank
+    if sent > 8192:
+        yield _v({"seq_length": p.seq_length, "mbs": p.mbs, "tp": p.tp, "cp": p.cp},
+                 f"a rank would dispatch {sent} tokens (seq_length x mbs / (cp x tp), rounded up to 64); NCCL EP's "
+                 "kernels take at most 8192",
+                 "lower mbs or seq_length, or raise tp / cp (sequence parallelism splits the tokens over tp)")
+    if p.model.num_experts % p.ep == 0:
+        team = ncclep_ranks_per_team(p)
+        per_team = p.model.num_experts // p.ep * team
+        if per_team % 4:
+            yield _v({"num_experts": p.model.num_experts, "ep": p.ep, "etp": p.etp, "gpu": p.gpu.name},
+                     f"NCCL EP's dispatch needs the experts of one NVLink team to be a multiple of 4; {team} ranks x "
+                     f"{p.model.num_experts // p.ep} experts per rank = {per_team}",
+                     "pick an ep that leaves a multiple of 4 experts per NVLink domain (e.g. 4 or more per rank)")
+
+
+def ncclep_ranks_per_team(p: TrainingPlan) -> int:
+    """Ranks of the ncclep group (expert tp x ep, consecutive ranks in the tp-cp-ep-dp-pp order) that share one
+    NVLink (LSA) domain: the GPU type's domain bounded by the job and the group."""
+    return max(1, min(p.gpu.nvlink_domain, p.world_size, p.etp * p.ep))
+
+
+@rule("ncclep-cuda-graph")
+def _ncclep_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
+    """mcore-0.19:megatron/core/transformer/moe/token_dispatcher.py L1694-L1701: without moe_ncclep_static_shape
+    (which needs the TE op fuser and, with FP8, Blackwell and NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, L1533-L1556; the
+    payload leaves it off, as Bridge's recipes do) every dispatch narrows the receive buffer with
+    ``tokens_per_expert.sum().item()``, a device-to-host sync that a CUDA graph cannot capture: a full_iteration
+    graph (which captures the dispatch) fails at capture. The per-layer scopes capture the router and the
+    dispatcher's preprocess (top-k), not the dispatch itself."""
+    if p.dispatcher == "ncclep" and p.cuda_graph_impl != "none" and "full_iteration" in p.cuda_graph_scope:
+        yield _v({"dispatcher": "ncclep", "cuda_graph_impl": p.cuda_graph_impl,
+                  "cuda_graph_scope": p.cuda_graph_scope},
+                 "the ncclep dispatch syncs with the host every step (dynamic shapes), which a full_iteration CUDA "
+                 "graph cannot capture",
+                 "use cuda_graph_impl = \"transformer_engine\" with per-layer scopes (attn, moe_router, "
+                 "moe_preprocess), no CUDA graph, or another dispatcher for full-iteration graphs")
 
 
 @rule("deepep-network")

@@ -386,6 +386,30 @@ def test_contract_problems(tmp_path: Path) -> None:
     assert mismatch.validity.dispatcher.problems == ("config_contract_mismatch",)
 
 
+def test_ncclep_arm_is_a_flex_arm(tmp_path: Path) -> None:
+    """payload/train/log.py EXPECTED_DISPATCH["ncclep"]: what the payload prints for a built NCCL EP dispatcher."""
+    line = "MBRIDGE_DISPATCHER requested=ncclep built=flex backend=ncclep\n"
+    d = parse_training_run(dispatcher_run(tmp_path / "a", line, line, dispatcher="ncclep")).validity.dispatcher
+    assert (d.requested, d.built, d.backend, d.downgraded, d.problems) == ("ncclep", "flex", "ncclep", False, ())
+    down = parse_training_run(dispatcher_run(tmp_path / "b", "MBRIDGE_DISPATCHER requested=ncclep built=alltoall "
+                                                             "backend=none\n", dispatcher="ncclep"))
+    assert down.validity.dispatcher.downgraded is True and down.failure.primary == "dispatcher_downgrade"
+    unknown = parse_training_run(dispatcher_run(tmp_path / "c", "", dispatcher="ncclep")).validity.dispatcher
+    assert (unknown.config_requested, unknown.downgraded) == ("ncclep", None)
+
+
+@pytest.mark.parametrize("warning", [
+    # Megatron-Bridge 0.5.1 / 0.6.0 / 0.6.1 (flex_dispatcher_backend.py L65-L68 in 0.5.1): no ncclep backend
+    "Not a valid flex dispatcher backend. Skipping flex dispatcher backend configuration.",
+    # Megatron-Bridge 0.6.2 L80-L88 (its f-string, on an Ampere GPU)
+    "NCCL EP is only applicable to Hopper and Blackwell GPUs. Current GPU: NVIDIA A100-SXM4-80GB. Falling back to "
+    "alltoall.",
+])
+def test_bridge_declining_ncclep_is_a_downgrade_without_our_line(tmp_path: Path, warning: str) -> None:
+    d = parse_training_run(dispatcher_run(tmp_path, warning + "\n", dispatcher="ncclep")).validity.dispatcher
+    assert d.built is None and d.downgraded is True and d.bridge_warnings == (warning,)
+
+
 def test_uccl_is_only_searched_everywhere_for_a_deepep_run(tmp_path: Path) -> None:
     m = parse_training_run(dispatcher_run(tmp_path, "", dispatcher="alltoall"))
     assert m.validity.uccl_searched_ranks == (0,)

@@ -123,10 +123,13 @@ def test_check_deep_ep():
         tl.check_deep_ep("hybridep", None, UCCL, None)
     with pytest.raises(tl.DispatcherError, match="deepep_impl = 'uccl' but `import deep_ep` gives the nvidia one"):
         tl.check_deep_ep("deepep", "uccl", NVIDIA, None)
+    # NCCL EP is Transformer Engine's: no deep_ep needed (payload/train/nccl_ep.py checks TE's module)
+    tl.check_deep_ep("ncclep", "uccl", None, "ModuleNotFoundError: no deep_ep")
 
 
 @pytest.mark.parametrize(("requested", "built", "backend"), [
     ("alltoall", "alltoall", "none"), ("deepep", "flex", "deepep"), ("hybridep", "flex", "hybridep"),
+    ("ncclep", "flex", "ncclep"),
 ])
 def test_dispatcher_as_requested(requested, built, backend):
     tl.check_dispatcher(requested, built, backend)
@@ -139,6 +142,8 @@ def test_dispatcher_as_requested(requested, built, backend):
     ("deepep", "flex", "hybridep"),  # the recipe's default backend survived
     ("hybridep", "allgather", "none"),
     ("alltoall", "flex", "deepep"),
+    ("ncclep", "alltoall", "none"),  # Bridge < 0.6.2 does not know the backend, or the GPU is off its allowlist
+    ("ncclep", "flex", "deepep"),
 ])
 def test_dispatcher_downgrade_stops_the_run(requested, built, backend):
     with pytest.raises(tl.DispatcherError, match="dispatcher downgraded"):

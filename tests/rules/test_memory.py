@@ -257,3 +257,29 @@ def test_backward_working_space_by_phase() -> None:
     # full recompute rebuilds the whole layer (its no-recompute activations) before differentiating it
     full = tiny_plan(transformer_impl="transformer_engine", recompute="full")
     assert _backward_working(full, _activations(full, "full"), holds_loss=False) == act.moe + block
+
+
+def test_ncclep_buffers_follow_the_receive_budget() -> None:
+    """plan/memory.py 6.: ncclep's buffers are sized by Rc = int(ceil64(T/t) x etp*k x cf), four bf16 row buffers and
+    the fp32 weights; bf16 keeps the whole receive buffer as the experts' saved input, FP8 its own quantised copy."""
+    from cloudai_mbridge.plan.memory import _dispatcher_bytes, ncclep_recv_rows
+
+    ncclep = {"dispatcher": "ncclep", "bridge_version": "0.6"}
+    plan = small_plan(model="deepseek_v3_proxy", **ncclep, moe_expert_rank_capacity_factor=1.5)
+    h, k = plan.model.hidden_size, plan.model.moe_router_topk
+    rows = int(4096 * k * 1.5)
+    assert ncclep_recv_rows(plan) == rows == plan.ncclep_recv_capacity
+    assert _dispatcher_bytes(plan) == 4 * rows * 2 * h + 4 * rows
+    # twice the factor, twice the buffers; larger than the all-to-all default (send + receive of T*k tokens)
+    double = with_(plan, moe_expert_rank_capacity_factor=3.0)
+    assert _dispatcher_bytes(double) == 4 * (2 * rows) * 2 * h + 4 * (2 * rows)
+    assert _dispatcher_bytes(plan) > _dispatcher_bytes(with_(plan, dispatcher="alltoall"))
+    # bf16: each in-flight MoE layer keeps the (Rc - T*k) slack rows and their weights
+    base = _activations(with_(plan, dispatcher="alltoall"), "none")
+    act = _activations(plan, "none")
+    assert act.moe - base.moe == pytest.approx((rows - 4096 * k) * (2 * h + 4))
+    assert act.dense == base.dense
+    fp8 = with_(plan, precision="fp8_tensorwise")
+    assert _activations(fp8, "none").moe == _activations(with_(fp8, dispatcher="alltoall"), "none").moe
+    # without a factor (a point the rules refuse) the balanced share stands in
+    assert ncclep_recv_rows(with_(plan, moe_expert_rank_capacity_factor=None)) == 4096 * k

@@ -10,6 +10,8 @@ from cloudai_mbridge.rules import TRAINING_RULES
 
 OVERLAP = {"moe_a2a_overlap": True}
 GB200 = {"gpu": "gb200", "num_nodes": 64, "gpus_per_node": 4}
+# An ncclep arm as it can run: Megatron-Bridge 0.6(.2) with megatron-core 0.19, a capacity factor (H100, 8 GPUs)
+NCCLEP = {"dispatcher": "ncclep", "bridge_version": "0.6", "moe_expert_rank_capacity_factor": 1.5}
 
 # rule id -> (violating point, passing point); the passing one is as close to the violating one as we could make it.
 CASES = {
@@ -36,6 +38,13 @@ CASES = {
     "delay-wgrad": (seed_plan(delay_wgrad_compute=True), seed_plan(**OVERLAP, delay_wgrad_compute=True)),
     "dispatcher-gpu": (seed_plan(dispatcher="deepep", **GB200), seed_plan(dispatcher="deepep")),
     "flex-dispatcher-ep": (small_plan(dispatcher="deepep", ep=1), small_plan(dispatcher="deepep", ep=8)),
+    "dispatcher-bridge-release": (small_plan(**{**NCCLEP, "bridge_version": "0.5"}), small_plan(**NCCLEP)),
+    "ncclep-capacity-factor": (small_plan(**{**NCCLEP, "moe_expert_rank_capacity_factor": None}),
+                               small_plan(**NCCLEP)),
+    "ncclep-limits": (small_plan(**NCCLEP, mbs=4, gbs=32), small_plan(**NCCLEP, mbs=2, gbs=16)),
+    "ncclep-cuda-graph": (small_plan(**NCCLEP, cuda_graph_impl="local", cuda_graph_scope=("full_iteration",)),
+                          small_plan(**NCCLEP, cuda_graph_impl="transformer_engine",
+                                     cuda_graph_scope=("moe_router", "moe_preprocess"))),
     "deepep-network": (seed_plan(dispatcher="deepep", deepep_impl="nvidia"), seed_plan(dispatcher="deepep")),
     "hybridep-uccl": (seed_plan(dispatcher="hybridep"), seed_plan(dispatcher="hybridep", deepep_impl="nvidia")),
     "hybridep-nvlink-domain": (seed_plan(dispatcher="hybridep", deepep_impl="nvidia", tp=1, pp=1, vp=None, ep=96,
@@ -194,3 +203,97 @@ def test_b300_deepep_depends_on_the_bridge_release() -> None:
     assert bridge_release("0.6", "nvcr.io/nvidia/nemo:26.04.01").version == "0.6"  # the field wins
     with pytest.raises(ValueError, match="is not one of"):
         bridge_release("0.9")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ncclep
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _ncclep_rules(**kw: object) -> list[str]:
+    return [v.rule for v in TRAINING_RULES.check(small_plan(**{**NCCLEP, **kw}))]
+
+
+def test_ncclep_is_a_flex_backend_of_bridge_06_only() -> None:
+    from cloudai_mbridge.catalog.bridge import BRIDGE_RELEASES
+
+    assert [v for v, r in BRIDGE_RELEASES.items() if r.takes_backend("ncclep")] == ["0.6"]
+    for version in ("0.3", "0.4", "0.5"):
+        (v,) = [v for v in TRAINING_RULES.check(small_plan(**{**NCCLEP, "bridge_version": version}))]
+        assert v.rule == "dispatcher-bridge-release" and f"Megatron-Bridge {version}" in v.message
+        assert 'bridge_version = "0.6"' in v.fix
+    # deepep / hybridep are known to every release: never this rule
+    for version in ("0.3", "0.4", "0.5", "0.6"):
+        assert "dispatcher-bridge-release" not in _ncclep_rules(dispatcher="hybridep", bridge_version=version,
+                                                                moe_expert_rank_capacity_factor=None)
+
+
+def test_ncclep_gpu_allowlist_is_hopper_and_blackwell() -> None:
+    from dataclasses import replace
+
+    from cloudai_mbridge.catalog import GPUS, get_gpu
+    from cloudai_mbridge.catalog.bridge import BRIDGE_RELEASES
+
+    release = BRIDGE_RELEASES["0.6"]
+    assert all(release.ncclep_allowed(g) for g in GPUS.values())  # H100 ... GB300: 9.x and 10.x
+    ampere = replace(get_gpu("h100"), name="a100", compute_capability=(8, 0))
+    assert not release.ncclep_allowed(ampere) and release.hybridep_allowed(ampere)
+    bad = replace(small_plan(**NCCLEP), gpu=ampere)
+    (v,) = TRAINING_RULES.check(bad)
+    assert v.rule == "dispatcher-gpu" and "NCCL EP allowlist" in v.message and v.fields["compute_capability"] == "8.0"
+    assert TRAINING_RULES.check(replace(bad, dispatcher="hybridep", moe_expert_rank_capacity_factor=None)) == []
+
+
+def test_ncclep_needs_two_ranks() -> None:
+    assert _ncclep_rules(ep=1) == ["flex-dispatcher-ep"]
+
+
+def test_ncclep_capacity_factor_budget() -> None:
+    """R = int(ceil64(s*b/(cp*tp)) x etp*k x cf); below tokens x k some rank receives more than R (pigeonhole)."""
+    base = small_plan(**NCCLEP)  # kimi_k2_proxy: s 4096, tp 1 -> 4096 tokens per rank
+    k = base.model.moe_router_topk
+    assert base.ncclep_tokens_per_rank == 4096 and base.flex_topk == k
+    assert base.ncclep_recv_capacity == int(4096 * k * 1.5)
+    assert _ncclep_rules(moe_expert_rank_capacity_factor=1.0) == []
+    (v,) = TRAINING_RULES.check(small_plan(**{**NCCLEP, "moe_expert_rank_capacity_factor": 0.9}))
+    assert v.rule == "ncclep-capacity-factor" and "balanced share" in v.message and ">= 1" in v.fix
+    # below one token per dispatched token: NCCL EP's HT group refuses it (recv >= dispatch)
+    (v,) = TRAINING_RULES.check(small_plan(**{**NCCLEP, "moe_expert_rank_capacity_factor": 0.5 / k}))
+    assert v.rule == "ncclep-capacity-factor" and "refuses to create the group" in v.message
+    # tokens rounded up to NCCL EP's 64-token chunk: 4096 / 3 = 1365.3 -> 1366 tokens, 1408 dispatched
+    odd = small_plan(**NCCLEP, tp=3, ep=2, gpus_per_node=6, gbs=6, model="deepseek_v3_proxy")
+    assert odd.ncclep_tokens_per_rank == 1408
+
+
+def test_ncclep_limits_each_reason() -> None:
+    from dataclasses import replace
+
+    from cloudai_mbridge.catalog import get_model
+
+    def messages(plan) -> list[str]:
+        return [v.message for v in TRAINING_RULES.check(plan) if v.rule == "ncclep-limits"]
+
+    plan = small_plan(**NCCLEP)
+    assert messages(plan) == []
+    assert any("8192" in m for m in messages(small_plan(**NCCLEP, mbs=4, gbs=32)))  # 16384 tokens per rank
+    wide = replace(plan, model=replace(get_model("kimi_k2_proxy"), hidden_size=16392))
+    assert any("hidden sizes up to 16384" in m for m in messages(wide))
+    odd = replace(plan, model=replace(get_model("kimi_k2_proxy"), hidden_size=1028))  # 2056-byte rows
+    assert any("16 bytes" in m for m in messages(odd))
+    assert any("top-k of at most 32" in m for m in messages(replace(plan, etp=8, ep=1)))
+    many = replace(plan, model=replace(get_model("kimi_k2_proxy"), num_experts=4096), ep=2, gpus_per_node=2, gbs=2)
+    assert any("at most 1024 experts per rank" in m for m in messages(many))
+    # 2 ranks x 1 expert per rank in one NVLink team: 2 experts, not a multiple of 4
+    few = replace(plan, model=replace(get_model("kimi_k2_proxy"), num_experts=2), ep=2, gpus_per_node=2, gbs=2)
+    assert any("multiple of 4" in m for m in messages(few))
+
+
+def test_ncclep_full_iteration_graph_is_refused_but_layer_graphs_pass() -> None:
+    assert _ncclep_rules(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",)) == ["ncclep-cuda-graph"]
+    assert _ncclep_rules(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router")) == []
+
+
+def test_ncclep_with_a2a_overlap_and_fp8_passes() -> None:
+    plan = seed_plan(model="deepseek_v3", gpu="b300", **NCCLEP, moe_a2a_overlap=True, precision="mxfp8",
+                     deepep_impl="nvidia")
+    assert [str(v) for v in TRAINING_RULES.check(plan)] == []

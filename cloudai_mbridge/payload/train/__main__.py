@@ -13,8 +13,11 @@ on rank 0 (MBRIDGE_CONFIG, one JSON line), resolves rank/world/master from torch
 Rank 0 prints, before anything is built, MBRIDGE_VERSIONS {json} (payload/versions.py: date, host and the versions
 of torch, CUDA, NCCL, Megatron-Core, Megatron-Bridge and Transformer Engine), read back by the reports.
 Both engines print, rank 0, once the model is built:
-  MBRIDGE_DISPATCHER requested=<alltoall|deepep|hybridep> built=<alltoall|flex|allgather> backend=<deepep|hybridep|none>
+  MBRIDGE_DISPATCHER requested=<alltoall|deepep|hybridep|ncclep> built=<alltoall|flex|allgather>
+      backend=<deepep|hybridep|ncclep|none>   (one line)
   MBRIDGE_DEEP_EP module=<deep_ep.__file__|none> provider=<uccl|nvidia|unknown|none>
+and, before the model is built, for ncclep (bridge engine only):
+  MBRIDGE_NCCL_EP module=<transformer_engine.pytorch.ep file> te=<version> bootstrap=<native|num_topk=K>
 and exit non-zero ("dispatcher downgraded") when the built dispatcher is not the requested one.
 
 Exit codes: 0 done, 2 configuration error, 3 dispatcher error; anything else is a crash with its traceback.

@@ -46,6 +46,7 @@ from .log import (
     first_dispatcher_class,
     import_deep_ep,
 )
+from .nccl_ep import EP_MODULE, bootstrap_compat, check_te_ep, nccl_ep_line, nccl_ep_topk
 
 KIMI_RECIPE = "megatron.bridge.recipes.kimi.kimi_k2"
 # DeepSeek-V3 recipe settings that are not architecture: kept when Kimi-K2's AutoBridge provider replaces the model.
@@ -300,6 +301,8 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
     say(hub.line())
     deep_ep, deep_ep_error = import_deep_ep()
     check_deep_ep(cfg["dispatcher"], cfg["deepep_impl"], deep_ep, deep_ep_error)
+    if cfg["dispatcher"] == "ncclep":
+        say(_prepare_nccl_ep(cfg))
 
     from megatron.bridge.training.callbacks import Callback
     from megatron.bridge.training.finetune import finetune
@@ -356,17 +359,77 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
     entry(container, forward_step, callbacks=callbacks)
 
 
-def memory_breakdown(model_chunks: list[Any], optimizer: Any) -> dict[str, Any]:
+def _prepare_nccl_ep(cfg: dict[str, Any]) -> str:
+    """The ncclep backend's Transformer Engine module, checked and made to fit Megatron-Core's bootstrap call
+    (payload/train/nccl_ep.py); returns the MBRIDGE_NCCL_EP line."""
+    try:
+        te_ep, error = importlib.import_module(EP_MODULE), None
+    except Exception as e:  # a TE without NCCL EP fails with anything from ImportError to an OSError on the library
+        te_ep, error = None, f"{type(e).__name__}: {e}"
+    check_te_ep(te_ep, error)
+    from megatron.core.transformer.moe import fused_a2a
+
+    te_version = getattr(importlib.import_module("transformer_engine"), "__version__", "")
+    return nccl_ep_line(te_ep, te_version, bootstrap_compat(te_ep, fused_a2a, nccl_ep_topk(cfg)))
+
+
+def _chained(opt: Any) -> list[Any] | None:
+    """A ChainedOptimizer's members (its instance attribute ``chained_optimizers``), else None; read from the
+    instance's own attributes so that no property runs."""
+    try:
+        members = vars(opt).get("chained_optimizers")
+    except TypeError:  # no __dict__
+        return None
+    return list(members) if members is not None else None
+
+
+def _is_chained(opt: Any) -> bool:
+    return _chained(opt) is not None
+
+
+def optimizers_in(optimizer: Any) -> list[Any]:
+    """Every optimizer object under ``optimizer``, outermost first: a ChainedOptimizer's ``chained_optimizers`` (EP > 1
+    gives one per parameter group: dense and expert), then each Megatron optimizer's inner torch optimizer
+    (``.optimizer``).
+
+    Megatron-Core's ``ChainedOptimizer.optimizer`` is a property that asserts a single chained optimizer
+    (megatron/core/optimizer/optimizer.py L1450-L1458 in 0.19.2: ``"ChainedOptimizer has more than one optimizer when
+    accessing self.optimizer"``), an AssertionError that getattr's default does not catch: so ``.optimizer`` is never
+    read on a ChainedOptimizer, and another wrapper that raises there is taken as having no inner optimizer."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    stack = [optimizer]
+    while stack:
+        opt = stack.pop()
+        if opt is None or id(opt) in seen:
+            continue
+        seen.add(id(opt))
+        found.append(opt)
+        members = _chained(opt)
+        if members is not None:
+            stack.extend(reversed(members))
+            continue
+        try:
+            inner = getattr(opt, "optimizer", None)
+        except AssertionError:
+            inner = None
+        if inner is not None and inner is not opt:
+            stack.append(inner)
+    return found
+
+
+def memory_breakdown(model_chunks: list[Any], optimizer: Any, device_type: str = "cuda") -> dict[str, Any]:
     """Bytes on the GPU by owner, each storage counted once: the DDP param / grad buffers, parameters outside them,
     the optimizer's per-parameter state by key and dtype (exp_avg, exp_avg_sq, master_param, remainders, ...) and
-    the tensors its parameter groups hold (the distributed optimizer's main-param shards) by dtype."""
+    the tensors its parameter groups hold (the distributed optimizer's main-param shards) by dtype. Every optimizer
+    of a ChainedOptimizer is walked (``optimizers_in``). ``device_type``: whose tensors count (a CPU test: "cpu")."""
     import torch
 
     seen: set[int] = set()
     out: dict[str, int] = {}
 
     def add(key: str, t: Any) -> None:
-        if not isinstance(t, torch.Tensor) or not t.is_cuda:
+        if not isinstance(t, torch.Tensor) or t.device.type != device_type:
             return
         storage = t.untyped_storage()
         if storage.data_ptr() in seen:
@@ -381,13 +444,9 @@ def memory_breakdown(model_chunks: list[Any], optimizer: Any) -> dict[str, Any]:
         for param in chunk.parameters():
             add(f"params_outside_buffers[{param.dtype}]", param)
             add(f"main_grad[{getattr(param, 'main_grad', param).dtype}]", getattr(param, "main_grad", None))
-    stack = [optimizer]
-    while stack:
-        opt = stack.pop()
-        stack.extend(getattr(opt, "chained_optimizers", []))
-        inner = getattr(opt, "optimizer", None)
-        if inner is not None and inner is not opt:
-            stack.append(inner)
+    for opt in optimizers_in(optimizer):
+        if _is_chained(opt):
+            continue  # its state / param_groups are its members', walked on their own
         for state in getattr(opt, "state", {}).values() if isinstance(getattr(opt, "state", None), dict) else []:
             for key, value in (state.items() if isinstance(state, dict) else []):
                 if isinstance(value, torch.Tensor):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-DISPATCHERS = ("alltoall", "deepep", "hybridep")
+DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
 DEEPEP_IMPLS = ("uccl", "nvidia")
 PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
@@ -40,6 +40,8 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "rank_order": "tp-cp-ep-dp-pp",
     "use_distributed_optimizer": None,  # None: the recipe's choice (Bridge), on (mcore)
     "moe_shared_expert_overlap": None,  # None: on with the all-to-all dispatcher and no a2a overlap (the recipes)
+    # Megatron-Core's moe_expert_rank_capacity_factor (0.19+); required for ncclep, ignored by the other dispatchers
+    "moe_expert_rank_capacity_factor": None,
 }
 MODEL_KEYS = (
     "name", "family", "num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_attention_heads",
@@ -104,6 +106,13 @@ def check_config(raw: dict[str, Any]) -> dict[str, Any]:
     elif overlap and (cfg["dispatcher"] != "alltoall" or cfg["moe_a2a_overlap"]):
         errors.append("moe_shared_expert_overlap = true needs dispatcher = 'alltoall' and moe_a2a_overlap = false "
                       "(megatron-core transformer_config.py); set it to false or null")
+    cf = cfg["moe_expert_rank_capacity_factor"]
+    if cf is not None and (not isinstance(cf, (int, float)) or isinstance(cf, bool) or not math.isfinite(cf)
+                           or cf <= 0):
+        errors.append(f"moe_expert_rank_capacity_factor = {cf!r} must be null or a finite number > 0")
+    elif cf is None and cfg["dispatcher"] == "ncclep":
+        errors.append("dispatcher = 'ncclep' needs moe_expert_rank_capacity_factor (megatron-core's _NCCLEPManager "
+                      "sizes the per-rank receive buffer with it and raises without it); set e.g. 1.5")
     if cfg["echo"] is not None and not (isinstance(cfg["echo"], dict) and "num_echo_experts" in cfg["echo"]):
         errors.append(f"echo = {cfg['echo']!r} must be null or an object with num_echo_experts")
     if errors:
@@ -117,6 +126,16 @@ def shared_expert_overlap(cfg: dict[str, Any]) -> bool:
     if cfg["moe_shared_expert_overlap"] is not None:
         return bool(cfg["moe_shared_expert_overlap"])
     return cfg["dispatcher"] == "alltoall" and not cfg["moe_a2a_overlap"]
+
+
+def rank_capacity_factor(cfg: dict[str, Any]) -> float | None:
+    """Megatron's moe_expert_rank_capacity_factor for this run: the config's value for the ncclep backend, None for
+    every other dispatcher. Megatron-Core 0.19 refuses the field unless the flex backend is hybridep or ncclep
+    (transformer_config.py L1692-L1697), and with hybridep it would turn on token dropping (and need the TE op
+    fuser, L1698-L1705), so a factor swept beside a dispatcher A/B reaches only the ncclep arm."""
+    if cfg["dispatcher"] != "ncclep":
+        return None
+    return cfg["moe_expert_rank_capacity_factor"]
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -308,6 +327,9 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
         **recompute_fields(cfg),
         **echo_fields(cfg),
     }
+    if rank_capacity_factor(cfg) is not None:
+        # only where it is meant: the field does not exist before megatron-core 0.19 (set_fields would refuse it)
+        model["moe_expert_rank_capacity_factor"] = float(rank_capacity_factor(cfg))
     if cfg["model"]["is_proxy"]:
         model.update(catalog_shape(cfg["model"]))
     out = {f"model.{k}": v for k, v in model.items()}
@@ -385,6 +407,8 @@ def mcore_unsupported(cfg: dict[str, Any]) -> list[str]:
         (cfg["task"] != "pretrain", f"task = {cfg['task']!r}: the mcore loop loads no checkpoint; {bridge}"),
         (cfg["data"] != "mock", f"data = {cfg['data']!r}: the mcore loop trains on mock tokens only; {bridge}"),
         (cfg["optimizer"] != "adam", f"optimizer = {cfg['optimizer']!r}: the mcore loop uses Adam; {bridge}"),
+        (cfg["dispatcher"] == "ncclep", "dispatcher = 'ncclep' needs Transformer Engine's NCCL EP and megatron-core "
+                                        f"0.19, which the local-layer loop does not use; {bridge}"),
     ]
     return [msg for bad, msg in checks if bad]
 

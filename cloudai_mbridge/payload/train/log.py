@@ -13,7 +13,8 @@ from typing import Any
 MEGABYTES = 1024.0 * 1024.0
 
 # (moe_token_dispatcher_type, flex backend) each requested dispatcher must end up as in the built model.
-EXPECTED_DISPATCH = {"alltoall": ("alltoall", "none"), "deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep")}
+EXPECTED_DISPATCH = {"alltoall": ("alltoall", "none"), "deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep"),
+                     "ncclep": ("flex", "ncclep")}
 DISPATCHER_CLASSES = {
     "MoEAlltoAllTokenDispatcher": "alltoall",
     "MoEFlexTokenDispatcher": "flex",
@@ -111,8 +112,9 @@ def deep_ep_line(module: ModuleType | None) -> str:
 
 
 def check_deep_ep(dispatcher: str, deepep_impl: str | None, module: ModuleType | None, error: str | None) -> None:
-    """Before building anything: the requested flex backend has the DeepEP it needs, of the kind the plan expects."""
-    if dispatcher == "alltoall":
+    """Before building anything: the requested flex backend has the DeepEP it needs, of the kind the plan expects.
+    All-to-all and NCCL EP (Transformer Engine's, payload/train/nccl_ep.py) need none."""
+    if dispatcher in ("alltoall", "ncclep"):
         return
     if module is None:
         raise DispatcherError(
@@ -163,5 +165,6 @@ def check_dispatcher(requested: str, built: str, backend: str) -> None:
         raise DispatcherError(
             f"dispatcher downgraded: requested {requested} (expects {expected[0]}/{expected[1]}) but the built model "
             f"uses {built}/{backend}; a dispatcher A/B with a silently changed dispatcher is invalid. Megatron-Bridge "
-            "falls back when the GPU is not on its DeepEP/HybridEP allowlist or deep_ep is missing."
+            "falls back when the GPU is not on its DeepEP/HybridEP/NCCL EP allowlist, or when it does not know the "
+            "backend (ncclep before Megatron-Bridge 0.6.2)."
         )

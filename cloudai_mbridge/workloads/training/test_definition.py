@@ -44,7 +44,7 @@ from ..fields import (
 
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 GPUName = Literal[tuple(GPUS)]  # type: ignore[valid-type]
-Dispatcher = Literal["alltoall", "deepep", "hybridep"]
+Dispatcher = Literal["alltoall", "deepep", "hybridep", "ncclep"]
 DeepEPImpl = Literal["uccl", "nvidia"]
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4"]
@@ -78,6 +78,9 @@ class EchoArgs(BaseModel):
 
 
 Fraction = Annotated[float, Field(ge=0)]
+# A finite float in (0, 1024] (no nan / inf, no bool or string read as one); 1024 keeps the budget NCCL EP carries in
+# int32 (tokens per rank x top-k x factor) far from overflow, and no EP group needs more than its size
+CapacityFactor = Annotated[float, Field(gt=0, le=1024, allow_inf_nan=False, strict=True)]
 
 
 class GoldenThresholdArgs(BaseModel):
@@ -128,6 +131,9 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     train_iters: PosInt = 20
     dispatcher: Dispatcher | list[Dispatcher] = "alltoall"
     deepep_impl: DeepEPImpl | list[DeepEPImpl] = "nvidia"
+    # Megatron-Core's moe_expert_rank_capacity_factor: the ncclep backend's per-rank receive budget (tokens per rank x
+    # top-k x this); required for ncclep, where a step that receives more traps. Handed to Megatron only by ncclep arms.
+    moe_expert_rank_capacity_factor: CapacityFactor | list[CapacityFactor] | None = None
     moe_a2a_overlap: Bool | list[Bool] = False
     # None: the recipes' choice (on with alltoall, off with flex or a2a overlap); false holds it off in every arm
     moe_shared_expert_overlap: Bool | list[Bool] | None = None
@@ -250,6 +256,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             train_iters=a.train_iters,
             dispatcher=a.dispatcher,
             deepep_impl=a.deepep_impl,
+            moe_expert_rank_capacity_factor=a.moe_expert_rank_capacity_factor,
             moe_a2a_overlap=a.moe_a2a_overlap,
             moe_shared_expert_overlap=a.moe_shared_expert_overlap,
             recompute=a.recompute,
