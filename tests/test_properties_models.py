@@ -386,7 +386,7 @@ pos = st.one_of(st.integers(1, 64), st.integers(1, INT32_MAX))
 par = st.one_of(st.integers(1, 64), st.integers(1, PARALLEL_MAX))
 # No control characters in round-tripped strings: the toml package (CloudAI's writer of test-run.toml) raises
 # IndexError in toml.dumps on C0 controls (and writes "ax1fb" for "a\x1fb"), whatever the model accepts.
-printable = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs"))
+printable = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Cf"))  # Cf: refused like control chars
 paths = st.text(printable, max_size=20).map(lambda s: "/" + s)
 words = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=10)
 images = st.tuples(words, words, words).map(lambda t: f"nvcr.io/{t[0]}/{t[1]}:{t[2]}")

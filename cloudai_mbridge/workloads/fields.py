@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from pathlib import PurePosixPath
 from typing import Annotated
 
@@ -26,7 +27,9 @@ _HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0
 
 
 def has_control(value: str) -> bool:
-    return any(ord(c) < 32 or ord(c) == 127 for c in value)
+    """A control character, or an invisible format one (soft hyphen, zero-width and bidi marks: Unicode Cf), which
+    no path needs and which the toml package CloudAI writes test-run.toml with mangles."""
+    return any(ord(c) < 32 or ord(c) == 127 or unicodedata.category(c) == "Cf" for c in value)
 
 
 def check_image(value: str | None) -> str | None:
