@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import typing
+import unicodedata
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -293,8 +294,9 @@ def _csv_ok(value: str, allowed: tuple[str, ...]) -> bool:
     return all(s.strip() in allowed for s in value.split(",") if s.strip())
 
 
-def _absolute(value: str) -> bool:  # workloads/fields.py: no control character in a path on the cluster
-    return not any(ord(c) < 32 or ord(c) == 127 for c in value) and PurePosixPath(value).is_absolute()
+def _absolute(value: str) -> bool:  # workloads/fields.py: no control or format (Cf) character in a cluster path
+    return not any(ord(c) < 32 or ord(c) == 127 or unicodedata.category(c) == "Cf" for c in value) \
+        and PurePosixPath(value).is_absolute()
 
 
 # field -> the documented rule for which strings it accepts (None: kept unchanged or refused at the field, the rule is
@@ -311,6 +313,9 @@ STRING_RULES: dict[tuple[type[BaseModel], str], typing.Callable[[str], bool] | N
     (T, "pipeline_layout"): None,
     (R, "container_image"): None,
     (R, "python"): None,
+    # rule ids, checked against the workload's rules at the field (workloads/base.py expected_rejections)
+    (T, "expected_rejections"): None,
+    (R, "expected_rejections"): None,
 }
 
 
