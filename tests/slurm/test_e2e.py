@@ -55,8 +55,8 @@ def test_refit_cpu_smoke_sweep_runs_tracks_and_reports(slurm_cluster: SlurmClust
 
     with (root / "mbridge_refit.csv").open() as f:
         table = list(csv.DictReader(f))
-    assert {r["mapping"] for r in table} == {"TP2xEP2 → EP4", "TP2xEP2 → TP1", "TP2xEP2 → TP4xETP1",
-                                             "TP2xEP2 → TP4xEP4xETP1"}
+    assert {r["mapping"] for r in table} == {"TP2·EP2 → TP1·EP4", "TP2·EP2 → TP1·EP1", "TP2·EP2 → TP4·EP1·ETP1",
+                                             "TP2·EP2 → TP4·EP4·ETP1"}, "full layout names on both sides"
     for row in table:
         assert row["verification"] == "pass" and row["status"] == "ok", row
         assert 0 < float(row["time_ms_min"]) <= float(row["time_ms_median"]) <= float(row["time_ms_max"])
