@@ -92,11 +92,17 @@ def make_plan(s: dict) -> TrainingPlan:
     rc = s["recompute"]
     kind = rc if rc in ("none", "full") else "selective"
     modules = tuple(rc.split(",")) if kind == "selective" else ()
+    # tp / pp / vp / microbatches: the 2-GPU settings of benchmarks/gpu_fullwidth_parallel.py (1 GPU: all 1)
+    tp, pp, vp = s.get("tp", 1), s.get("pp", 1), s.get("vp")
+    model = slice_spec(s["model"])
+    if pp > 1:
+        model = dataclasses.replace(model, recipe_pp_vp=frozenset({(pp, vp or 1)}))
     return TrainingPlan(
-        model=slice_spec(s["model"]), gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=1, tp=1, pp=1, cp=1, ep=1,
-        etp=1, mbs=s["mbs"], gbs=s["mbs"], seq_length=s["seq"], train_iters=3, dispatcher="alltoall",
-        recompute=kind, recompute_modules=modules, precision=s["precision"], force_balanced_routing=False,
-        sequence_parallel=False, transformer_impl="transformer_engine", precision_aware_optimizer=True)
+        model=model, gpu=get_gpu("h100"), num_nodes=1, gpus_per_node=tp * pp, tp=tp, pp=pp, vp=vp, cp=1, ep=1,
+        etp=1, mbs=s["mbs"], gbs=s["mbs"] * s.get("microbatches", 1), seq_length=s["seq"], train_iters=3,
+        dispatcher="alltoall", recompute=kind, recompute_modules=modules, precision=s["precision"],
+        force_balanced_routing=False, sequence_parallel=tp > 1, transformer_impl="transformer_engine",
+        precision_aware_optimizer=True)
 
 
 def outside_allocator() -> int:
@@ -107,7 +113,7 @@ def outside_allocator() -> int:
     return total - free - torch.cuda.memory_reserved()
 
 
-def build(s: dict, work: Path, say):
+def build(s: dict, work: Path, say, all_chunks: bool = False):
     """The payload's container for the setting, precision applied, model built (no DDP wrapper)."""
     from cloudai_mbridge.payload import hf_config
     from cloudai_mbridge.payload.train.bridge import build_container
@@ -136,7 +142,8 @@ def build(s: dict, work: Path, say):
 
     if not parallel_state.is_initialized():
         provider.initialize_model_parallel(seed=1234)
-    model = provider.provide_distributed_model(wrap_with_ddp=False, bf16=True)[0]
+    chunks = provider.provide_distributed_model(wrap_with_ddp=False, bf16=True)
+    model = chunks if all_chunks else chunks[0]
     fields = {k: _plain(getattr(provider, k, None)) for k in (
         "num_layers", "hidden_size", "num_attention_heads", "num_moe_experts", "moe_router_topk", "moe_layer_freq",
         "mtp_num_layers", "fp8", "fp8_recipe", "recompute_granularity", "recompute_modules", "recompute_method",
@@ -243,12 +250,14 @@ def runtime_stages(say) -> dict:
     import torch
 
     out = {}
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     torch.zeros(1, device="cuda")
     out["cuda_context"] = outside_allocator()
     if not torch.distributed.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", "29561")
-        torch.distributed.init_process_group("nccl", rank=0, world_size=1)
+        rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+        torch.distributed.init_process_group("nccl", rank=rank, world_size=world)
     x = torch.ones(1 << 20, device="cuda")
     torch.distributed.all_reduce(x)
     out["nccl_world_first_collective"] = outside_allocator()
