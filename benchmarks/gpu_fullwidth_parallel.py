@@ -69,6 +69,12 @@ def measure_pipeline(s: dict, work: Path) -> dict:
     from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
+    from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
+
+    # A backward outside the schedule (the tp settings before this one, in this process) leaves the aux-loss scale a
+    # 0-dim tensor, into which the schedule's copy_ of its [1]-shaped scale cannot broadcast: start as a fresh
+    # training process does.
+    MoEAuxLossAutoScaler.main_loss_backward_scale = None
     row: dict = {"setting": s}
     torch.cuda.reset_peak_memory_stats()
     base0 = torch.cuda.memory_allocated()
