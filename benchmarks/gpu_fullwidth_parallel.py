@@ -68,7 +68,6 @@ def measure_pipeline(s: dict, work: Path) -> dict:
     import torch
     from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
-
     from megatron.core.transformer.moe.moe_utils import MoEAuxLossAutoScaler
 
     # A backward outside the schedule (the tp settings before this one, in this process) leaves the aux-loss scale a
