@@ -344,6 +344,72 @@ def test_ensure_kube_config_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Private CloudAI members that the plugin's registered subclasses override (no replacement: the subclasses reach
+# CloudAI through its Registry, registration.py), and the private state they use
+# --------------------------------------------------------------------------------------------------------------
+
+# CloudAI member -> (its recorded signature, the plugin class overriding it)
+OVERRIDES = {
+    "cloudai.systems.slurm.slurm_command_gen_strategy.SlurmCommandGenStrategy._container_mounts": (
+        "(self) -> list[str]", "cloudai_mbridge.systems.slurm.strategy.MBridgeSlurmStrategy"),
+    "cloudai.systems.kubernetes.kubernetes_runner.KubernetesRunner._submit_test": (
+        "(self, tr: cloudai._core.test_scenario.TestRun) -> cloudai.systems.kubernetes.kubernetes_job.KubernetesJob",
+        "cloudai_mbridge.systems.kubernetes.runner.MBridgeKubernetesRunner"),
+    "cloudai.systems.kubernetes.kubernetes_system.KubernetesSystem.model_post_init": (
+        "(self, _context: 'Any' = None) -> 'None'",
+        "cloudai_mbridge.systems.kubernetes.runner.MBridgeKubernetesSystem"),
+    "cloudai._core.base_reporter.Reporter.load_test_runs": (
+        "(self)", "cloudai_mbridge.reports.common.TolerantLoading"),
+}
+
+
+def _resolve(dotted: str) -> Any:
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ImportError(dotted)
+
+
+@pytest.mark.parametrize("member", sorted(OVERRIDES), ids=lambda m: m.rsplit(".", 2)[-2] + "." + m.rsplit(".", 1)[1])
+def test_overridden_private_member(member: str) -> None:
+    recorded, ours = OVERRIDES[member]
+    owner_path, name = member.rsplit(".", 1)
+    assert name in vars(_resolve(owner_path)), (
+        f"CloudAI no longer defines {member}: {ours} overrides it. Read {owner_path} and adapt {ours}")
+    actual = str(inspect.signature(_resolve(member)))
+    assert actual == recorded, (
+        f"CloudAI changed the signature of {member}: {actual} (recorded {recorded}). {ours} overrides it: read the "
+        f"new code, adapt {ours}, then update OVERRIDES in tests/test_cloudai_surface.py")
+    assert name in vars(_resolve(ours)), f"{ours} no longer overrides {name}: remove it from OVERRIDES"
+
+
+def test_private_state_the_subclasses_use() -> None:
+    from cloudai.systems.kubernetes import KubernetesSystem
+    from cloudai.systems.slurm import SlurmInstaller
+
+    from cloudai_mbridge.systems.slurm.installer import PYXIS_OPTIONS
+
+    clients = {"_core_v1", "_batch_v1", "_custom_objects_api"}
+    assert clients <= set(KubernetesSystem.__private_attributes__), (
+        f"cloudai's KubernetesSystem no longer keeps its API clients in {sorted(clients)}: "
+        "systems/kubernetes/runner.py's MBridgeKubernetesSystem._connect and __deepcopy__ set them")
+    assert "__getstate__" in vars(KubernetesSystem), (
+        "cloudai's KubernetesSystem no longer defines __getstate__: MBridgeKubernetesSystem.__deepcopy__ uses it")
+    assert set(PYXIS_OPTIONS) <= set(SlurmInstaller.REQUIRED_SRUN_OPTIONS) and calls_by_name(
+        SlurmInstaller._check_srun_options, "REQUIRED_SRUN_OPTIONS"), (
+        "cloudai's SlurmInstaller no longer checks the pyxis options through REQUIRED_SRUN_OPTIONS: "
+        "systems/slurm/installer.py's MBridgeSlurmInstaller narrows that tuple for container-less scenarios")
+
+
+# --------------------------------------------------------------------------------------------------------------
 # The inventory: every replacement listed, each with its test
 # --------------------------------------------------------------------------------------------------------------
 
