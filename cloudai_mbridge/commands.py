@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import re
 from importlib.metadata import version
@@ -167,25 +166,12 @@ def verify_configs_command() -> click.Command:
                 logging.error(f"verify-configs: {problem}")
             logging.error("verify-configs: %d problem(s)", len(early))
             raise SystemExit(1)
-        hook_root = handlers.HOOK_ROOT
-        expand = handlers.expand_file_list
+        from .session import verify_configs_session
 
-        def expand_quiet(root: Path, glob: str = "*.toml") -> tuple[int, list[Path]]:
-            if root == hook_root and not root.exists():
-                return 0, []  # no hooks here: nothing to verify, not an error
-            return expand(root, glob)
-
-        handlers.expand_file_list = expand_quiet
-        dummy_kubeconfig = handlers._ensure_kube_config_exists
-        # The plugin's Kubernetes system reads no kubeconfig when a file is parsed: CloudAI's temporary dummy one in
-        # ~/.kube (and its two warnings per file) is not needed.
-        handlers._ensure_kube_config_exists = lambda *_args: contextlib.nullcontext()
-        try:
+        # without CloudAI's error for a missing conf/hook and its dummy kubeconfig in ~/.kube (session.py says why)
+        with verify_configs_session():
             failed = handlers.handle_verify_all_configs(argparse.Namespace(configs_dir=configs_dir,
                                                                            tests_dir=tests_dir))
-        finally:
-            handlers.expand_file_list = expand
-            handlers._ensure_kube_config_exists = dummy_kubeconfig
         if failed:
             for reason in explain_failures(kinds, tests_dir):
                 logging.error(f"verify-configs: {reason}")

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,19 +101,44 @@ class _DropNoise(logging.Filter):
         return not _DRY_RUN_NOISE.match(record.getMessage())
 
 
-@contextmanager
-def session(mode: str) -> Iterator[Session]:
-    """Patch CloudAI for the duration of one dry-run / run command of this process (the CLI runs one)."""
-    global _current
-    from cloudai.cli import handlers
-    from cloudai.systems.slurm import SlurmSystem
+# --------------------------------------------------------------------------------------------------------------
+# The CloudAI internals this package replaces: every one is a ``replace_*`` function below and an entry of
+# REPLACEMENTS. No CloudAI extension point serves them (each docstring says why); everything that one serves goes
+# through CloudAI's Registry instead (registration.py). tests/test_cloudai_surface.py checks, per entry, that the
+# pinned CloudAI's original still has the signature and does what the replacement relies on, and fails when a
+# replacement of a CloudAI attribute exists anywhere in the package without an entry here.
+# --------------------------------------------------------------------------------------------------------------
 
-    s = Session(mode)
-    saved: list[tuple[Any, str, Any]] = []
 
-    def patch(owner: Any, name: str, value: Any) -> None:
-        saved.append((owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)))
+class Patches:
+    """CloudAI attributes replaced for the duration of one command; ``restore`` puts the originals back (last
+    first)."""
+
+    def __init__(self) -> None:
+        self.saved: list[tuple[Any, str, Any]] = []
+
+    def replace(self, owner: Any, name: str, value: Any) -> None:
+        # a class's own attribute (a property stays a property), never one it inherits
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        self.saved.append((owner, name, original))
         setattr(owner, name, value)
+
+    def restore(self) -> None:
+        while self.saved:
+            owner, name, original = self.saved.pop()
+            setattr(owner, name, original)
+
+
+def replace_runner(p: Patches, s: Session) -> None:
+    """Replaces ``Runner`` in cloudai/cli/handlers.py (cloudai/_core/runner.py's ``Runner``, which
+    ``handle_dry_run_and_run`` constructs by that name) with CloudAI's Runner plus: the scenario and test names
+    checked as folder names before CloudAI creates anything; the scenario folder (``runner.runner.scenario_root``,
+    named by the second in ``Runner.create_runner``) claimed atomically, so two runs started in one second do not share
+    it; the folder recorded for the session's accounting; in ``run``, the inputs kept in it (save_inputs).
+
+    Not the Registry's runner (``update_runner``): the folder is chosen in ``Runner.create_runner`` before the
+    scheduler's runner exists, and ``--single-sbatch`` replaces the Slurm runner in the Registry after setup."""
+    from cloudai.cli import handlers
 
     runner_cls = handlers.Runner
 
@@ -127,18 +152,26 @@ def session(mode: str) -> Iterator[Session]:
         root = claim_scenario_root(Path(runner.runner.scenario_root))
         runner.runner.scenario_root = root
         s.scenario_roots.append(root)
-        if mode == "run":
+        if s.mode == "run":
             save_inputs(root, **s.inputs)
         return runner
 
-    patch(handlers, "Runner", capturing_runner)
-    setup = handlers._setup_system_and_scenario
+    p.replace(handlers, "Runner", capturing_runner)
+
+
+def replace_parser(p: Patches, s: Session) -> None:
+    """Replaces ``Parser`` in cloudai/cli/handlers.py (cloudai/parser.py's ``Parser``, which
+    ``_setup_system_and_scenario`` constructs by that name) with a subclass whose ``parse`` checks the scenario as a
+    whole (every sweep point's rules, its job rendered in memory: preflight.scenario_check) right after CloudAI's parse:
+    before CloudAI asks the cluster (sinfo in ``run``), creates --output-dir, installs or writes anything.
+
+    Not a test definition hook: the check needs the system and every test run of the scenario together, and a refusal
+    must stop CloudAI before ``prepare_output_dir``; no CloudAI hook runs between the parse and that."""
+    from cloudai.cli import handlers
+
     parser_cls = handlers.Parser
 
     class CheckingParser(parser_cls):  # type: ignore[misc, valid-type]
-        """CloudAI's parser, then the scenario checked as a whole (every point, rendered in memory): before CloudAI
-        asks the cluster (sinfo in ``run``), creates --output-dir, installs or writes anything."""
-
         def parse(self, *args: Any, **kwargs: Any) -> Any:
             result = super().parse(*args, **kwargs)
             system, _tests, scenario = result
@@ -150,11 +183,22 @@ def session(mode: str) -> Iterator[Session]:
                     raise ScenarioRefusedError(problems)
             return result
 
-    patch(handlers, "Parser", CheckingParser)
+    p.replace(handlers, "Parser", CheckingParser)
+
+
+def replace_setup(p: Patches, s: Session) -> None:
+    """Replaces ``_setup_system_and_scenario`` in cloudai/cli/handlers.py (called by ``handle_dry_run_and_run``;
+    ``None`` makes it return 1) with: the system and scenario files checked first (config_files.py), then CloudAI's
+    own setup (with the checking parser of replace_parser); a refusal, a parse error or a CloudAI ``exit`` becomes one
+    line naming the files and the fix, and leaves nothing behind.
+
+    Not an extension point: CloudAI's setup has none; its parse errors are raised or exit the process from inside."""
+    from cloudai.cli import handlers
+
+    setup = handlers._setup_system_and_scenario
+    mode = s.mode
 
     def checked_setup(args: Any) -> Any:
-        """The files checked first (config_files.py), then CloudAI's setup with the checking parser: a refusal
-        leaves nothing behind and asks no cluster."""
         s.files = f"{getattr(args, 'test_scenario', '')} (system {getattr(args, 'system_config', '')})"
         s.inputs = {k: getattr(args, k, None) for k in ("system_config", "test_scenario", "tests_dir")}
         from .config_files import file_problems
@@ -188,29 +232,125 @@ def session(mode: str) -> Iterator[Session]:
             logging.error(f"{mode}: could not read {s.files}. {fix}")
         return result
 
-    patch(handlers, "_setup_system_and_scenario", checked_setup)
+    p.replace(handlers, "_setup_system_and_scenario", checked_setup)
+
+
+def replace_slurm_update(p: Patches) -> None:
+    """dry-run: replaces ``SlurmSystem.update`` (cloudai/systems/slurm/slurm_system.py), which runs ``sinfo`` and
+    ``squeue``; CloudAI's ``_setup_system_and_scenario`` calls it in dry-run too. Here it asks nothing.
+
+    Not the Registry's system (``update_system``): strategies are looked up by the system's exact type, and preflight
+    and verify-configs use systems parsed before the session starts."""
+    from cloudai.systems.slurm import SlurmSystem
+
+    def update(self: Any) -> None:
+        logging.debug("dry-run: cluster state not queried (no sinfo/squeue)")
+
+    p.replace(SlurmSystem, "update", update)
+
+
+def replace_slurm_complete_job(p: Patches) -> None:
+    """dry-run: replaces ``SlurmSystem.complete_job`` (cloudai/systems/slurm/slurm_system.py), which runs ``sacct``
+    for the job's nodes; CloudAI's ``SlurmRunner.on_job_completion`` calls it after every dry-run point (job id 0).
+    Here it does nothing. Not ``update_system``, for the reasons of replace_slurm_update."""
+    from cloudai.systems.slurm import SlurmSystem
+
+    def complete_job(self: Any, job: Any) -> None:
+        return None
+
+    p.replace(SlurmSystem, "complete_job", complete_job)
+
+
+def replace_slurm_gpu_directives(p: Patches) -> None:
+    """dry-run: replaces the property ``SlurmSystem.supports_gpu_directives`` (cloudai/systems/slurm/slurm_system.py),
+    which runs ``scontrol show config`` when ``supports_gpu_directives_cache`` is unset. Here the answer comes from
+    the system file: GPU directives exactly when it declares GPUs (cached the same way). Not ``update_system``, for the
+    reasons of replace_slurm_update."""
+    from cloudai.systems.slurm import SlurmSystem
+
+    def supports_gpu_directives(self: Any) -> bool:
+        if self.supports_gpu_directives_cache is None:
+            self.supports_gpu_directives_cache = bool(self.gpus_per_node)
+        return self.supports_gpu_directives_cache
+
+    p.replace(SlurmSystem, "supports_gpu_directives", property(supports_gpu_directives))
+
+
+def replace_generate_reports(p: Patches) -> None:
+    """dry-run: replaces ``generate_reports`` in cloudai/cli/handlers.py, which ``handle_non_dse_job`` calls whatever
+    the mode: in a dry-run it writes a status table of FAILED jobs and empty reports from results that cannot exist.
+    Here it generates nothing. Not a report's config (``ReportConfig.enable``): it has no mode, and a scenario's
+    ``[reports]`` table overrides the Registry's."""
+    from cloudai.cli import handlers
+
+    def no_reports(*args: Any, **kwargs: Any) -> None:
+        logging.debug("dry-run: no reports (nothing ran)")
+
+    p.replace(handlers, "generate_reports", no_reports)
+
+
+def replace_expand_file_list(p: Patches) -> None:
+    """verify-configs: replaces ``expand_file_list`` in cloudai/cli/handlers.py, which logs ``conf/hook does not
+    exist.`` as an error when ``handle_verify_all_configs`` looks for hooks in ``HOOK_ROOT`` (relative to the working
+    folder) and there are none; here a missing ``HOOK_ROOT`` is no hooks, every other folder as CloudAI's.
+    Not an extension point: ``HOOK_ROOT`` is a module constant that ``handle_verify_all_configs`` reads itself."""
+    from cloudai.cli import handlers
+
+    hook_root = handlers.HOOK_ROOT
+    expand = handlers.expand_file_list
+
+    def expand_quiet(root: Path, glob: str = "*.toml") -> tuple[int, list[Path]]:
+        if root == hook_root and not root.exists():
+            return 0, []  # no hooks here: nothing to verify, not an error
+        return expand(root, glob)
+
+    p.replace(handlers, "expand_file_list", expand_quiet)
+
+
+def replace_kube_config_dummy(p: Patches) -> None:
+    """verify-configs: replaces ``_ensure_kube_config_exists`` in cloudai/cli/handlers.py, which writes a dummy
+    kubeconfig (in ``~/.kube`` by default: outside any output folder) around parsing each Kubernetes system file, with
+    two warnings. The plugin's Kubernetes system (systems/kubernetes/runner.py, registered through the Registry) reads
+    no kubeconfig when a file is parsed, so none is written. Not an extension point: ``verify_system_configs`` calls
+    it by name for every file containing ``scheduler = "kubernetes"``."""
+    from cloudai.cli import handlers
+
+    def no_dummy_kubeconfig(*_args: Any) -> Any:
+        return nullcontext()
+
+    p.replace(handlers, "_ensure_kube_config_exists", no_dummy_kubeconfig)
+
+
+# Every CloudAI attribute the package replaces (where CloudAI defines it -> the function replacing it). A new one
+# needs an entry here and a test in tests/test_cloudai_surface.py (its inventory tests fail otherwise).
+REPLACEMENTS = {
+    "cloudai.cli.handlers.Runner": replace_runner,
+    "cloudai.cli.handlers.Parser": replace_parser,
+    "cloudai.cli.handlers._setup_system_and_scenario": replace_setup,
+    "cloudai.systems.slurm.slurm_system.SlurmSystem.update": replace_slurm_update,
+    "cloudai.systems.slurm.slurm_system.SlurmSystem.complete_job": replace_slurm_complete_job,
+    "cloudai.systems.slurm.slurm_system.SlurmSystem.supports_gpu_directives": replace_slurm_gpu_directives,
+    "cloudai.cli.handlers.generate_reports": replace_generate_reports,
+    "cloudai.cli.handlers.expand_file_list": replace_expand_file_list,
+    "cloudai.cli.handlers._ensure_kube_config_exists": replace_kube_config_dummy,
+}
+
+
+@contextmanager
+def session(mode: str) -> Iterator[Session]:
+    """Patch CloudAI for the duration of one dry-run / run command of this process (the CLI runs one)."""
+    global _current
+    s = Session(mode)
+    p = Patches()
+    replace_runner(p, s)
+    replace_parser(p, s)
+    replace_setup(p, s)
     noise: list[tuple[logging.Handler, logging.Filter]] = []
     if mode == "dry-run":
-
-        def update(self: Any) -> None:
-            logging.debug("dry-run: cluster state not queried (no sinfo/squeue)")
-
-        def complete_job(self: Any, job: Any) -> None:
-            return None
-
-        def supports_gpu_directives(self: Any) -> bool:
-            # without scontrol: GPU directives exactly when the system file declares GPUs
-            if self.supports_gpu_directives_cache is None:
-                self.supports_gpu_directives_cache = bool(self.gpus_per_node)
-            return self.supports_gpu_directives_cache
-
-        def no_reports(*args: Any, **kwargs: Any) -> None:
-            logging.debug("dry-run: no reports (nothing ran)")
-
-        patch(SlurmSystem, "update", update)
-        patch(SlurmSystem, "complete_job", complete_job)
-        patch(SlurmSystem, "supports_gpu_directives", property(supports_gpu_directives))
-        patch(handlers, "generate_reports", no_reports)
+        replace_slurm_update(p)
+        replace_slurm_complete_job(p)
+        replace_slurm_gpu_directives(p)
+        replace_generate_reports(p)
         for handler in logging.getLogger().handlers:
             if type(handler) is logging.StreamHandler:  # the terminal, not debug.log
                 f = _DropNoise()
@@ -221,10 +361,22 @@ def session(mode: str) -> Iterator[Session]:
         yield s
     finally:
         _current = None
-        for owner, name, value in reversed(saved):
-            setattr(owner, name, value)
+        p.restore()
         for handler, f in noise:
             handler.removeFilter(f)
+
+
+@contextmanager
+def verify_configs_session() -> Iterator[None]:
+    """CloudAI's ``handle_verify_all_configs`` (commands.py's verify-configs) without the hook-folder error and the
+    dummy kubeconfig."""
+    p = Patches()
+    replace_expand_file_list(p)
+    replace_kube_config_dummy(p)
+    try:
+        yield
+    finally:
+        p.restore()
 
 
 def discard(s: Session) -> None:
