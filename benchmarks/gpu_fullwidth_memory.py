@@ -102,7 +102,7 @@ def make_plan(s: dict) -> TrainingPlan:
         etp=1, mbs=s["mbs"], gbs=s["mbs"] * s.get("microbatches", 1), seq_length=s["seq"], train_iters=3,
         dispatcher="alltoall", recompute=kind, recompute_modules=modules, precision=s["precision"],
         force_balanced_routing=False, sequence_parallel=tp > 1, transformer_impl="transformer_engine",
-        precision_aware_optimizer=True)
+        precision_aware_optimizer=True, gradient_accumulation_fusion=False)  # build() turns it off: no DDP here
 
 
 def outside_allocator() -> int:

@@ -208,10 +208,12 @@ RUNTIME = {
     "fragmentation_share": 0.03,
 }
 
-# The estimate's error band, by term: activations (held-out full-width layers within 1 %; 5 % leaves room for what one
-# GPU cannot check: the TP split and the schedule's in-flight count at scale), static state (weights, gradients,
+# The estimate's error band, by term: activations (held-out full-width layers within 1.4 %, TP2 + SP layers within
+# 1.8 %, whole backward peaks within 0.4 % without full recompute, the loss-holding PP2 / PP2-VP2 rank's peak within
+# 0.1 %: 5 %); activations of a pipeline rank that holds no loss stage (PP2 / PP2-VP2 first ranks measured -9.4 ..
+# +1.3 %, a few hundred MiB of the embedding's backward not explained: 10 %); static state (weights, gradients,
 # optimizer: exact parameter counts, 2 %), runtime and dispatcher buffers (modeled from defaults: +/- 50 %).
-BAND = {"activations": 0.05, "static": 0.02, "modeled": 0.5}
+BAND = {"activations": 0.05, "activations_pipeline": 0.10, "static": 0.02, "modeled": 0.5}
 
 MEMORY_CHECKS = ("reject", "warn", "off")
 
@@ -259,6 +261,7 @@ class MemoryEstimate:
     in_flight: int  # model chunks (micro-batch x virtual stage) whose activations the rank holds at its peak
     step: int = 0  # optimizer step transient (fp32 main-grad shard + optimizer temporaries), never with activations
     workspace: int = 0  # persistent non-parameter buffers (the local attention's score buffer, FP8 weight copies)
+    activation_band: float = BAND["activations"]  # BAND["activations_pipeline"] on a pipeline rank without the loss
 
     @property
     def total(self) -> int:
@@ -269,7 +272,7 @@ class MemoryEstimate:
     def band(self) -> int:
         """The estimate's uncertainty in bytes (``BAND`` applied term by term)."""
         static = self.weights + self.gradients + self.optimizer + self.workspace
-        return int(BAND["activations"] * max(self.activations, self.step) + BAND["static"] * static
+        return int(self.activation_band * max(self.activations, self.step) + BAND["static"] * static
                    + BAND["modeled"] * (self.runtime + self.dispatcher))
 
     @property
@@ -461,6 +464,11 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
             moe_block += 2 * local * h
         if "shared_experts" not in mods:
             moe_block += 2 * tokens * 3 * fs / t
+            if p.shared_expert_overlap and p.sequence_parallel and t > 1:
+                # shared_experts.py pre_forward_comm: the overlapped shared expert all-gathers its input from the
+                # sequence-parallel shards itself and keeps it (cached_fc1_input), a whole [s, b, h] in bf16
+                # (measured at TP2 + SP, benchmarks/results/fullwidth/fullwidth_parallel.md: +56 MiB a layer)
+                moe_block += 2 * tokens * h
         if p.dispatcher == "ncclep" and q8 == 2.0:
             # bf16: the experts' saved input and probabilities are views of the whole receive buffer (module doc, 6.)
             moe_block += max(0.0, ncclep_recv_rows(p) - copies) * (2 * h + 4)
@@ -471,6 +479,10 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
     logits = 2 * tokens * vocab + 2 * local * h  # bf16 logits + the final norm output
     layer_input = 2 * local * h
     mtp_extra = (3 * 2 + 2 * q8) * local * h  # embedding, enorm, hnorm, eh_proj output (2 B) + its 2h input
+    if p.sequence_parallel and t > 1:
+        # multi_token_prediction.py _concat_embeddings: eh_proj's output is gathered to [s, b, h] and scattered
+        # back to the sequence shard as a view, which keeps the whole gathered tensor alive (measured at TP2 + SP)
+        mtp_extra += 2 * (tokens - local) * h
     if recompute == "full":
         return _Activations(layer_input, layer_input, layer_input, logits, layer_input + logits, 0.0, 0.0, 0.0)
     return _Activations(dense, moe, layer_input, logits, moe + mtp_extra * scale + logits, 0.0,
@@ -526,7 +538,7 @@ def _local_activations(p: TrainingPlan, recompute: str) -> _Activations:
                         (attn + moe + 2 * local * 2 * h) * scale + logits, scores, attn * scale, logits_grad)
 
 
-def _backward_working(p: TrainingPlan, act: _Activations, holds_loss: bool) -> float:
+def _backward_working(p: TrainingPlan, act: _Activations, holds_loss: bool, holds_moe: bool = True) -> float:
     """Bytes the first backward on a rank needs beyond the saved activations, as the largest of its phases.
 
     The backward of the rank's last layer starts after the loss backward (only on the rank that holds the loss
@@ -542,19 +554,42 @@ def _backward_working(p: TrainingPlan, act: _Activations, holds_loss: bool) -> f
     With recompute the layer is first rebuilt in full (its no-recompute activations come back), then differentiated.
     Walked against the Kimi-K2 proxy's measured peaks (local layers, 4 layers, s 4096 and 2048) this lands within
     2 % of the forward/backward peak, where "one whole extra layer" over-counted by 20-33 %.
+
+    Transformer Engine layers on the rank holding the loss stage add two phases before any layer's backward
+    (measured at full width, DeepSeek-V3 / Kimi-K2, TP1 and TP2 + SP, s 2048-8192: each backward peak within a few
+    MiB, benchmarks/results/fullwidth/fullwidth_parallel.md):
+
+    - the output layer's backward: its input gradient ``2·T·h`` (+ the sequence-parallel shard ``2·T·h/t`` it is
+      reduce-scattered to) and, without gradient-accumulation fusion, its weight gradient ``2·V·h/t`` as a
+      temporary (the fused cross entropy wrote the logits' gradient into the logits, so no ``2·T·V/t`` more);
+    - with MTP: the MTP block's backward ends in its embedding lookup's dense weight gradient ``2·V·h/t``, after the
+      main logits are freed, beside both output-layer input gradients ``4·T·h`` (and the output layer's weight
+      gradient temporary without the fusion).
     """
     full = _activations(p, "none")
     freed = act.loss if holds_loss else 0.0
-    layer = max(full.moe, full.dense)  # the rank's last layer is an MoE layer unless the model has none
+    # the rank's last layer: an MoE layer if the rank holds one (a first pipeline stage may hold dense layers only)
+    layer = max(full.moe, full.dense) if holds_moe else full.dense
     attention = full.attention
     mlp = layer - attention
-    rebuilt = layer if p.recompute != "none" else 0.0  # rebuilt with nothing recomputed, then differentiated
+    # recompute brings back what it dropped (full: the whole layer; selective: the recomputed modules' tensors)
+    saved = max(act.moe, act.dense) if holds_moe else act.dense
+    rebuilt = max(0.0, layer - saved) if p.recompute != "none" else 0.0
     attention_grads = 10 * full.scores if p.transformer_impl == "local" else attention
-    phases = (
+    phases = [
         act.logits_grad if holds_loss else 0.0,
         rebuilt + mlp - freed,
         rebuilt - mlp + attention_grads - freed,
-    )
+    ]
+    if holds_loss and p.transformer_impl != "local":
+        m, t = p.model, p.tp
+        h, tokens = m.hidden_size, p.seq_length * p.mbs / p.cp
+        weight = 2 * _padded_vocab(m.vocab_size, t) * h / t  # the output layer's (and the embedding's) weight
+        wgrad = 0.0 if p.gradient_accumulation_fusion else weight
+        phases.append(wgrad + 2 * tokens * h * (1 + (1 / t if p.sequence_parallel and t > 1 else 0)))
+        if p.effective_mtp_layers:
+            logits = 2 * tokens * _padded_vocab(m.vocab_size, t) / t
+            phases.append(wgrad + weight - logits + 4 * tokens * h)
     return max(0.0, *phases)
 
 
@@ -663,6 +698,11 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     Needs a plan whose pipeline layout resolves (the layout rules report the others); a plan whose layout does not
     resolve is estimated with Megatron's even split rounded down, which is good enough to rank sweep points.
     """
+    return max(estimate_ranks(plan), key=lambda e: e.total)
+
+
+def estimate_ranks(plan: TrainingPlan) -> list[MemoryEstimate]:
+    """The estimate of every pipeline rank, in rank order (``estimate_memory`` takes the largest)."""
     p = plan
     layout = p.pipeline.layout
     vp = p.interleaved_vp
@@ -685,10 +725,15 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     fixed_runtime = sum(runtime_bytes(p).values())
     workspace = int(2 * act.scores)  # the unfused attention's persistent global score buffer
     # the same for every rank but for whether it holds the loss stage
-    working = {holds: _backward_working(p, act, holds_loss=holds) for holds in (False, True)}
+    working = {(loss, moe): _backward_working(p, act, holds_loss=loss, holds_moe=moe)
+               for loss in (False, True) for moe in (False, True)}
+    # the embedding's backward, a chunk's last: its dense weight gradient (TE path, measured with PP2 at full width)
+    # while the rank's other in-flight chunks stay saved, that chunk's own freed
+    embedding_grad = 2 * _padded_vocab(p.model.vocab_size, p.tp) * p.model.hidden_size / p.tp \
+        if p.transformer_impl != "local" else 0.0
     counts_by_rank = _stage_counts(layout, p.model.first_k_dense)
     bf16_extra = _bf16_layer_extra(p, layout, act)
-    best: MemoryEstimate | None = None
+    ranks: list[MemoryEstimate] = []
     for rank in range(p.pp):
         stages = counts_by_rank[rank]
         params = _rank_params(p, stages)
@@ -710,18 +755,23 @@ def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
                           for v, (n, c) in enumerate(zip(in_flight, stages, strict=True)))
         if p.cpu_offloading:
             activations -= min(p.cpu_offloading_num_layers, sum(c[0] + c[1] for c in stages)) * act.moe
-        activations += working[any(c[3] for c in stages)]
+        holds_moe = any(c[1] or c[4] for c in stages) or (p.model.num_experts > 0 and p.model.first_k_dense == 0)
+        work = working[(any(c[3] for c in stages), holds_moe)]
+        for v, (n, c) in enumerate(zip(in_flight, stages, strict=True)):
+            if c[2] and n:
+                work = max(work, embedding_grad - _chunk_bytes(c, act) - bf16_extra.get((rank, v), 0.0))
+        activations += work
         held = weights + grads + optimizer + workspace + cache + dispatcher + max(activations, step)
         runtime = fixed_runtime + int(RUNTIME["fragmentation_share"] * held)
         est = MemoryEstimate(
             weights=int(weights), gradients=int(grads), optimizer=int(optimizer), activations=int(activations),
             dispatcher=dispatcher, runtime=runtime, capacity=int(p.gpu.memory_gib * GIB), pp_rank=rank,
             in_flight=sum(in_flight), step=int(step), workspace=workspace + int(cache),
+            activation_band=BAND["activations"] if p.pp == 1 or any(c[3] for c in stages)
+            else BAND["activations_pipeline"],
         )
-        if best is None or est.total > best.total:
-            best = est
-    assert best is not None
-    return best
+        ranks.append(est)
+    return ranks
 
 
 def _largest_layer_params(p: TrainingPlan) -> int:

@@ -74,6 +74,10 @@ class TrainingPlan:
     delay_wgrad_compute: bool = False
     moe_shared_expert_overlap: bool | None = None  # None: as the payload sets it, see shared_expert_overlap
     grad_reduce_in_fp32: bool = False  # DSV3 recipe: False (bf16 main grads)
+    # The recipes' gradient_accumulation_fusion (APEX's fused wgrad into main_grad, as in NVIDIA's containers). Off,
+    # the output layer's weight gradient is a weight-sized temporary first (the payload turns it off where APEX is
+    # missing; the full-width benchmarks run without DDP, hence without it). Only plan/memory.py reads it.
+    gradient_accumulation_fusion: bool = True
     # Megatron's TransformerConfig.transformer_impl. "transformer_engine": fused/flash attention, MLA, fused SwiGLU,
     # TE's FusedAdam (engine bridge / auto); "local": unfused DotProductAttention, standard attention instead of MLA,
     # unfused SwiGLU, torch AdamW (engine mcore, payload/train/mcore.py). Only plan/memory.py reads it.

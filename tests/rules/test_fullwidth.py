@@ -54,3 +54,51 @@ def test_damaged_marks_never_yield_a_number() -> None:
     del doc["rows"][1]["measured"]["marks"][1]
     rows, problems = fullwidth_fit.analyse(doc)
     assert rows == [] and len(problems) == 2 and all("damaged" in p for p in problems)
+
+
+PARALLEL = ROOT / "benchmarks" / "results" / "fullwidth" / "gpu_fullwidth_parallel.json"
+
+
+def test_backward_peaks_within_half_a_percent(table: list[dict]) -> None:
+    """The first backward's peak (saved activations + the loss stage's output-layer / MTP-embedding gradients + the
+    layer's working space) on one GPU, every shape: a change that drops or doubles a backward phase fails here."""
+    peaks = [r for r in table if r["kind"] == "peak" and r["recompute"] != "full"]
+    assert len(peaks) == 60 and max(abs(r["err_pct"]) for r in peaks) < 0.5
+    # full recompute stays conservative (the estimate keeps one layer input per layer)
+    assert all(-6.0 < r["err_pct"] < 10.0 for r in table if r["kind"] == "peak" and r["recompute"] == "full")
+
+
+def test_tp2_sequence_parallel_layers_and_peaks() -> None:
+    """TP2 + SP on 2 GPUs: the TP split of every layer kind, the overlapped shared expert's gathered input and the
+    MTP block's gathered eh_proj output are in the estimate."""
+    doc = json.loads(PARALLEL.read_text())
+    rows, problems = fullwidth_fit.analyse({"rows": [r for r in doc["rows"] if r["setting"].get("tp", 1) == 2]})
+    assert problems == []
+    layers = [r for r in rows if r["per_layer"]]
+    assert {r["rank"] for r in layers} == {0, 1} and len(layers) == 70
+    assert max(abs(r["err_pct"]) for r in layers) < 2.0
+    peaks = [r for r in rows if r["kind"] == "peak" and r["recompute"] != "full"]
+    assert len(peaks) == 28 and max(abs(r["err_pct"]) for r in peaks) < 0.5
+
+
+def test_pipeline_ranks_in_flight_chunks() -> None:
+    """PP2 and PP2-VP2 under Megatron-Core's schedules: the loss rank's peak (1 or 3 chunks in flight) within 0.5 %,
+    the first rank's within its wider band."""
+    from cloudai_mbridge.plan.memory import BAND
+
+    rows, problems = fullwidth_fit.analyse_pipeline(json.loads(PARALLEL.read_text()))
+    assert problems == [] and len(rows) == 16
+    loss = [r for r in rows if r["holds_loss"]]
+    assert sorted({r["in_flight"] for r in loss}) == [1, 3] and max(abs(r["err_pct"]) for r in loss) < 0.5
+    first = [r for r in rows if not r["holds_loss"]]
+    assert sorted({r["in_flight"] for r in first}) == [2, 5]
+    assert all(abs(r["err_pct"]) < 100 * BAND["activations_pipeline"] for r in first)
+
+
+def test_damaged_pipeline_rows_never_yield_a_number() -> None:
+    doc = json.loads(PARALLEL.read_text())
+    pp = [r for r in doc["rows"] if r["setting"].get("pp", 1) == 2][:2]
+    pp[0]["measured"]["peak"] = float("nan")
+    del pp[1]["pp_rank"]
+    rows, problems = fullwidth_fit.analyse_pipeline({"rows": pp})
+    assert rows == [] and len(problems) == 2

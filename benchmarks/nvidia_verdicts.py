@@ -1,0 +1,74 @@
+"""NVIDIA's DeepSeek-V3 configurations through ``cloudai-mbridge preflight``: our estimate, its band, its verdict and
+Megatron-Bridge's own estimator, one table (benchmarks/results/fullwidth/nvidia_dsv3_verdicts.md).
+
+Method: for each GPU, the real CLI's preflight on conf/system/<system>.toml with
+conf/test_scenario/nvidia_dsv3_<gpu>.toml (a child process, its output folder a temporary one); the table is read
+from its preflight.csv. No GPU. Units: GiB (2^30 B) per GPU. Prints the table and ``RESULT nvidia_dsv3_rejected=<n>
+configurations`` (the number whose memory verdict is "does not fit" or that a rule refused).
+
+Run: python3 benchmarks/nvidia_verdicts.py [--out benchmarks/results/fullwidth/nvidia_dsv3_verdicts.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NVIDIA = [("h100", "slurm_h100_ib"), ("b200", "slurm_b200_ib"), ("b300", "slurm_b300_ib"),
+          ("gb200", "slurm_gb200_nvl72"), ("gb300", "slurm_gb300_nvl72")]
+
+
+def rows_for(gpu: str, system: str) -> list[dict[str, str]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out"
+        cmd = [sys.executable, "-m", "cloudai_mbridge", "--log-file", str(Path(tmp) / "debug.log"), "preflight",
+               "--system-config", str(ROOT / "conf" / "system" / f"{system}.toml"), "--test-scenario",
+               str(ROOT / "conf" / "test_scenario" / f"nvidia_dsv3_{gpu}.toml"), "--output-dir", str(out)]
+        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=600)
+        path = out / "preflight.csv"
+        if not path.is_file():
+            sys.exit(f"error: preflight for {gpu} wrote no table (exit {proc.returncode}): {proc.stdout[-2000:]}"
+                     f"{proc.stderr[-2000:]}")
+        with path.open() as f:
+            return list(csv.DictReader(f))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    lines = ["| GPU | test | ours GiB / capacity | band | verdict | Bridge's estimate GiB |",
+             "|---|---|---|---|---|---|"]
+    rejected = 0
+    for gpu, system in NVIDIA:
+        for r in rows_for(gpu, system):
+            name = r["test"].removeprefix(f"nvidia_dsv3_{gpu}_")
+            if r["verdict"] != "ok" or r["memory_verdict"] == "does not fit":
+                rejected += 1
+            lines.append(f"| {gpu} | {name} | {r['memory_gib_per_gpu']} | +/- {r['memory_band_pct']} % | "
+                         f"{r['memory_verdict']}{'' if r['verdict'] == 'ok' else ' (refused: ' + r['verdict'] + ')'} | "
+                         f"{r['bridge_estimate_gib']} |")
+    head = ["# NVIDIA's DeepSeek-V3 configurations through `cloudai-mbridge preflight`\n",
+            "Megatron-Bridge 0.4.2 `scripts/performance/configs/deepseek/deepseek_workload_base_configs.py`, every "
+            "in-scope configuration (conf/test/nvidia_dsv3_*.toml) on its system file; command per GPU: "
+            "`cloudai-mbridge preflight --system-config conf/system/<system>.toml --test-scenario "
+            "conf/test_scenario/nvidia_dsv3_<gpu>.toml`; this table: `python3 benchmarks/nvidia_verdicts.py --out "
+            "benchmarks/results/fullwidth/nvidia_dsv3_verdicts.md`.",
+            "Ours: `plan/memory.py` on the busiest pipeline rank, with its error band; Bridge: its own "
+            "`estimate_training_memory` (0.6.2, `plan/bridge_estimate.py`), which ignores precision, recompute "
+            "modules, dispatcher buffers and runtime. Checked in CI by tests/test_production_configs.py.\n"]
+    text = "\n".join(head + lines) + "\n"
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+    print(f"RESULT nvidia_dsv3_rejected={rejected} configurations")
+    return 0 if rejected == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
