@@ -16,16 +16,21 @@ job as a -1 reward and exits 0) or when a rule skipped a point the test does not
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .launch.payload import CONFIG_NAME, check_folder_name, claim_scenario_root
+from . import interrupts
+from .atomic import WriteError, failed_write, failures, os_message, os_problem
+from .interrupts import signal_name
+from .launch.payload import CONFIG_NAME, ResultsExistError, check_folder_name, claim_scenario_root
 
 # Terminal lines of CloudAI's runner / DSE loop that describe a submission or a result a dry-run does not have.
 _DRY_RUN_NOISE = re.compile(
@@ -43,12 +48,26 @@ class Session:
     files: str = ""  # the scenario and system files of the command, for messages
     inputs: dict[str, Any] = field(default_factory=dict)  # system_config, test_scenario, tests_dir of the command
     report: Any = None  # preflight.PreflightReport of every sweep point, from the checking parser
+    stop_signal: int | None = None  # SIGINT / SIGTERM / SIGHUP received: the sweep stops before its next point
+    created: set[Path] = field(default_factory=set)  # point folders this process created
+    report_failures: list[str] = field(default_factory=list)  # files of the run's reports that could not be written
 
     def run_dirs(self) -> list[Path]:
         dirs: list[Path] = []
         for root in self.scenario_roots:
             dirs += sorted((p.parent for p in root.rglob(CONFIG_NAME)), key=_natural)
         return dirs
+
+
+class SweepStopped(BaseException):
+    """The sweep stops before its next point: a signal (``signum``) or a failure of the operating system while a
+    point was written (``error``). A BaseException, so that CloudAI's DSE loop, which logs an Exception of a step
+    and goes on with the next point, lets it through."""
+
+    def __init__(self, signum: int | None = None, error: OSError | None = None) -> None:
+        super().__init__(signum if error is None else error)
+        self.signum = signum
+        self.error = error
 
 
 class ScenarioRefusedError(Exception):
@@ -128,7 +147,14 @@ def session(mode: str) -> Iterator[Session]:
         runner.runner.scenario_root = root
         s.scenario_roots.append(root)
         if mode == "run":
-            save_inputs(root, **s.inputs)
+            try:
+                save_inputs(root, **s.inputs)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    root.rmdir()  # claimed by this process a moment ago, and still empty
+                s.scenario_roots.remove(root)
+                raise
+        stop_between_points(s, runner.runner)
         return runner
 
     patch(handlers, "Runner", capturing_runner)
@@ -189,6 +215,32 @@ def session(mode: str) -> Iterator[Session]:
         return result
 
     patch(handlers, "_setup_system_and_scenario", checked_setup)
+    signals = contextlib.ExitStack()
+
+    def register_signal_handlers(cancel: Any) -> None:
+        """Instead of CloudAI's handler (its DSE loop resets the flag it sets at every point, so a sweep went on to
+        its end): the first signal stops the sweep before its next point (run: CloudAI cancels the submitted jobs),
+        a second one at once (interrupts.py)."""
+
+        def first(signum: int) -> None:
+            s.stop_signal = signum
+            what = "cancelling the submitted job(s), " if mode == "run" else ""
+            logging.warning(f"{mode}: {signal_name(signum)} received: {what}no further point is started "
+                            "(send it again to stop at once)")
+            if mode == "run":
+                cancel(signum, None)
+
+        signals.enter_context(interrupts.on_first_signal(first))
+
+    patch(handlers, "register_signal_handlers", register_signal_handlers)
+    generate = handlers.generate_reports
+
+    def generate_reports(*args: Any, **kwargs: Any) -> None:
+        with report_failures() as failed:
+            generate(*args, **kwargs)
+        s.report_failures += failed.messages()
+
+    patch(handlers, "generate_reports", generate_reports)
     noise: list[tuple[logging.Handler, logging.Filter]] = []
     if mode == "dry-run":
 
@@ -221,17 +273,135 @@ def session(mode: str) -> Iterator[Session]:
         yield s
     finally:
         _current = None
+        signals.close()
         for owner, name, value in reversed(saved):
             setattr(owner, name, value)
         for handler, f in noise:
             handler.removeFilter(f)
 
 
+def stop_between_points(s: Session, runner: Any) -> None:
+    """CloudAI's runner, checked before each point: after a signal no further point is started, and a point that
+    the operating system could not write (a full disk, a read-only folder) stops the sweep instead of being logged
+    and followed by the next one (CloudAI's DSE loop goes on after an error of a step). The point's own folder,
+    created by this process, is removed again: no job folder is left without its job."""
+    job_path, submit = runner.get_job_output_path, runner.submit_test
+
+    def checked_job_path(tr: Any) -> Path:
+        if s.stop_signal is not None:
+            raise SweepStopped(signum=s.stop_signal)
+        try:
+            path = job_path(tr)
+            if not any(Path(path).iterdir()):
+                s.created.add(Path(path))
+        except ResultsExistError:
+            raise
+        except OSError as exc:
+            raise SweepStopped(error=exc) from exc
+        return path
+
+    def checked_submit(tr: Any) -> None:
+        if s.stop_signal is not None:
+            raise SweepStopped(signum=s.stop_signal)
+        try:
+            submit(tr)
+        except ResultsExistError:
+            raise
+        except OSError as exc:
+            out = Path(tr.output_path)
+            if out in s.created and not (out / "logs").exists():  # nothing was submitted from it
+                shutil.rmtree(out, ignore_errors=True)
+            raise SweepStopped(error=exc) from exc
+
+    runner.get_job_output_path = checked_job_path
+    runner.submit_test = checked_submit
+
+
+@dataclass
+class ReportFailures:
+    writes: list[str] = field(default_factory=list)  # our writer's messages (path, what, fix)
+    others: list[str] = field(default_factory=list)  # a report of CloudAI's that the operating system refused
+
+    def messages(self) -> list[str]:
+        return list(dict.fromkeys([*self.writes, *self.others]))
+
+
+@contextmanager
+def report_failures() -> Iterator[ReportFailures]:
+    """The report files that could not be written while the reports were generated: CloudAI logs a report's error
+    as a warning and goes on (generate-report then exited 0); here every such failure is collected, with the file,
+    the reason and the fix, so that the command can say so and exit 1."""
+    found = ReportFailures()
+    root = logging.getLogger()
+    last = {"report": ""}
+
+    class Catch(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            message = record.getMessage()
+            if message.startswith("Error generating report"):
+                last["report"] = message.split(",")[0].removeprefix("Error generating report").strip()
+            exc = record.exc_info[1] if record.exc_info else None
+            if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+                found.others.append(f"report {last['report']}: {os_problem(exc)}".replace("report : ", ""))
+            return True
+
+    catch = Catch()
+    root.addFilter(catch)
+    try:
+        with failures() as written:
+            yield found
+    finally:
+        root.removeFilter(catch)
+        found.writes += written
+
+
+def log_report_failures(verb: str, messages: list[str]) -> None:
+    for message in messages:
+        logging.error(f"{verb}: {message}")
+    logging.error(f"{verb}: {len(messages)} report file(s) could not be written (above); no file was left "
+                  "half-written. Fix: as said above, then run `cloudai-mbridge generate-report --result-dir "
+                  "<results folder>` again")
+
+
+def _would_write(s: Session) -> int | None:
+    """How many points of the scenario would get a job (the rest are skipped by a rule); None when unknown."""
+    if s.report is None:
+        return None
+    return sum(1 for p in s.report.points if p.ok or not p.checked)
+
+
+def finish_stopped(s: Session, stop: SweepStopped) -> int:
+    """The sweep stopped before its end (a signal, or the operating system refused to write a point): say what was
+    done and what was not; a dry-run that failed to write keeps nothing. The exit status is 128 + the signal, or 1."""
+    dirs = s.run_dirs()
+    total = _would_write(s)
+    of = f" of {total}" if total is not None else ""
+    rest = f", {total - len(dirs)} not" if total is not None else ""
+    root = s.scenario_roots[-1] if s.scenario_roots else None
+    if stop.error is not None:
+        logging.error(f"{s.mode}: {os_message(stop.error)}")
+        if s.mode == "dry-run":
+            discard(s)
+            logging.error(f"{s.mode}: stopped; nothing was kept (the point folders of a failed dry-run are removed)")
+        else:
+            logging.error(f"{s.mode}: stopped: {len(dirs)}{of} point(s) submitted{rest} started; results so far in "
+                          f"{root}")
+        return 1
+    name = signal_name(stop.signum or 0)
+    if s.mode == "dry-run":
+        logging.error(f"dry-run: stopped by {name} after {len(dirs)}{of} point(s): {len(dirs)} job(s) written"
+                      f"{f' under {root}' if dirs else ''}{rest} written. Fix: run the command again to write "
+                      "every point")
+    else:
+        logging.error(f"run: stopped by {name}: {len(dirs)}{of} point(s) submitted{rest} started; the job(s) "
+                      "running at the signal were cancelled. Reports of what ran: `cloudai-mbridge generate-report "
+                      f"--result-dir {root}`")
+    return 128 + (stop.signum or 0)
+
+
 def discard(s: Session) -> None:
     """Remove the scenario folders this dry-run created (claimed fresh by this process): a failed dry-run leaves no
     half-written jobs behind."""
-    import shutil
-
     for root in s.scenario_roots:
         shutil.rmtree(root, ignore_errors=True)
         logging.info(f"dry-run: removed {root} (nothing is kept from a failed dry-run)")
@@ -347,6 +517,9 @@ def finish_run(s: Session, code: int) -> int:
         files = report_files(root)
         if files:
             logging.info(f"run: reports in {root}: {', '.join(p.name for p in files)}")
+    if s.report_failures:
+        log_report_failures("run", s.report_failures)
+        return 1
     if dirs and len(failed) == len(dirs):
         return 1
     return 1 if undeclared else code
@@ -359,11 +532,10 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
     """Keep the run's system, scenario and test TOMLs in ``<root>/mbridge_inputs/`` (conf/'s layout: system/,
     test_scenario/, test/), so ``generate-report --result-dir <root>`` needs nothing else. Only the tests the scenario
     names are copied; the folder appears whole or not at all."""
-    import shutil
     import tempfile
 
+    from .atomic import normal_mode
     from .config_files import tomllib
-    from .launch.payload import normal_mode
 
     if system_config is None or test_scenario is None:
         return
@@ -388,6 +560,9 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
         for path in [staging, *staging.rglob("*")]:
             normal_mode(path, directory=path.is_dir())
         os.replace(staging, root / INPUTS)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise failed_write(root / INPUTS, exc) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
