@@ -52,12 +52,14 @@ def os_reason(exc: OSError) -> tuple[str, str]:
     return f"{what} [{errno.errorcode.get(exc.errno or 0, exc.errno)}]", fix
 
 
-def os_problem(exc: OSError, path: Path | str | None = None, action: str = "write") -> str:
+def os_problem(exc: OSError, path: Path | str | None = None, action: str = "write", folder: Path | None = None) -> str:
     """One line for a failure of the operating system: 'cannot <action> <path>: <what>. Fix: <fix>'. The path is
-    ``path``, else the one the error names (the destination of a copy or a rename)."""
+    ``path``, else the one the error names (the destination of a copy or a rename), else 'a file under
+    <folder>'."""
     where = path if path is not None else (exc.filename2 if exc.filename2 is not None else exc.filename)
     what, fix = os_reason(exc)
-    target = f" {where}" if where is not None else " a file (the system did not say which)"
+    unnamed = f" a file under {folder}" if folder is not None else " a file (the system did not say which)"
+    target = f" {where}" if where is not None else unnamed
     return f"cannot {action}{target}: {what}. Fix: {fix}"
 
 
@@ -158,6 +160,8 @@ def write_together(files: Mapping[Path, str | bytes]) -> list[Path]:
         try:
             for path, data in zip(paths, files.values(), strict=True):
                 current = path
+                if path.is_dir() and not path.is_symlink():  # before anything is renamed: all or none
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
                 temps[path] = _temp(path, data)
             for path in paths:
                 current = path

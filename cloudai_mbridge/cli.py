@@ -112,13 +112,14 @@ def _quiet_log_file_errors() -> None:
 
     def handle_error(handler: logging.FileHandler, _record: logging.LogRecord) -> None:
         nonlocal said
-        from .atomic import os_problem
+        from .atomic import os_reason
 
         exc = sys.exc_info()[1]
         if not said and isinstance(exc, OSError):
             said = True
-            print(f"cloudai-mbridge: {os_problem(exc, handler.baseFilename, action='write the log file')} "
-                  "(the log file misses the lines from here on)", file=sys.stderr)
+            what, fix = os_reason(exc)
+            print(f"cloudai-mbridge: cannot write the log file {handler.baseFilename}: {what}; it misses the lines "
+                  f"from here on. Fix: {fix.replace('--output-dir', '--log-file')}", file=sys.stderr)
 
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):

@@ -321,7 +321,7 @@ def guard_generate_report(command: click.Command) -> click.Command:
         from .session import log_report_failures, report_failures
 
         code: Any = 0
-        with report_failures() as failed:  # CloudAI logs a report that failed as a warning and exits 0
+        with report_failures(result_dir) as failed:  # CloudAI logs a report that failed as a warning and exits 0
             try:
                 original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg, hook_dir=hook_dir,
                          result_dir=result_dir)

@@ -236,7 +236,8 @@ def session(mode: str) -> Iterator[Session]:
     generate = handlers.generate_reports
 
     def generate_reports(*args: Any, **kwargs: Any) -> None:
-        with report_failures() as failed:
+        folder = args[2] if len(args) > 2 else kwargs.get("result_dir")
+        with report_failures(folder) as failed:
             generate(*args, **kwargs)
         s.report_failures += failed.messages()
 
@@ -327,7 +328,7 @@ class ReportFailures:
 
 
 @contextmanager
-def report_failures() -> Iterator[ReportFailures]:
+def report_failures(result_dir: Path | None = None) -> Iterator[ReportFailures]:
     """The report files that could not be written while the reports were generated: CloudAI logs a report's error
     as a warning and goes on (generate-report then exited 0); here every such failure is collected, with the file,
     the reason and the fix, so that the command can say so and exit 1."""
@@ -341,8 +342,9 @@ def report_failures() -> Iterator[ReportFailures]:
             if message.startswith("Error generating report"):
                 last["report"] = message.split(",")[0].removeprefix("Error generating report").strip()
             exc = record.exc_info[1] if record.exc_info else None
-            if isinstance(exc, OSError) and not isinstance(exc, WriteError):
-                found.others.append(f"report {last['report']}: {os_problem(exc)}".replace("report : ", ""))
+            if isinstance(exc, OSError) and exc.errno is not None and not isinstance(exc, WriteError):
+                found.others.append(f"report {last['report']}: {os_problem(exc, folder=result_dir)}"
+                                    .replace("report : ", ""))
             return True
 
     catch = Catch()
