@@ -315,6 +315,8 @@ def with_session(command: Any) -> Any:
                     session.discard(s)
                 _remove_if_new_and_empty(output_dir, existed)
                 raise
+            if s.stop_signal is not None:  # it came after the last point had started, or in a scenario without sweep
+                raise SystemExit(session.finish_stopped(s, session.SweepStopped(signum=s.stop_signal)))
             finish = session.finish_dry_run if mode == "dry-run" else session.finish_run
             code = finish(s, code)
         if code:
