@@ -89,9 +89,47 @@ def toml_problems(args: list[str]) -> list[str]:
     return problems
 
 
-def main(argv: list[str] | None = None) -> None:
-    from . import redact
+def _verb(args: list[str]) -> str:
+    return next((a for a in args if a in _SCENARIO_VERBS or a in ("verify-configs", "list")), "the command")
 
+
+def _log_file_problem(exc: BaseException, log_file: str) -> str | None:
+    """CloudAI's logging set-up failed because --log-file cannot be opened: one line naming it and the fix."""
+    from .atomic import os_reason
+
+    e: BaseException | None = exc
+    while e is not None and not isinstance(e, OSError):
+        e = e.__cause__ or e.__context__
+    if e is None:
+        return None
+    return (f"cannot open the log file {Path(log_file).absolute()}: {os_reason(e)[0]}. Fix: pass --log-file with a "
+            "path in a writable folder (the default is debug.log in the current folder)")
+
+
+def _quiet_log_file_errors() -> None:
+    """A log file that stops taking lines (a full disk) is said once in one line, not a traceback per record."""
+    said = False
+
+    def handle_error(handler: logging.FileHandler, _record: logging.LogRecord) -> None:
+        nonlocal said
+        from .atomic import os_reason
+
+        exc = sys.exc_info()[1]
+        if not said and isinstance(exc, OSError):
+            said = True
+            what, fix = os_reason(exc)
+            print(f"cloudai-mbridge: cannot write the log file {handler.baseFilename}: {what}; it misses the lines "
+                  f"from here on. Fix: {fix.replace('--output-dir', '--log-file')}", file=sys.stderr)
+
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handleError = handle_error.__get__(handler)  # type: ignore[method-assign]
+
+
+def main(argv: list[str] | None = None) -> None:
+    from . import interrupts, redact
+
+    interrupts.install()  # Ctrl-C, SIGTERM, SIGHUP: a clean stop with a message, never a half-written file
     redact.install()  # nothing printed by this process (ours or CloudAI's) shows a secret-looking value
     try:
         require_cloudai()
@@ -117,7 +155,15 @@ def main(argv: list[str] | None = None) -> None:
         if click.get_current_context().invoked_subcommand == "preflight":
             logging.basicConfig(level=log_level.upper(), format="[%(levelname)s] %(message)s", stream=sys.stderr)
         else:
-            cloudai_cli.main.callback(log_file, log_level)
+            try:
+                cloudai_cli.main.callback(log_file, log_level)
+            except (OSError, ValueError) as exc:  # dictConfig wraps the OSError of an unwritable --log-file
+                problem = _log_file_problem(exc, log_file)
+                if problem is None:
+                    raise
+                print(f"cloudai-mbridge: {problem}", file=sys.stderr)
+                raise SystemExit(2) from None
+            _quiet_log_file_errors()
         redact.protect_logging()  # CloudAI's debug.log and terminal handlers show no secret
 
     group = click.Group(
@@ -148,6 +194,17 @@ def main(argv: list[str] | None = None) -> None:
     except (PointRejectedError, ResultsExistError, UnsafeOutputPathError) as exc:
         logging.error("%s", exc)
         raise SystemExit(1) from None
+    except interrupts.Interrupted as exc:
+        print(f"cloudai-mbridge: {_verb(args)} stopped by {exc} before it finished: no file was left half-written "
+              "(each appears whole or not at all; an earlier one is kept as it was). Run the command again to "
+              "finish", file=sys.stderr)
+        raise SystemExit(exc.code) from None
+    except OSError as exc:  # the operating system refused (no space, read-only, name too long, ...): say what, where
+        from .atomic import os_message
+
+        logging.debug("operating system error", exc_info=True)
+        print(f"cloudai-mbridge: {_verb(args)}: {os_message(exc)}", file=sys.stderr)
+        raise SystemExit(1) from None
     except Exception as exc:  # never a bare traceback on the terminal; debug.log keeps it for a bug report
         from .session import describe_error
 
@@ -164,7 +221,7 @@ def preflight_command(dry_run: Any) -> Any:
     def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
                  output_dir: Path | None, result_dir: Path | None, **_ignored: object) -> None:
         from .config_files import file_problems
-        from .preflight import REPORT_CSV, REPORT_HTML, preflight, render_text, scenario_refusals, write_csv, write_html
+        from .preflight import preflight, render_text, scenario_refusals, write_reports
         from .session import describe_error, session
 
         early = file_problems(system_cfg, scenario_cfg)
@@ -194,9 +251,13 @@ def preflight_command(dry_run: Any) -> Any:
         for problem in refusals:  # what makes dry-run / run refuse the scenario as a whole
             print(f"preflight: dry-run and run would refuse the scenario: {problem}", file=sys.stderr)
         if output_dir is not None:
+            existed = output_dir.exists()
             output_dir.mkdir(parents=True, exist_ok=True)
-            csv_path = write_csv(report, output_dir / REPORT_CSV)
-            html_path = write_html(report, output_dir / REPORT_HTML)
+            try:
+                csv_path, html_path = write_reports(report, output_dir)  # both or neither; a failure: one line (main)
+            except BaseException:
+                _remove_if_new_and_empty(output_dir, existed)
+                raise
             print(f"wrote {csv_path} and {html_path}")
         raise SystemExit(report.exit_code or (1 if refusals else 0))
 
@@ -244,11 +305,18 @@ def with_session(command: Any) -> Any:
                 code = 0
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            except session.SweepStopped as stop:  # a signal, or a point the operating system could not write
+                code = session.finish_stopped(s, stop)
+                if mode == "dry-run" and stop.error is not None:
+                    _remove_if_new_and_empty(output_dir, existed)
+                raise SystemExit(code) from None
             except BaseException:
                 if mode == "dry-run":
                     session.discard(s)
                 _remove_if_new_and_empty(output_dir, existed)
                 raise
+            if s.stop_signal is not None:  # it came after the last point had started, or in a scenario without sweep
+                raise SystemExit(session.finish_stopped(s, session.SweepStopped(signum=s.stop_signal)))
             finish = session.finish_dry_run if mode == "dry-run" else session.finish_run
             code = finish(s, code)
         if code:

@@ -304,8 +304,19 @@ def guard_generate_report(command: click.Command) -> click.Command:
         if problem:
             logging.error(f"generate-report: nothing written: {problem}")
             raise SystemExit(1)
-        original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg, hook_dir=hook_dir,
-                 result_dir=result_dir)
+        from .session import log_report_failures, report_failures
+
+        code: Any = 0
+        with report_failures(result_dir) as failed:  # CloudAI logs a report that failed as a warning and exits 0
+            try:
+                original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg, hook_dir=hook_dir,
+                         result_dir=result_dir)
+            except SystemExit as exc:
+                code = exc.code
+        if failed.messages():
+            log_report_failures("generate-report", failed.messages())
+            raise SystemExit(1)
+        raise SystemExit(code)
 
     wrapped = copy.copy(command)
     wrapped.callback = callback

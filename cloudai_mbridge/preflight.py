@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_atomic, write_together
 from .plan.bridge_estimate import bridge_estimate
 from .plan.memory import GIB, MemoryEstimate, estimate_memory
 from .rules import Violation
@@ -465,15 +466,15 @@ def render_text(report: PreflightReport) -> str:
     return buf.getvalue()
 
 
-def write_csv(report: PreflightReport, path: Path) -> Path:
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows(report))
-    return path
+def render_csv(report: PreflightReport) -> str:
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    w.writeheader()
+    w.writerows(rows(report))
+    return buf.getvalue()
 
 
-def write_html(report: PreflightReport, path: Path, argv: list[str] | None = None) -> Path:
+def render_html(report: PreflightReport, folder: Path, argv: list[str] | None = None) -> str:
     """The page a person reads: a verdict box, then one table with the tests as group rows; per point its verdict in
     colour, a headroom bar (the memory estimate against the GPU's capacity, with the estimate's error band and
     Megatron-Bridge's own estimate as a marker), GPU-hours only for points that would run, and rule and fix in place
@@ -481,11 +482,21 @@ def write_html(report: PreflightReport, path: Path, argv: list[str] | None = Non
     from .reports.page import html_page
     from .reports.provenance import collect
 
-    prov = collect(path.parent, [], system=report.system, scenario=report.scenario, argv=argv)
+    prov = collect(folder, [], system=report.system, scenario=report.scenario, argv=argv)
     sections = [_headline_html(report), _table_html(report)]
-    page = html_page(f"Preflight: {report.scenario} on {report.system}", sections, prov, kind="preflight")
-    path.write_text(page)
-    return path
+    return html_page(f"Preflight: {report.scenario} on {report.system}", sections, prov, kind="preflight")
+
+
+def write_html(report: PreflightReport, path: Path, argv: list[str] | None = None) -> Path:
+    return write_atomic(path, render_html(report, path.parent, argv))
+
+
+def write_reports(report: PreflightReport, output_dir: Path) -> tuple[Path, Path]:
+    """preflight.csv and preflight.html in ``output_dir``, both or neither (an earlier pair stays as it was when
+    they cannot be written: atomic.write_together)."""
+    csv_path, html_path = output_dir / REPORT_CSV, output_dir / REPORT_HTML
+    write_together({csv_path: render_csv(report), html_path: render_html(report, output_dir)})
+    return csv_path, html_path
 
 
 # Verdict of a point as the page shows it: (words, colour level).

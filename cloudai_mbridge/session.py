@@ -16,16 +16,21 @@ job as a -1 reward and exits 0) or when a rule skipped a point the test does not
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .launch.payload import CONFIG_NAME, check_folder_name, claim_scenario_root
+from . import interrupts
+from .atomic import WriteError, failed_write, failures, os_message, os_problem
+from .interrupts import signal_name
+from .launch.payload import CONFIG_NAME, ResultsExistError, check_folder_name, claim_scenario_root
 
 # Terminal lines of CloudAI's runner / DSE loop that describe a submission or a result a dry-run does not have.
 _DRY_RUN_NOISE = re.compile(
@@ -43,12 +48,26 @@ class Session:
     files: str = ""  # the scenario and system files of the command, for messages
     inputs: dict[str, Any] = field(default_factory=dict)  # system_config, test_scenario, tests_dir of the command
     report: Any = None  # preflight.PreflightReport of every sweep point, from the checking parser
+    stop_signal: int | None = None  # SIGINT / SIGTERM / SIGHUP received: the sweep stops before its next point
+    created: set[Path] = field(default_factory=set)  # point folders this process created
+    report_failures: list[str] = field(default_factory=list)  # files of the run's reports that could not be written
 
     def run_dirs(self) -> list[Path]:
         dirs: list[Path] = []
         for root in self.scenario_roots:
             dirs += sorted((p.parent for p in root.rglob(CONFIG_NAME)), key=_natural)
         return dirs
+
+
+class SweepStopped(BaseException):
+    """The sweep stops before its next point: a signal (``signum``) or a failure of the operating system while a
+    point was written (``error``). A BaseException, so that CloudAI's DSE loop, which logs an Exception of a step
+    and goes on with the next point, lets it through."""
+
+    def __init__(self, signum: int | None = None, error: OSError | None = None) -> None:
+        super().__init__(signum if error is None else error)
+        self.signum = signum
+        self.error = error
 
 
 class ScenarioRefusedError(Exception):
@@ -153,7 +172,14 @@ def replace_runner(p: Patches, s: Session) -> None:
         runner.runner.scenario_root = root
         s.scenario_roots.append(root)
         if s.mode == "run":
-            save_inputs(root, **s.inputs)
+            try:
+                save_inputs(root, **s.inputs)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    root.rmdir()  # claimed by this process a moment ago, and still empty
+                s.scenario_roots.remove(root)
+                raise
+        stop_between_points(s, runner.runner)
         return runner
 
     p.replace(handlers, "Runner", capturing_runner)
@@ -276,17 +302,49 @@ def replace_slurm_gpu_directives(p: Patches) -> None:
     p.replace(SlurmSystem, "supports_gpu_directives", property(supports_gpu_directives))
 
 
-def replace_generate_reports(p: Patches) -> None:
-    """dry-run: replaces ``generate_reports`` in cloudai/cli/handlers.py, which ``handle_non_dse_job`` calls whatever
-    the mode: in a dry-run it writes a status table of FAILED jobs and empty reports from results that cannot exist.
-    Here it generates nothing. Not a report's config (``ReportConfig.enable``): it has no mode, and a scenario's
-    ``[reports]`` table overrides the Registry's."""
+def replace_generate_reports(p: Patches, s: Session) -> None:
+    """Replaces ``generate_reports`` in cloudai/cli/handlers.py, which ``handle_non_dse_job`` calls whatever the mode.
+    dry-run: CloudAI's writes a status table of FAILED jobs and empty reports from results that cannot exist; here
+    nothing is generated. run: CloudAI's logs a report that could not be written as a warning and goes on; here the
+    same reports, every such failure collected (report_failures) so that run says so and exits 1. Not a report's
+    config (``ReportConfig.enable``): it has no mode, and a scenario's ``[reports]`` table overrides the Registry's;
+    CloudAI has no hook after its reports."""
     from cloudai.cli import handlers
+
+    generate = handlers.generate_reports
 
     def no_reports(*args: Any, **kwargs: Any) -> None:
         logging.debug("dry-run: no reports (nothing ran)")
 
-    p.replace(handlers, "generate_reports", no_reports)
+    def checked_reports(*args: Any, **kwargs: Any) -> None:
+        folder = args[2] if len(args) > 2 else kwargs.get("result_dir")
+        with report_failures(folder) as failed:
+            generate(*args, **kwargs)
+        s.report_failures += failed.messages()
+
+    p.replace(handlers, "generate_reports", no_reports if s.mode == "dry-run" else checked_reports)
+
+
+def replace_register_signal_handlers(p: Patches, s: Session, signals: contextlib.ExitStack) -> None:
+    """Replaces ``register_signal_handlers`` in cloudai/cli/handlers.py, whose handler sets the runner's shutdown flag
+    that CloudAI's DSE loop resets at every point, so Ctrl-C / SIGTERM / SIGHUP never stopped a sweep. Here the first
+    signal stops the sweep before its next point (stop_between_points; run: CloudAI's own handler cancels the
+    submitted jobs), a second one at once (interrupts.py). Not an extension point: ``handle_dry_run_and_run`` calls it
+    by name with the runner's cancel function."""
+    from cloudai.cli import handlers
+
+    def register_signal_handlers(cancel: Any) -> None:
+        def first(signum: int) -> None:
+            s.stop_signal = signum
+            what = "cancelling the submitted job(s), " if s.mode == "run" else ""
+            logging.warning(f"{s.mode}: {signal_name(signum)} received: {what}no further point is started "
+                            "(send it again to stop at once)")
+            if s.mode == "run":
+                cancel(signum, None)
+
+        signals.enter_context(interrupts.on_first_signal(first))
+
+    p.replace(handlers, "register_signal_handlers", register_signal_handlers)
 
 
 def replace_expand_file_list(p: Patches) -> None:
@@ -331,6 +389,7 @@ REPLACEMENTS = {
     "cloudai.systems.slurm.slurm_system.SlurmSystem.complete_job": replace_slurm_complete_job,
     "cloudai.systems.slurm.slurm_system.SlurmSystem.supports_gpu_directives": replace_slurm_gpu_directives,
     "cloudai.cli.handlers.generate_reports": replace_generate_reports,
+    "cloudai.cli.handlers.register_signal_handlers": replace_register_signal_handlers,
     "cloudai.cli.handlers.expand_file_list": replace_expand_file_list,
     "cloudai.cli.handlers._ensure_kube_config_exists": replace_kube_config_dummy,
 }
@@ -345,12 +404,14 @@ def session(mode: str) -> Iterator[Session]:
     replace_runner(p, s)
     replace_parser(p, s)
     replace_setup(p, s)
+    signals = contextlib.ExitStack()
+    replace_register_signal_handlers(p, s, signals)
+    replace_generate_reports(p, s)
     noise: list[tuple[logging.Handler, logging.Filter]] = []
     if mode == "dry-run":
         replace_slurm_update(p)
         replace_slurm_complete_job(p)
         replace_slurm_gpu_directives(p)
-        replace_generate_reports(p)
         for handler in logging.getLogger().handlers:
             if type(handler) is logging.StreamHandler:  # the terminal, not debug.log
                 f = _DropNoise()
@@ -361,6 +422,7 @@ def session(mode: str) -> Iterator[Session]:
         yield s
     finally:
         _current = None
+        signals.close()
         p.restore()
         for handler, f in noise:
             handler.removeFilter(f)
@@ -379,11 +441,129 @@ def verify_configs_session() -> Iterator[None]:
         p.restore()
 
 
+def stop_between_points(s: Session, runner: Any) -> None:
+    """CloudAI's runner, checked before each point: after a signal no further point is started, and a point that
+    the operating system could not write (a full disk, a read-only folder) stops the sweep instead of being logged
+    and followed by the next one (CloudAI's DSE loop goes on after an error of a step). The point's own folder,
+    created by this process, is removed again: no job folder is left without its job."""
+    job_path, submit = runner.get_job_output_path, runner.submit_test
+
+    def checked_job_path(tr: Any) -> Path:
+        if s.stop_signal is not None:
+            raise SweepStopped(signum=s.stop_signal)
+        try:
+            path = job_path(tr)
+            if not any(Path(path).iterdir()):
+                s.created.add(Path(path))
+        except ResultsExistError:
+            raise
+        except OSError as exc:
+            raise SweepStopped(error=exc) from exc
+        return path
+
+    def checked_submit(tr: Any) -> None:
+        if s.stop_signal is not None:
+            raise SweepStopped(signum=s.stop_signal)
+        try:
+            submit(tr)
+        except ResultsExistError:
+            raise
+        except OSError as exc:
+            out = Path(tr.output_path)
+            if out in s.created and not (out / "logs").exists():  # nothing was submitted from it
+                shutil.rmtree(out, ignore_errors=True)
+            raise SweepStopped(error=exc) from exc
+
+    runner.get_job_output_path = checked_job_path
+    runner.submit_test = checked_submit
+
+
+@dataclass
+class ReportFailures:
+    writes: list[str] = field(default_factory=list)  # our writer's messages (path, what, fix)
+    others: list[str] = field(default_factory=list)  # a report of CloudAI's that the operating system refused
+
+    def messages(self) -> list[str]:
+        return list(dict.fromkeys([*self.writes, *self.others]))
+
+
+@contextmanager
+def report_failures(result_dir: Path | None = None) -> Iterator[ReportFailures]:
+    """The report files that could not be written while the reports were generated: CloudAI logs a report's error
+    as a warning and goes on (generate-report then exited 0); here every such failure is collected, with the file,
+    the reason and the fix, so that the command can say so and exit 1."""
+    found = ReportFailures()
+    root = logging.getLogger()
+    last = {"report": ""}
+
+    class Catch(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            message = record.getMessage()
+            if message.startswith("Error generating report"):
+                last["report"] = message.split(",")[0].removeprefix("Error generating report").strip()
+            exc = record.exc_info[1] if record.exc_info else None
+            if isinstance(exc, OSError) and exc.errno is not None and not isinstance(exc, WriteError):
+                found.others.append(f"report {last['report']}: {os_problem(exc, folder=result_dir)}"
+                                    .replace("report : ", ""))
+            return True
+
+    catch = Catch()
+    root.addFilter(catch)
+    try:
+        with failures() as written:
+            yield found
+    finally:
+        root.removeFilter(catch)
+        found.writes += written
+
+
+def log_report_failures(verb: str, messages: list[str]) -> None:
+    for message in messages:
+        logging.error(f"{verb}: {message}")
+    logging.error(f"{verb}: {len(messages)} report file(s) could not be written (above); no file was left "
+                  "half-written. Fix: as said above, then run `cloudai-mbridge generate-report --result-dir "
+                  "<results folder>` again")
+
+
+def _would_write(s: Session) -> int | None:
+    """How many points of the scenario would get a job (the rest are skipped by a rule); None when unknown."""
+    if s.report is None:
+        return None
+    return sum(1 for p in s.report.points if p.ok or not p.checked)
+
+
+def finish_stopped(s: Session, stop: SweepStopped) -> int:
+    """The sweep stopped before its end (a signal, or the operating system refused to write a point): say what was
+    done and what was not; a dry-run that failed to write keeps nothing. The exit status is 128 + the signal, or 1."""
+    dirs = s.run_dirs()
+    total = _would_write(s)
+    of = f" of {total}" if total is not None else ""
+    rest = f", {total - len(dirs)} not" if total is not None else ""
+    root = s.scenario_roots[-1] if s.scenario_roots else None
+    if stop.error is not None:
+        logging.error(f"{s.mode}: {os_message(stop.error)}")
+        if s.mode == "dry-run":
+            discard(s)
+            logging.error(f"{s.mode}: stopped; nothing was kept (the point folders of a failed dry-run are removed)")
+        else:
+            logging.error(f"{s.mode}: stopped: {len(dirs)}{of} point(s) submitted{rest} started; results so far in "
+                          f"{root}")
+        return 1
+    name = signal_name(stop.signum or 0)
+    if s.mode == "dry-run":
+        logging.error(f"dry-run: stopped by {name} after {len(dirs)}{of} point(s): {len(dirs)} job(s) written"
+                      f"{f' under {root}' if dirs else ''}{rest} written. Fix: run the command again to write "
+                      "every point")
+    else:
+        logging.error(f"run: stopped by {name}: {len(dirs)}{of} point(s) submitted{rest} started; the job(s) "
+                      "running at the signal were cancelled. Reports of what ran: `cloudai-mbridge generate-report "
+                      f"--result-dir {root}`")
+    return 128 + (stop.signum or 0)
+
+
 def discard(s: Session) -> None:
     """Remove the scenario folders this dry-run created (claimed fresh by this process): a failed dry-run leaves no
     half-written jobs behind."""
-    import shutil
-
     for root in s.scenario_roots:
         shutil.rmtree(root, ignore_errors=True)
         logging.info(f"dry-run: removed {root} (nothing is kept from a failed dry-run)")
@@ -499,6 +679,9 @@ def finish_run(s: Session, code: int) -> int:
         files = report_files(root)
         if files:
             logging.info(f"run: reports in {root}: {', '.join(p.name for p in files)}")
+    if s.report_failures:
+        log_report_failures("run", s.report_failures)
+        return 1
     if dirs and len(failed) == len(dirs):
         return 1
     return 1 if undeclared else code
@@ -511,11 +694,10 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
     """Keep the run's system, scenario and test TOMLs in ``<root>/mbridge_inputs/`` (conf/'s layout: system/,
     test_scenario/, test/), so ``generate-report --result-dir <root>`` needs nothing else. Only the tests the scenario
     names are copied; the folder appears whole or not at all."""
-    import shutil
     import tempfile
 
+    from .atomic import normal_mode
     from .config_files import tomllib
-    from .launch.payload import normal_mode
 
     if system_config is None or test_scenario is None:
         return
@@ -540,6 +722,9 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
         for path in [staging, *staging.rglob("*")]:
             normal_mode(path, directory=path.is_dir())
         os.replace(staging, root / INPUTS)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise failed_write(root / INPUTS, exc) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

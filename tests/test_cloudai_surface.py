@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import inspect
 import logging
 import sys
@@ -284,11 +285,57 @@ def test_generate_reports(tmp_path: Path) -> None:
     assert written, (
         f"{member} no longer writes a report for a scenario that did not run: session.replace_generate_reports may "
         "be unnecessary")
-    with replaced(plugin_session.replace_generate_reports):
+    with replaced(lambda p: plugin_session.replace_generate_reports(p, plugin_session.Session("dry-run"))):
         empty = tmp_path / "dry_run"
         empty.mkdir()
         handlers.generate_reports(system, scenario, empty)
     assert not any(empty.iterdir())
+
+
+@surface("cloudai.cli.handlers.register_signal_handlers")
+def test_register_signal_handlers() -> None:
+    import signal
+
+    from cloudai.cli import handlers
+
+    member = "cloudai.cli.handlers.register_signal_handlers"
+    check_signature(handlers.register_signal_handlers, "(signal_handler: Callable) -> None", member,
+                    "replace_register_signal_handlers")
+    assert calls_by_name(handlers.handle_dry_run_and_run, "register_signal_handlers"), (
+        "cloudai.cli.handlers.handle_dry_run_and_run no longer calls register_signal_handlers by name: "
+        "session.replace_register_signal_handlers has no effect; find where CloudAI installs its handlers now")
+    # The original installs the given handler for SIGINT, SIGTERM and SIGHUP (the signals the replacement takes).
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.getsignal(sig) for sig in (*sigs, signal.SIGQUIT)}
+
+    def handler(signum: int, frame: Any) -> None:
+        return None
+
+    try:
+        handlers.register_signal_handlers(handler)
+        assert all(signal.getsignal(sig) is handler for sig in sigs), (
+            f"{member} no longer installs its handler for SIGINT / SIGTERM / SIGHUP: check what "
+            "session.replace_register_signal_handlers must stop")
+    finally:
+        for sig, old_handler in before.items():
+            signal.signal(sig, old_handler)
+    # The replacement installs no handler of CloudAI's: the first signal only records itself (the sweep stops at
+    # the next point), until the session's signals are closed.
+    from cloudai_mbridge import interrupts
+
+    s = plugin_session.Session("dry-run")
+    signals = contextlib.ExitStack()
+    try:
+        interrupts.install()  # as cli.main does first
+        with replaced(lambda p: plugin_session.replace_register_signal_handlers(p, s, signals)):
+            handlers.register_signal_handlers(handler)
+            assert all(signal.getsignal(sig) is not handler for sig in sigs)
+            signal.raise_signal(signal.SIGHUP)
+            assert s.stop_signal == signal.SIGHUP
+        signals.close()
+    finally:
+        for sig, old_handler in before.items():
+            signal.signal(sig, old_handler)
 
 
 @surface("cloudai.cli.handlers.expand_file_list")

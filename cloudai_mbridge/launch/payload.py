@@ -9,33 +9,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..atomic import failed_write, normal_mode, write_atomic
+
 PAYLOAD_PACKAGE = "mbridge_payload"
 CONFIG_NAME = "mbridge_config.json"
 PAYLOAD_SRC = Path(__file__).resolve().parent.parent / "payload"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def normal_mode(path: Path, directory: bool = False) -> None:
-    """What open() / mkdir() would have given (0644 / 0755 under the usual umask): mkstemp / mkdtemp create 0600 /
-    0700, which would keep reports and staged payloads from the rest of a team sharing the results folder."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        normal_mode(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class ResultsExistError(FileExistsError):
@@ -101,6 +79,9 @@ def stage_payload(output_dir: Path) -> Path:
         if dest.exists():
             shutil.rmtree(dest)
         os.replace(staging, dest)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise failed_write(dest, exc) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_atomic
+
 LOSS_KEY = "lm loss"
 TIME_KEY = "elapsed time per iteration (ms)"
 TFLOPS_KEY = "GPU utilization"
@@ -146,8 +148,7 @@ def golden_values(metrics: Any) -> dict[str, Any]:
 
 
 def write_golden_values(metrics: Any, path: Path) -> Path:
-    path.write_text(json.dumps(golden_values(metrics), indent=1, sort_keys=False) + "\n")
-    return path
+    return write_atomic(path, json.dumps(golden_values(metrics), indent=1, sort_keys=False) + "\n")
 
 
 def load_golden_values(path: Path | str) -> dict[str, Any]:

@@ -1,9 +1,13 @@
 """Raw log bytes -> the few lines that matter, without reading every line in Python.
 
-A run's rank logs are mostly noise (NCCL INFO, warnings). Each file is memory-mapped and searched for byte markers
-at C speed without a copy (``mmap.find``, or the regex engine's literal scan where that is faster); only the line
+A run's rank logs are mostly noise (NCCL INFO, warnings). Each file is read whole with one plain read and searched for
+byte markers at C speed (``bytes.find``, or the regex engine's literal scan where that is faster); only the line
 around each hit is cut out, decoded with errors="replace", stripped of ANSI colour codes and of a launcher's rank
 label, and handed to the regexes of the layer above. benchmarks/parse_logs.py measures it against grep.
+
+Why a read and not a memory map: a log can change while it is scanned (a job still writing, a rotated or truncated
+file). A mapped file that shrinks under the reader kills the process with SIGBUS (no message, no cleanup); a read
+returns the bytes the file holds at that moment, and the scan works on that copy.
 
 What a line can be, and how it is kept honest:
 
@@ -19,8 +23,6 @@ What a line can be, and how it is kept honest:
 
 from __future__ import annotations
 
-import mmap
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -96,7 +98,7 @@ def clean_text(raw: bytes) -> tuple[str, int | None]:
     return text[match.end() :].rstrip("\r\n"), int(label)
 
 
-def _cut(buf: mmap.mmap, size: int, pos: int) -> tuple[int, LogLine]:
+def _cut(buf: bytes, size: int, pos: int) -> tuple[int, LogLine]:
     """The line segment around ``pos`` and the offset where the next search should start (the segment's end, so
     two carriage-return segments of one line are two lines)."""
     start = buf.rfind(b"\n", 0, pos) + 1
@@ -116,23 +118,23 @@ def _cut(buf: mmap.mmap, size: int, pos: int) -> tuple[int, LogLine]:
     return seg_end + 1, LogLine(offset=seg_start, text=text, label_rank=rank, terminated=terminated)
 
 
-_SEARCHERS: dict[bytes, Callable[[mmap.mmap, int], int]] = {}
+_SEARCHERS: dict[bytes, Callable[[bytes, int], int]] = {}
 
 
-def _searcher(needle: bytes) -> Callable[[mmap.mmap, int], int]:
+def _searcher(needle: bytes) -> Callable[[bytes, int], int]:
     """Fastest way to find ``needle`` from a position: CPython's ``find`` skips well on long needles, the regex
     engine's literal-prefix scan wins on short ones (measured on NCCL-heavy logs, see benchmarks/parse_logs.py)."""
     search = _SEARCHERS.get(needle)
     if search is None:
         if len(needle) >= 12:
 
-            def search(buf: mmap.mmap, pos: int) -> int:
+            def search(buf: bytes, pos: int) -> int:
                 return buf.find(needle, pos)
 
         else:
             pattern = re.compile(re.escape(needle))
 
-            def search(buf: mmap.mmap, pos: int) -> int:
+            def search(buf: bytes, pos: int) -> int:
                 match = pattern.search(buf, pos)
                 return match.start() if match else -1
 
@@ -140,7 +142,7 @@ def _searcher(needle: bytes) -> Callable[[mmap.mmap, int], int]:
     return search
 
 
-def _find_lines(buf: mmap.mmap, size: int, marker: Marker) -> Iterator[LogLine]:
+def _find_lines(buf: bytes, size: int, marker: Marker) -> Iterator[LogLine]:
     seen: set[int] = set()
     for needle in marker.needles:
         search = _searcher(needle)
@@ -161,18 +163,18 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
     path = Path(path)
     try:
         with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size == 0:
-                return FileScan(path=path, size=0, status="empty")
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                truncated = buf[size - 1] != 0x0A
-                hits: dict[str, tuple[LogLine, ...]] = {}
-                for marker in markers:
-                    if marker.requires is not None and not hits.get(marker.requires):
-                        continue
-                    if marker.requires_absent is not None and hits.get(marker.requires_absent) != ():
-                        continue
-                    hits[marker.name] = tuple(_find_lines(buf, size, marker))
+            buf = fh.read()  # what the file holds now, even if it shrinks or grows meanwhile (no SIGBUS)
+        size = len(buf)
+        if size == 0:
+            return FileScan(path=path, size=0, status="empty")
+        truncated = buf[size - 1] != 0x0A
+        hits: dict[str, tuple[LogLine, ...]] = {}
+        for marker in markers:
+            if marker.requires is not None and not hits.get(marker.requires):
+                continue
+            if marker.requires_absent is not None and hits.get(marker.requires_absent) != ():
+                continue
+            hits[marker.name] = tuple(_find_lines(buf, size, marker))
     except FileNotFoundError:
         return FileScan(path=path, size=0, status="missing")
     except (OSError, ValueError) as exc:

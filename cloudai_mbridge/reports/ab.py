@@ -25,7 +25,7 @@ from cloudai.core import Reporter
 from cloudai.models.scenario import ReportConfig
 from pydantic import Field
 
-from ..launch.payload import write_atomic
+from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
 from .common import (
     TolerantLoading,

@@ -9,11 +9,14 @@ can read titles and labels from matplotlib's objects; :func:`save` writes and cl
 from __future__ import annotations
 
 import base64
+import io
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..atomic import write_atomic
 
 Points = Sequence[tuple[float, float]]
 
@@ -192,10 +195,14 @@ def change_figure(title: str, xlabel: str, rows: Sequence[ChangeRow]) -> Any:
 
 
 def save(fig: Any, path: Path, dpi: int = 100) -> Path:
+    """The figure as a PNG at ``path``, rendered in memory and written by the one writer (atomic.py)."""
     plt = _pyplot()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return path
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, dpi=dpi, format="png")
+    finally:
+        plt.close(fig)
+    return write_atomic(path, buf.getvalue())
 
 
 def series_plot(path: Path, title: str, panels: Sequence[tuple[str, Mapping[str, Points]] | Panel], xlabel: str):

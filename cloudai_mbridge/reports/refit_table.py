@@ -18,7 +18,7 @@ from typing import Any
 
 from cloudai.core import Reporter
 
-from ..launch.payload import write_atomic
+from ..atomic import write_atomic
 from ..metrics import parse_refit_run
 from .common import (
     TolerantLoading,

@@ -9,6 +9,7 @@ from typing import Any
 
 from cloudai.core import DockerImage, System, TestRun
 
+from ..atomic import write_atomic
 from ..catalog import get_gpu
 from ..catalog.gpus import GPU_ENV
 from ..launch.payload import UnsafeOutputPathError, claim_run_dir
@@ -143,6 +144,16 @@ def open_run_dir(tr: TestRun, problems: list[Violation], system: System | None =
     out.mkdir(parents=True, exist_ok=True)
     claim_run_dir(out)
     return out
+
+
+def store_test_run(tr: TestRun, test_cmd: str, full_cmd: str) -> Path:
+    """CloudAI's ``test-run.toml`` of a point (what generate-report and the DSE's best-config report read back),
+    the same content as CloudAI's own store_test_run, through the plugin's one writer (atomic.py)."""
+    import toml
+    from cloudai.models.scenario import TestRunDetails
+
+    details = TestRunDetails.from_test_run(tr, test_cmd=test_cmd, full_cmd=full_cmd)
+    return write_atomic(tr.output_path / "test-run.toml", toml.dumps(details.model_dump()))
 
 
 def generated_by() -> str:

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGenerationStrategy, TestRun
 
+from ..atomic import write_atomic
 from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_frame, load_layout, parse_run, refit_frame
 from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
 from ..reports.common import run_title
@@ -82,7 +83,7 @@ class MBridgeReport(ReportGenerationStrategy):
         summary["metrics"] = {name: self.get_metric(name) for name in self.metrics}
         summary.update(extra)
         path = self.test_run.output_path / "mbridge_summary.json"
-        path.write_text(json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n")
+        write_atomic(path, json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n")
 
 
 def _s(ms: float | None) -> float | None:
@@ -106,14 +107,14 @@ class MBridgeTrainingReport(MBridgeReport):
         m = self.parsed()
         out = self.test_run.output_path
         frame = iterations_frame(m)
-        frame.to_csv(out / "mbridge_iterations.csv", index=False)
+        write_atomic(out / "mbridge_iterations.csv", frame.to_csv(index=False))
         if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format
-            (out / GOLDEN_FILE).write_text(json.dumps(golden_values(m), indent=1) + "\n")
+            write_atomic(out / GOLDEN_FILE, json.dumps(golden_values(m), indent=1) + "\n")
         golden = golden_comparison(self.test_run, m) if m.ok else None
         extra: dict[str, Any] = {}
         if golden is not None:
             extra["golden"] = golden.to_json()
-            (out / "mbridge_golden.json").write_text(json.dumps(golden.to_json(), indent=2, default=str) + "\n")
+            write_atomic(out / "mbridge_golden.json", json.dumps(golden.to_json(), indent=2, default=str) + "\n")
         self.write_summary(m, **extra)
         if not frame.empty:
             training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
@@ -170,7 +171,7 @@ class MBridgeRefitReport(MBridgeReport):
     def generate_report(self) -> None:
         m = self.parsed()
         out = self.test_run.output_path
-        refit_frame(m).to_csv(out / "mbridge_refit_iterations.csv", index=False)
+        write_atomic(out / "mbridge_refit_iterations.csv", refit_frame(m).to_csv(index=False))
         self.write_summary(m)
         if m.iterations:
             verify = m.verify.status if m.verify else "not verified"

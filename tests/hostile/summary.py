@@ -4,6 +4,10 @@ Runs every row of cases.py (hostile and valid) the way test_hostile_inputs.py do
 how many runs showed it: a traceback on the terminal, a hostile input accepted (exit 0), files left behind in
 --output-dir or outside it, a secret printed or written, a message missing the field / value it should name, a valid
 input refused. ``--plain-verify`` runs verify-configs without --system-config (as before it had the option).
+
+Then the classes of issue 26 (reliability.py: the operating system refusing a write, planted symlinks, signals, a
+log shrinking under the reader), one line per class: rows, handled right, skipped (mount / chattr not permitted),
+and the checks that failed with the rows that failed them. ``--inputs-only`` / ``--reliability-only`` run one part.
 """
 
 from __future__ import annotations
@@ -17,6 +21,26 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 
 from hostile import harness  # noqa: E402
 from hostile.cases import CASES, VALID  # noqa: E402
+from hostile.reliability import CLASSES, build_ab, run_class  # noqa: E402
+
+
+def reliability(tmp: Path) -> None:
+    tree = build_ab(tmp / "ab")
+    print("reliability classes (issue 26): rows, handled right, skipped, failed checks")
+    for cls in CLASSES:
+        trials = run_class(cls, tmp / cls.replace(" ", "-"), tree)
+        ran = [t for t in trials if not t.skipped]
+        clean = [t for t in ran if not t.problems]
+        failed: dict[str, list[str]] = {}
+        for t in ran:
+            for problem in t.problems:
+                failed.setdefault(problem.split(":")[0][:40], []).append(t.id)
+        failures = "; ".join(f"{k}: {' '.join(v)}" for k, v in failed.items())
+        print(f"{cls:32s} {len(trials):4d} rows  {len(clean):4d} handled right  {len(trials) - len(ran):4d} skipped"
+              f"  {failures}".rstrip())
+        for t in trials:
+            verdict = f"skipped: {t.skipped}" if t.skipped else "ok" if not t.problems else "; ".join(t.problems)
+            print(f"    {t.id:44s} {verdict}")
 
 
 def main() -> None:
@@ -32,6 +56,10 @@ def main() -> None:
     tmp = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="hostile-"))
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
+    if "--inputs-only" not in sys.argv:
+        reliability(tmp / "reliability")
+    if "--reliability-only" in sys.argv:
+        return
     outcomes = harness.run_all([*CASES, *VALID], tmp)
     classes: dict[str, list[str]] = {k: [] for k in ("clean refusal", "traceback", "accepted (exit 0)",
                                                      "left files in --output-dir", "wrote outside --output-dir",

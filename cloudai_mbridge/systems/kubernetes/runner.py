@@ -29,6 +29,7 @@ from cloudai.core import BaseJob, JobStatusResult, JsonGenStrategy, Registry, Sy
 from cloudai.systems.kubernetes import KubernetesJob, KubernetesRunner, KubernetesSystem
 from pydantic import field_validator
 
+from ...atomic import write_atomic
 from ...launch.kubernetes import (
     COMPLETION_INDEX,
     JOB_LABEL,
@@ -279,13 +280,13 @@ class Cluster:
                 logging.warning("no log for pod %s: %s", pod.metadata.name, e)
                 continue
             if role == main_role:
-                (logs / f"pod-{index}.log").write_text(text)
+                write_atomic(logs / f"pod-{index}.log", text)
                 main_logs.append((index, text))
             else:
-                (logs / (f"{role}.log" if index == 0 else f"{role}-{index}.log")).write_text(text)
+                write_atomic(logs / (f"{role}.log" if index == 0 else f"{role}-{index}.log"), text)
         main_logs.sort()
         split_rank_logs(logs, (text for _, text in main_logs))
-        (out / "stdout.txt").write_text("".join(text for _, text in main_logs))
+        write_atomic(out / "stdout.txt", "".join(text for _, text in main_logs))
 
     def finish(self, job: MBridgeKubernetesJob) -> None:
         """Collect every pod's log, then delete every object created (newest first). Runs once."""
@@ -321,7 +322,7 @@ def split_rank_logs(logs: Path, texts: Any) -> None:
             if m:
                 per_rank.setdefault(int(m.group(1)), []).append(line[m.end() :])
     for rank, lines in per_rank.items():
-        (logs / f"rank-{rank}.log").write_text("".join(lines))
+        write_atomic(logs / f"rank-{rank}.log", "".join(lines))
 
 
 def json_gen_strategy_class(system_type: type[System], tdef_type: type[TestDefinition]) -> type[JsonGenStrategy]:

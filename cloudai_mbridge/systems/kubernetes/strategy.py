@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 from cloudai.core import JsonGenStrategy
 
+from ...atomic import write_atomic
 from ...launch.kubernetes import (
     CONFIG_PATH,
     PREFIX,
@@ -39,7 +40,7 @@ from ...launch.kubernetes import (
 )
 from ...launch.payload import PAYLOAD_SRC, config_text, payload_argv, payload_files, stage_payload, write_config
 from ...rules import PointRejectedError, Violation
-from ..common import generated_by, open_run_dir, system_env, system_network
+from ..common import generated_by, open_run_dir, store_test_run, system_env, system_network
 
 MANIFEST_DIR = "k8s"
 OBJECTS_FILE = "objects.json"
@@ -209,6 +210,9 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
         write_manifests(out / MANIFEST_DIR, objects)
         return objects
 
+    def store_test_run(self) -> None:
+        store_test_run(self.test_run, "", "n/a")  # what CloudAI's JsonGenStrategy writes, through the one writer
+
     def gen_json(self) -> dict[str, Any]:
         """All objects as one ``v1 List`` (what ``kubectl apply -f`` accepts); our runner creates them in order."""
         return {"apiVersion": "v1", "kind": "List", "items": self.gen_objects()}
@@ -226,10 +230,10 @@ def write_manifests(folder: Path, objects: list[dict[str, Any]]) -> list[Path]:
     paths = []
     for i, obj in enumerate(objects):
         path = folder / f"{i:02d}-{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
-        path.write_text(to_yaml(obj))
+        write_atomic(path, to_yaml(obj))
         paths.append(path)
     objects_json = {"apiVersion": "v1", "kind": "List", "items": objects}
-    (folder / OBJECTS_FILE).write_text(json.dumps(objects_json, indent=2) + "\n")
+    write_atomic(folder / OBJECTS_FILE, json.dumps(objects_json, indent=2) + "\n")
     return paths
 
 

@@ -13,11 +13,12 @@ from typing import Any
 
 from cloudai.systems.slurm import SlurmCommandGenStrategy
 
+from ...atomic import write_atomic
 from ...catalog.gpus import GPU_ENV
-from ...launch.payload import payload_argv, stage_payload, write_atomic, write_config
+from ...launch.payload import payload_argv, stage_payload, write_config
 from ...launch.slurm import SbatchSpec, SrunStep, render_sbatch, srun_line
 from ...rules import PointRejectedError, Violation
-from ..common import generated_by, open_run_dir
+from ..common import generated_by, open_run_dir, store_test_run
 
 SBATCH_NAME = "cloudai_sbatch_script.sh"
 
@@ -119,6 +120,9 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
         path = out / SBATCH_NAME
         write_atomic(path, script)
         return f"sbatch {path}"
+
+    def store_test_run(self) -> None:
+        store_test_run(self.test_run, " ".join(self.generate_test_command()), self.gen_srun_command())
 
     def generate_test_command(self) -> list[str]:
         return list(self.main_step().argv)
