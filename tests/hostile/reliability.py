@@ -186,7 +186,7 @@ def trio(root: Path, edits: dict | None = None, base: str = "ab") -> dict[str, P
     return lay_out(Case("reliability", base, edits or {}), root)
 
 
-SWEEP_40 = {"test.cmd_args.mbs": [1, 2, 4, 8, 16], "test.cmd_args.gbs": 512,
+SWEEP_40 = {"test.cmd_args.mbs": [1, 2, 3, 4, 6], "test.cmd_args.gbs": 768,
             "test.cmd_args.seq_length": [4096, 2048]}  # x dispatcher x moe_a2a_overlap: 40 points, all accepted
 
 
