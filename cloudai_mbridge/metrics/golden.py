@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import stat
 from collections.abc import Mapping, Sequence
@@ -180,10 +179,10 @@ def read_golden_file(path: Path | str) -> dict[str, Any]:
     if st.st_size > MAX_GOLDEN_BYTES:
         raise GoldenFileError(f"is {st.st_size / 2**20:,.0f} MiB; a golden file is at most "
                               f"{MAX_GOLDEN_BYTES >> 20} MiB")
+    from ..payload.hf_config import read_limited
+
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(MAX_GOLDEN_BYTES + 1)
+        raw = read_limited(path, MAX_GOLDEN_BYTES)
     except OSError as e:
         raise GoldenFileError(f"cannot be read ({e.strerror})") from None
     if len(raw) > MAX_GOLDEN_BYTES:
