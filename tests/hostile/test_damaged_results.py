@@ -19,6 +19,7 @@ import pytest
 from helpers import CONF
 from test_reports import build_ab_results
 
+from cloudai_mbridge.metrics.golden import TIME_KEY
 from hostile.harness import fork_jobs
 
 SYSTEM = CONF / "system" / "slurm_h100_ib.toml"
@@ -55,16 +56,13 @@ def _config(run: Path, edit: Callable[[dict], object]) -> None:
     path.write_text(json.dumps(data if out is None else out))
 
 
-def _golden(run: Path, content: bytes | int | None) -> None:
+def _golden(run: Path, content: bytes | None) -> None:
     """The run's test names a golden-values file (in the run's test-run.toml, which generate-report reads for a sweep
-    step): ``content`` as bytes, an int for a file of that many bytes that takes no disk space, None for no file."""
+    step) holding ``content`` (None: no file)."""
     import toml
 
     golden = run / "golden_test.json"
-    if isinstance(content, int):
-        with golden.open("wb") as fh:
-            fh.truncate(content)
-    elif content is not None:
+    if content is not None:
         golden.write_bytes(content)
     dump = run / "test-run.toml"
     data = toml.load(dump)
@@ -114,11 +112,15 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "stale-summary-garbage": lambda r: (r / "mbridge_summary.json").write_text("{\"metrics\": {\"iteration-time\": -1"),
     # issue 26: a golden file the run's test names that cannot be used never stops the reports nor hangs them
     "golden-file-nested-100k": lambda r: _golden(r, b"[" * 100_000 + b"]" * 100_000),
-    "golden-file-50mb": lambda r: _golden(r, 50 << 20),
+    "golden-file-50mb": lambda r: _golden(r, json.dumps({str(i): {"lm loss": 4.0, TIME_KEY: 1e3}
+                                                         for i in range(700_000)}).encode()),
     "golden-file-missing": lambda r: _golden(r, None),
     "golden-file-fifo": lambda r: (os.mkfifo(r / "golden_test.json"), _golden(r, None)),
 }
 
+
+GOLDEN_WHY = {"golden-file-nested-100k": "nested too deeply", "golden-file-50mb": "MiB; a golden file is at most",
+              "golden-file-missing": "not found", "golden-file-fifo": "not a regular file"}
 
 # What the mbs=1 cell must show after each damage (default: "invalid", no time for the damaged arm):
 #   "invalid-time-kept": invalid, no winner; the arm's time is shown because the lines it came from are intact
@@ -197,7 +199,7 @@ def test_a_damaged_run_gives_no_number_and_keeps_the_other_rows(reports: dict, n
     assert r["rows"]["mbs=2"]["verdict"].startswith("invalid")  # the other cell keeps its own (downgraded) verdict
     if name.startswith("golden-file"):  # the run's own report says why its golden file was not used
         golden = json.loads((r["run"] / "mbridge_golden.json").read_text())
-        assert not golden["passed"] and "golden_test.json" in golden["error"], golden
+        assert not golden["passed"] and "golden_test.json" in golden["error"] and GOLDEN_WHY[name] in golden["error"]
     new = {p for p in r["case"].rglob("*") if p.is_file()} - r["before"]
     stray = [p for p in new if r["root"] not in p.parents and p.name not in ("debug.log", "terminal.txt")]
     assert stray == []
