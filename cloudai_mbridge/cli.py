@@ -51,10 +51,11 @@ def _option_values(args: list[str], names: tuple[str, ...]) -> list[str]:
 
 
 def toml_problems(args: list[str]) -> list[str]:
-    """Every TOML file the command will read (the configs named on the command line, the *.toml of the folders),
-    decoded and parsed here first: a file that is not UTF-8 or not TOML is a message naming the file, the place and
-    the fix, never a traceback from deep inside the parser."""
-    from .config_files import tomllib
+    """Every TOML file the command will read (the configs named on the command line, the *.toml of the folders,
+    CloudAI's hook folder), decoded, parsed and measured here first (config_files.toml_file_problem): a file that is
+    not UTF-8, not TOML or nested absurdly deep is a message naming the file, the place and the fix, never a
+    traceback from deep inside the parser or whatever reads the parsed tables next."""
+    from .config_files import toml_file_problem
 
     files: list[Path] = []
     values = _option_values(args, _TOML_OPTIONS)
@@ -62,6 +63,10 @@ def toml_problems(args: list[str]) -> list[str]:
         rest = args[args.index("verify-configs") + 1:]
         values += [a for i, a in enumerate(rest)
                    if not a.startswith("-") and (i == 0 or not rest[i - 1].startswith("-"))]
+    if _SCENARIO_VERBS.intersection(args) and not _option_values(args, ("--hook-dir",)):
+        from cloudai.parser import HOOK_ROOT  # read by CloudAI's parser when --hook-dir is not given
+
+        values.append(str(HOOK_ROOT))
     for value in values:
         path = Path(value)
         files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.is_file() else [])
@@ -70,23 +75,7 @@ def toml_problems(args: list[str]) -> list[str]:
         for value in _option_values(args, (option,)):
             if Path(value).is_dir():
                 problems.append(f"{option} {value} is a folder, not a TOML file. Fix: name the .toml file itself")
-    for path in files:
-        try:
-            data = path.read_bytes()
-        except OSError as e:
-            problems.append(f"{path}: cannot be read ({e.strerror}). Fix: check the file's permissions")
-            continue
-        try:
-            tomllib.loads(data.decode("utf-8"))
-        except RecursionError:
-            problems.append(f"{path}: not valid TOML (arrays or tables nested too deeply to read). "
-                            "Fix: correct the file")
-        except UnicodeDecodeError as e:
-            problems.append(f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}). "
-                            "Fix: save the file as UTF-8")
-        except tomllib.TOMLDecodeError as e:
-            problems.append(f"{path}: not valid TOML ({e}). Fix: correct the file at that line")
-    return problems
+    return problems + [p for p in map(toml_file_problem, files) if p]
 
 
 def _verb(args: list[str]) -> str:
@@ -250,8 +239,16 @@ def preflight_command(dry_run: Any) -> Any:
         sys.stdout.write(render_text(report))
         for problem in refusals:  # what makes dry-run / run refuse the scenario as a whole
             print(f"preflight: dry-run and run would refuse the scenario: {problem}", file=sys.stderr)
+<<<<<<< HEAD
         if output_dir is not None:
             existed = output_dir.exists()
+=======
+        from .inputs import secret_problems
+
+        if output_dir is not None and secret_problems(system, scenario):  # the page would show the names and ids
+            print(f"preflight: no table written to {output_dir}: the scenario holds a secret (above)", file=sys.stderr)
+        elif output_dir is not None:
+>>>>>>> i26b
             output_dir.mkdir(parents=True, exist_ok=True)
             try:
                 csv_path, html_path = write_reports(report, output_dir)  # both or neither; a failure: one line (main)

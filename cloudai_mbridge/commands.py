@@ -293,6 +293,14 @@ def guard_generate_report(command: click.Command) -> click.Command:
                 scenario_cfg, tests_dir = saved_scenario, tests_dir or saved_tests
             system_cfg = system_cfg or saved_system
             logging.info(f"generate-report: system {system_cfg}, scenario {scenario_cfg} (kept by the run)")
+            from .config_files import toml_file_problem
+
+            kept = [system_cfg, scenario_cfg, *(sorted(tests_dir.glob("*.toml")) if tests_dir else [])]
+            problems = [p for p in map(toml_file_problem, kept) if p]  # the CLI checked only the files it was named
+            if problems:
+                for problem in problems:
+                    logging.error(f"generate-report: {problem}")
+                raise SystemExit(2)
         try:
             _, _, scenario = Parser(system_cfg, hook_dir or HOOK_ROOT).parse(tests_dir, scenario_cfg)
         except SystemExit:

@@ -20,6 +20,56 @@ else:  # Python 3.10: the same parser, from PyPI (a dependency there)
     import tomli as tomllib
 
 MAX_NODES = 100_000
+# Tables / arrays nested deeper than this are refused before anything reads them: conf/'s files nest at most 4 deep
+# ([cmd_args.src], a sweep list inside), and the recursive readers and validators after the parser (CloudAI's toml
+# package, pydantic, error messages that repr the input) hit Python's recursion limit long before the parser does.
+MAX_TOML_DEPTH = 32
+
+
+def nesting_depth(data: Any, limit: int = MAX_TOML_DEPTH) -> tuple[int, str]:
+    """How deep tables and arrays nest in ``data`` (a scalar is 0, ``{}`` 1) and the dotted path of the deepest
+    branch (``[i]`` for an array element), without recursion; stops counting past ``limit``."""
+    deepest, where, stack = 0, "", [(data, 0, "")]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, dict):
+            children = [(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()]
+        elif isinstance(value, list):
+            children = [(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        else:
+            continue
+        depth += 1
+        if depth > deepest:
+            deepest, where = depth, path
+        if deepest > limit:
+            break
+        stack.extend((child, depth, child_path) for child, child_path in children)
+    return deepest, where
+
+
+def toml_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a TOML file (None when it can): unreadable, not UTF-8, not TOML, or nested
+    deeper than MAX_TOML_DEPTH (whatever the shape: [a.a.a] headers, a.a.a dotted keys, arrays of arrays, inline
+    tables). The message names the file, the place and the fix."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        return f"{path}: cannot be read ({e.strerror}). Fix: check the file's permissions"
+    try:
+        parsed = tomllib.loads(data.decode("utf-8"))
+    except RecursionError:
+        parsed = None
+    except UnicodeDecodeError as e:
+        return f"{path}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}). Fix: save the file as UTF-8"
+    except tomllib.TOMLDecodeError as e:
+        return f"{path}: not valid TOML ({e}). Fix: correct the file at that line"
+    depth, where = nesting_depth(parsed) if parsed is not None else (MAX_TOML_DEPTH + 1, "")
+    if depth > MAX_TOML_DEPTH:
+        at = f" (at {where[:80]}{'...' if len(where) > 80 else ''})" if where else ""
+        return (f"{path}: tables or arrays nested more than {MAX_TOML_DEPTH} deep{at}: headers like [a.b.c...], "
+                "dotted keys, arrays of arrays or inline tables; no CloudAI file needs that. Fix: flatten that part "
+                "of the file")
+    return None
 
 
 def _int(value: Any) -> bool:
@@ -28,9 +78,10 @@ def _int(value: Any) -> bool:
 
 def _read(path: Path) -> dict[str, Any] | None:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         return None  # the CLI's file check names these
+    return data if nesting_depth(data)[0] <= MAX_TOML_DEPTH else None
 
 
 _MPI = re.compile(r"^[a-z0-9_]+$")
@@ -117,7 +168,47 @@ def scenario_file_problems(path: Path | str) -> list[str]:
             if not _int(it) or it < 1:
                 problems.append(f"{where}: iterations = {it!r} would run the test {it!r} times. Fix: a whole number "
                                 ">= 1 (1 when omitted)")
+    for cycle in dependency_cycles(tests):
+        chain = " -> ".join(map(repr, cycle))
+        why = ("the test waits for itself, so it could never start" if len(cycle) == 2 else
+               "each test waits for the next, so none of them could ever start")
+        problems.append(f"{path}: [[Tests]] dependencies form a cycle, {chain}: {why}. Fix: remove one of these "
+                        f"dependencies (e.g. the entry id = {cycle[-1]!r} in the dependencies of test {cycle[-2]!r})")
     return problems
+
+
+def dependency_cycles(tests: list[Any]) -> list[list[str]]:
+    """The cycles of the scenario's ``[[Tests]]`` dependencies (test id -> the ids in its ``dependencies``), each as
+    ``[a, b, ..., a]`` from its smallest id, at most one per test; an id that no test has is CloudAI's to report."""
+    graph: dict[str, list[str]] = {}
+    for entry in tests:
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            deps = entry.get("dependencies")
+            ids = [d.get("id") for d in deps if isinstance(d, dict)] if isinstance(deps, list) else []
+            graph.setdefault(entry["id"], []).extend(i for i in ids if isinstance(i, str))
+    graph = {k: [d for d in v if d in graph] for k, v in graph.items()}
+    cycles: dict[tuple[str, ...], list[str]] = {}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in graph:
+        if start in state:
+            continue
+        path, stack = [start], [iter(graph[start])]
+        state[start] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:  # back to a test on the path: a cycle
+                ring = path[path.index(nxt):]
+                first = ring.index(min(ring))
+                ring = ring[first:] + ring[:first]
+                cycles.setdefault(tuple(ring), [*ring, ring[0]])
+            elif nxt not in state:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(graph[nxt]))
+    return list(cycles.values())
 
 
 def file_problems(system: Path | str | None, scenario: Path | str | None) -> list[str]:

@@ -722,6 +722,11 @@ def scenario_check(system: Any, scenario: Any, source: str = "") -> tuple[list[s
             check_folder_name("test id", tr.name, f"test scenario {scenario.name!r}")
     except UnsafeOutputPathError as exc:
         return [f"{where}{exc}"], None
+    from .inputs import input_problems
+
+    blocked = input_problems(system, scenario)  # secrets in free text, the files the tests name (inputs.py)
+    if blocked:
+        return [f"{where}{p}" for p in blocked], None
     for tr in scenario.test_runs:
         space = tr.param_space if tr.is_dse_job else {}
         if "NUM_NODES" in space:

@@ -1,12 +1,19 @@
 """Secret-looking values, found by name and by shape, and replaced before anything can print or write them.
 
-By name: a key whose name says credential (``HF_TOKEN``, ``WANDB_API_KEY``, ``*_PASSWORD``, ...) followed by ``=`` or
-``:`` and a value, as TOML, shell, JSON or a Python dict repr writes it (CloudAI's validation errors echo a whole
-``global_env_vars`` table as a dict repr). By shape: Hugging Face tokens (``hf_`` + 30 or more letters/digits), NGC
-keys (``nvapi-``), GitHub tokens, AWS access key ids, and W&B API keys (40 hex digits, or ``local-`` + 40 hex: a git
-commit id has the same shape and is redacted too in what the terminal and debug.log show; generated files are never
-rewritten, a value of that shape is refused there only under a W&B / key name). Plus the values of the secret-named
-variables of this process's environment, wherever they turn up.
+By name: a key whose name ends in a credential word (``HF_TOKEN``, ``HF_TKN``, ``WANDB_API_KEY``,
+``AWS_SECRET_ACCESS_KEY``, ``*_PASSWORD``, ``*_PASSWD``, ``*_PASSPHRASE``, ``*_SECRET``, ``*_PRIVATE_KEY``,
+``*_AUTH_KEY``; SECRET_NAME) followed by ``=`` or ``:`` and a value, as TOML, shell, JSON or a Python dict repr writes
+it (CloudAI's validation errors echo a whole ``global_env_vars`` table as a dict repr), also inside free text such as
+srun arguments (``--export=ALL,AWS_SECRET_ACCESS_KEY=...``). A value that refers to a variable (``$HF_TOKEN``) is
+not a secret. What the terminal and logs show is also redacted after ``CREDENTIALS`` (the Kubernetes credentials
+setting). By shape, whatever the name: Hugging Face tokens (``hf_`` + 30 or more letters/digits), NGC keys
+(``nvapi-``), GitHub tokens, AWS access key ids, W&B API keys (40 hex digits, or ``local-`` + 40 hex: a git commit id
+has the same shape and is redacted too in what the terminal and debug.log show; generated files are never rewritten,
+a value of that shape is refused there only under a W&B / key name), and the password of a URL
+(``https://user:password@host``). An environment variable's value is also refused when it looks random
+(``looks_random``: 24 or more letters, digits, ``+``, ``/``, ``=`` without a separator, letters and digits mixed, not
+hex only, about 4 bits of entropy per character), whatever its name. Plus the values of the secret-named variables of
+this process's environment, wherever they turn up.
 
 ``install()`` puts the redaction in front of the terminal (sys.stdout / sys.stderr) and every logging handler (CloudAI's
 debug.log included) for the rest of the process.
@@ -16,48 +23,80 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import re
 import sys
+from collections import Counter
 from typing import Any
 
 REDACTED = "<redacted by cloudai-mbridge>"
 
 # A name that ends in a credential word: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY,
 # DB_PASSWORD; not TOKENIZERS_PARALLELISM or num_tokens.
-_WORDS = r"(?:TOKEN|SECRET|SECRET_KEY|PASSWORD|PASSWD|PASS_?PHRASE|API_?KEY|ACCESS_KEY|PRIVATE_KEY|AUTH_KEY)"
+_WORD_LIST = r"TOKEN|TKN|SECRET|SECRET_KEY|PASSWORD|PASSWD|PASS_?PHRASE|API_?KEY|ACCESS_KEY|PRIVATE_KEY|AUTH_KEY"
+_WORDS = rf"(?:{_WORD_LIST})"
 SECRET_NAME = re.compile(rf"(?:^|[_-]){_WORDS}$", re.IGNORECASE)
 
 # Shapes of credentials that are secrets wherever they appear.
+# No word boundary in front: a token glued to other text ("xhf_...", "run-hf_...") is still a token.
 TOKEN_SHAPES = re.compile(
-    r"\bhf_[A-Za-z0-9]{30,}"
-    r"|\bnvapi-[A-Za-z0-9_-]{20,}"
-    r"|\b(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{20,}"
-    r"|\bAKIA[0-9A-Z]{16}\b"
-    r"|\bwandb_v\d+_[A-Za-z0-9_]{20,}"
+    r"hf_[A-Za-z0-9]{30,}"
+    r"|nvapi-[A-Za-z0-9_-]{20,}"
+    r"|(?:ghp|gho|ghs|ghu|github_pat)_[A-Za-z0-9_]{20,}"
+    r"|(?<![A-Z0-9])AKIA[0-9A-Z]{16}(?![A-Z0-9])"
+    r"|wandb_v\d+_[A-Za-z0-9_]{20,}"
 )
+# scheme://user:password@host: the password is a secret wherever the URL appears.
+URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:)(?P<password>[^\s/@'\"]+)(?=@)")
 # W&B's API key shape; alone it is also a git commit id, so generated files refuse it only under a key-like name.
 WANDB_SHAPE = re.compile(r"\b(?:local-)?[0-9a-f]{40}\b")
 _KEYLIKE_NAME = re.compile(r"(WANDB|KEY)", re.IGNORECASE)
 
-# NAME <sep> VALUE where NAME says credential: HF_TOKEN=x, "HF_TOKEN": "x", 'HF_TOKEN': 'x', HF_TOKEN = "x"
-_BY_NAME = re.compile(
-    rf"""(?P<key>\b(?:[A-Za-z0-9]+[_-])*{_WORDS})(?![A-Za-z0-9_])(?P<sep>['"]?[ \t]*(?::|=)[ \t]*)"""
-    r"""(?:(?P<q>['"])(?P<qval>(?:\\.|(?!(?P=q)).)*)(?P=q)|(?P<val>[^\s,'"}\])]+))""",
-    re.IGNORECASE,
-)
+# NAME <sep> VALUE where NAME says credential: HF_TOKEN=x, "HF_TOKEN": "x", 'HF_TOKEN': 'x', HF_TOKEN = "x"; what is
+# shown (not what is refused) also hides the value of a ...CREDENTIALS setting (the Kubernetes one names Secrets, but a
+# raw token pasted there must not be echoed).
+def _by_name_pattern(words: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"""(?P<key>\b(?:[A-Za-z0-9]+[_-])*{words})(?![A-Za-z0-9_])(?P<sep>['"]?[ \t]*(?::|=)[ \t]*)"""
+        r"""(?:(?P<q>['"])(?P<qval>(?:\\.|(?!(?P=q)).)*)(?P=q)|(?P<val>[^\s,'"}\])]+))""",
+        re.IGNORECASE,
+    )
+
+
+_BY_NAME = _by_name_pattern(_WORDS)
+_BY_NAME_SHOWN = _by_name_pattern(rf"(?:{_WORD_LIST}|CREDENTIALS)")
 
 _MIN_ENV_SECRET = 6  # shorter environment values are too likely to be ordinary words
 
 
+_REMEMBERED: set[str] = set()
+
+
+def remember(value: Any) -> None:
+    """Redact ``value`` verbatim from now on, wherever it turns up: a value read under a credential name that has no
+    shape of its own (error messages may quote it cut off from its name, as pydantic's ``input_value=`` does)."""
+    if isinstance(value, str) and len(value.strip()) >= _MIN_ENV_SECRET:
+        _REMEMBERED.add(value.strip())
+
+
 def _env_secrets() -> list[str]:
     values = {v for k, v in os.environ.items() if SECRET_NAME.search(k) and len(v) >= _MIN_ENV_SECRET}
-    return sorted(values, key=len, reverse=True)
+    return sorted(values | _REMEMBERED, key=len, reverse=True)
+
+
+def _named_value(m: re.Match[str]) -> str:
+    return m.group("qval") if m.group("q") else m.group("val")
+
+
+def _is_value(value: str) -> bool:
+    """A value worth hiding: not empty, not a placeholder (<redacted ...>, <secret-name>), not a reference to a
+    variable ($HF_TOKEN)."""
+    return bool(value) and not value.startswith(("<", "$"))
 
 
 def _by_name(m: re.Match[str]) -> str:
-    value = m.group("qval") if m.group("q") else m.group("val")
-    if not value or value == REDACTED or value.startswith("<redacted"):
+    if not _is_value(_named_value(m)):
         return m.group(0)
     if m.group("q"):
         return f"{m.group('key')}{m.group('sep')}{m.group('q')}{REDACTED}{m.group('q')}"
@@ -73,17 +112,62 @@ def redact(text: str) -> str:
             text = text.replace(secret, REDACTED)
     text = TOKEN_SHAPES.sub(REDACTED, text)
     text = WANDB_SHAPE.sub(REDACTED, text)
-    return _BY_NAME.sub(_by_name, text)
+    text = URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
+    return _BY_NAME_SHOWN.sub(_by_name, text)
 
 
-def secret_value_problem(name: str, value: Any) -> str | None:
-    """Why the string ``value`` of field/variable ``name`` must not be written into a generated file (None if fine)."""
+def text_secret_problem(text: Any) -> str | None:
+    """Why free text (srun arguments, a mount, a description, a name) holds a secret (None if it does not): a token's
+    shape, a URL with a password, or NAME=value where NAME says credential."""
+    if not isinstance(text, str):
+        return None
+    if TOKEN_SHAPES.search(text):
+        return "has the shape of an access token"
+    if URL_PASSWORD.search(text):
+        return "holds a URL with a password (user:password@host)"
+    if any(_assigned(m) for m in _BY_NAME.finditer(text)):
+        return "sets a credential by name (NAME=value where NAME ends in TOKEN, SECRET, PASSWORD, API_KEY, ...)"
+    return None
+
+
+def _assigned(m: re.Match[str]) -> bool:
+    """NAME=value, or "NAME": "value" as JSON / a dict writes it, with a value that is no placeholder, variable or
+    path; not a bare ``name:x`` (a mount's src:dst, a Secret's name:key)."""
+    value, sep = _named_value(m), m.group("sep")
+    return _is_value(value) and not value.startswith("/") and ("=" in sep or sep[0] in "'\"")
+
+
+_RANDOM = re.compile(r"[A-Za-z0-9+/=]{24,}")
+
+
+def looks_random(value: str) -> bool:
+    """A long run of letters and digits without a separator that reads like a generated key (what an API token
+    under an innocent name looks like): 24+ of ``[A-Za-z0-9+/=]``, not a path, letters and digits mixed, not hex
+    only (a commit id), at least 4 bits of entropy per character. Names, paths, numbers, lists and host names have
+    separators or fail one of these."""
+    if not _RANDOM.fullmatch(value) or value.startswith("/"):
+        return False
+    if not (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)):
+        return False
+    if re.fullmatch(r"[0-9a-fA-F]+", value):
+        return False
+    counts = Counter(value)
+    entropy = -sum(n / len(value) * math.log2(n / len(value)) for n in counts.values())
+    return entropy >= 4.0
+
+
+def secret_value_problem(name: str, value: Any, environment: bool = False) -> str | None:
+    """Why the string ``value`` of field/variable ``name`` must not be written into a generated file (None if fine).
+    ``environment``: the value of an environment variable, also refused when it ``looks_random``."""
     if not isinstance(value, str):
         return None
-    if TOKEN_SHAPES.search(value):
-        return "has the shape of an access token"
+    why = text_secret_problem(value)
+    if why:
+        return why
     if _KEYLIKE_NAME.search(name) and WANDB_SHAPE.search(value):
         return "has the shape of a W&B API key"
+    if environment and looks_random(value.strip()):
+        return "looks like a generated key or token (a long random string)"
     return None
 
 

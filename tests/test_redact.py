@@ -12,8 +12,11 @@ from cloudai_mbridge.redact import (
     SECRET_NAME,
     RedactingFilter,
     RedactingStream,
+    looks_random,
     redact,
+    remember,
     secret_value_problem,
+    text_secret_problem,
 )
 
 HF = "hf_" + "Zq7TkLmW3xVbN9pR2sYdHc4gJ8fA6eUoQi"
@@ -33,6 +36,11 @@ WANDB = "9f1c2ab7e44d0b6358c1f2a9e07d5b34c6a8e912"
     ("nvapi-" + "a" * 30, "nvapi-" + "a" * 30),
     ("ghp_" + "b" * 36, "ghp_" + "b" * 36),
     ("AKIAABCDEFGHIJKLMNOP", "AKIAABCDEFGHIJKLMNOP"),
+    # issue 26: glued to other text, in a URL, the Kubernetes credentials setting
+    (f"bench-x{HF}_2026", HF),
+    ("clone https://bot:Pa55w0rd@git.example/a.git", "Pa55w0rd"),
+    ("CLOUDAI_MBRIDGE_K8S_CREDENTIALS = 'rawtoken123'", "rawtoken123"),
+    ("HF_TKN=shapeless-1", "shapeless-1"),
 ])
 def test_secrets_are_redacted(text: str, secret: str) -> None:
     out = redact(text)
@@ -42,6 +50,7 @@ def test_secrets_are_redacted(text: str, secret: str) -> None:
 @pytest.mark.parametrize("text", [
     "tokens_per_sec: 1234", "num_tokens=5", "TOKENIZERS_PARALLELISM=false", "hf_model_id = moonshotai/Kimi-K2-Base",
     "iteration 10/20 | elapsed time per iteration (ms): 5123.4", "extra_env_vars.HF_TOKEN=<redacted>",
+    "--export=ALL,HF_TOKEN=$HF_TOKEN", 'write {"HF_TOKEN": "<secret-name>:<key>"}', "https://git.example/a.git",
 ])
 def test_ordinary_text_is_kept(text: str) -> None:
     assert redact(text) == text
@@ -54,7 +63,7 @@ def test_values_of_secret_environment_variables_are_redacted(monkeypatch: pytest
 
 @pytest.mark.parametrize(("name", "is_secret"), [
     ("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("WANDB_API_KEY", True), ("NGC_API_KEY", True),
-    ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD", True), ("token", True),
+    ("AWS_SECRET_ACCESS_KEY", True), ("DB_PASSWORD", True), ("token", True), ("HF_TKN", True),
     ("TOKENIZERS_PARALLELISM", False), ("num_tokens", False), ("CLOUDAI_MBRIDGE_K8S_CREDENTIALS", False),
     ("NCCL_DEBUG", False),
 ])
@@ -67,6 +76,41 @@ def test_shapes_refused_in_generated_files() -> None:
     assert secret_value_problem("WANDB_KEYFILE", WANDB) == "has the shape of a W&B API key"
     assert secret_value_problem("GIT_COMMIT", WANDB) is None  # a commit id under a plain name is not refused
     assert secret_value_problem("hf_model_id", "moonshotai/Kimi-K2-Base") is None
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    (f"--comment={HF}", "shape of an access token"),
+    (f"--comment=run{HF}", "shape of an access token"),
+    ("--export=ALL,AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG", "by name"),
+    ('{"WANDB_API_KEY": "abc"}', "by name"),
+    ("--password=hunter22", "by name"),
+    ("https://bot:Pa55w0rd@git.example/a.git", "URL with a password"),
+    ("--export=ALL,HF_TOKEN=$HF_TOKEN", None),  # a reference to the variable, not its value
+    ("/models/hf-token:/root/token", None),  # a mount of a token file: src:dst, not NAME=value
+    ("hf-token:token", None),  # a Kubernetes Secret's name:key
+    ("HF_TOKEN=/run/secrets/hf", None),  # a path to the secret, not the secret
+    ("--comment=https://git.example/a.git", None),
+])
+def test_free_text_secrets(text: str, why: str | None) -> None:
+    found = text_secret_problem(text)
+    assert (found is None) if why is None else (why in found)
+
+
+@pytest.mark.parametrize(("value", "random"), [
+    ("q8ZtR2mXv7LkP4sW9nB3cY6hJ1dF5gA0", True), ("abcdefghijklmnopqrstuvwxyz012345", True),
+    ("wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY1", True),
+    (WANDB, False), ("123e4567-e89b-12d3-a456-426614174000", False), ("nvidia_dsv3_gb200_fp8_mx_large_scale", False),
+    ("/opt/amazon/efa/lib64/libfabric1234567", False), ("8388608", False), ("^docker,lo,veth", False),
+    ("DeepseekV3ForCausalLM", False), ("s3cr3tRawTokenValue99", False),  # shorter than 24
+])
+def test_random_looking_environment_values(value: str, random: bool) -> None:
+    assert looks_random(value) is random
+    assert (secret_value_problem("MY_SETTING", value, environment=True) is not None) is random
+
+
+def test_a_remembered_value_is_redacted_wherever_it_turns_up() -> None:
+    remember("no-shape-at-all-77")
+    assert redact("input_value={'X': '...'no-shape-at-all-77'}") == f"input_value={{'X': '...'{REDACTED}'}}"
 
 
 def test_stream_and_log_handlers_redact() -> None:

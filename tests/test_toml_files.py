@@ -42,3 +42,34 @@ def test_a_broken_file_is_named_without_a_traceback(case: str, verb: str, tmp_pa
     assert f"{target.name}: {message}" in output and fix in output, output
     assert "Traceback" not in output
     assert not out.exists()
+
+
+# --- issue 26: depth and dependency cycles, the pure checks behind the CLI's messages (tests/hostile has the CLI) ---
+def test_nesting_depth_counts_every_shape_without_recursion() -> None:
+    from cloudai_mbridge.config_files import MAX_TOML_DEPTH, nesting_depth, tomllib
+
+    # the file itself is a table: depth 1
+    assert nesting_depth(tomllib.loads('a = 1\n[b.c]\nd = [[1], {e = 2}]\n')) == (5, "b.c.d[1]")
+    deep: dict = {}
+    node = deep
+    for _ in range(100_000):  # far past Python's recursion limit
+        node["a"] = {}
+        node = node["a"]
+    depth, where = nesting_depth(deep)
+    assert depth == MAX_TOML_DEPTH + 1 and where.startswith("a.a.a")
+
+
+def test_dependency_cycles() -> None:
+    from cloudai_mbridge.config_files import dependency_cycles
+
+    def t(tid: str, *deps: str) -> dict:
+        return {"id": tid, "dependencies": [{"type": "end_post_comp", "id": d} for d in deps]}
+
+    assert dependency_cycles([t("a", "b"), t("b", "c"), t("c", "a")]) == [["a", "b", "c", "a"]]
+    assert dependency_cycles([t("c", "a"), t("a", "b"), t("b", "c")]) == [["a", "b", "c", "a"]]  # from its least id
+    assert dependency_cycles([t("a", "b", "c"), t("b", "c"), t("c")]) == []  # a diamond is no cycle
+    assert dependency_cycles([t("a", "ghost")]) == []  # an unknown id is CloudAI's to report
+    assert dependency_cycles([t("x", "x"), t("a", "b"), t("b", "a")]) == [["x", "x"], ["a", "b", "a"]]
+    ring = [t(str(i), str(i + 1)) for i in range(100_000)] + [t("100000", "0")]
+    (cycle,) = dependency_cycles(ring)  # no recursion: a 100,001-test ring
+    assert len(cycle) == 100_002 and cycle[0] == cycle[-1] == "0"

@@ -25,6 +25,11 @@ The checks, with Bridge's defaults (:class:`GoldenThresholds`):
 
 Two departures from Bridge, both stricter: a golden step the run did not log is a breach (Bridge compares it as
 NaN, and a NaN correlation passes its ``<`` test), and a non-finite loss fails the loss check.
+
+A golden file is read whole or refused (``read_golden_file``): a regular file of at most MAX_GOLDEN_BYTES, JSON in
+Bridge's shape (an object of steps holding objects of numbers, plus numbers) with at most MAX_GOLDEN_STEPS steps and
+a per-step ``lm loss``. dry-run refuses a test whose golden file is missing or fails these (``golden_file_problem``),
+so a run never finds out at its end.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,6 +53,13 @@ MAX_ALLOC_KEY = "max_alloc"
 PEAK_KEY = "peak_max_alloc"
 SCALAR_KEYS = (ALLOC_KEY, MAX_ALLOC_KEY, PEAK_KEY)
 GOLDEN_FILE = "golden_values.json"
+# Bridge's golden files hold some 100 steps of three numbers (~10 KB); 16 MiB is a 100,000-step run with room to spare.
+MAX_GOLDEN_BYTES = 16 * 1024 * 1024
+MAX_GOLDEN_STEPS = 200_000
+
+
+class GoldenFileError(ValueError):
+    """A golden-values file that cannot be used; the message says why (the caller names the file)."""
 
 
 @dataclass(frozen=True)
@@ -151,11 +164,68 @@ def write_golden_values(metrics: Any, path: Path) -> Path:
     return write_atomic(path, json.dumps(golden_values(metrics), indent=1, sort_keys=False) + "\n")
 
 
-def load_golden_values(path: Path | str) -> dict[str, Any]:
-    data = json.loads(Path(path).read_text())
+def read_golden_file(path: Path | str) -> dict[str, Any]:
+    """The golden file's values; GoldenFileError when it is missing, not a regular file, larger than
+    MAX_GOLDEN_BYTES, not UTF-8 JSON, not in Bridge's shape, longer than MAX_GOLDEN_STEPS or without a per-step
+    ``lm loss``. Reads at most MAX_GOLDEN_BYTES + 1 bytes and never blocks on a FIFO or a device."""
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise GoldenFileError("not found") from None
+    except OSError as e:
+        raise GoldenFileError(f"cannot be read ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GoldenFileError("is not a regular file")
+    if st.st_size > MAX_GOLDEN_BYTES:
+        raise GoldenFileError(f"is {st.st_size / 2**20:,.0f} MiB; a golden file is at most "
+                              f"{MAX_GOLDEN_BYTES >> 20} MiB")
+    from ..payload.hf_config import read_limited
+
+    try:
+        raw = read_limited(path, MAX_GOLDEN_BYTES)
+    except OSError as e:
+        raise GoldenFileError(f"cannot be read ({e.strerror})") from None
+    if len(raw) > MAX_GOLDEN_BYTES:
+        raise GoldenFileError(f"is larger than {MAX_GOLDEN_BYTES >> 20} MiB")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise GoldenFileError("is nested too deeply to be a golden-values file") from None
+    except UnicodeDecodeError:
+        raise GoldenFileError("is not UTF-8 text") from None
+    except ValueError as e:
+        raise GoldenFileError(f"is not JSON ({e})") from None
     if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+        raise GoldenFileError("is not a JSON object of steps")
+    steps = 0
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            steps += 1
+            nested = next((k for k, v in value.items() if isinstance(v, (Mapping, list))), None)
+            if nested is not None:
+                raise GoldenFileError(f"is not in Megatron-Bridge's golden-values format: step {key[:40]!r} holds a "
+                                      f"table or list under {nested[:40]!r} (steps hold numbers)")
+        elif isinstance(value, list):
+            raise GoldenFileError(f"is not in Megatron-Bridge's golden-values format: {key[:40]!r} holds a list")
+    if steps > MAX_GOLDEN_STEPS:
+        raise GoldenFileError(f"holds {steps:,} steps; at most {MAX_GOLDEN_STEPS:,}")
+    if not step_values(data, LOSS_KEY):
+        raise GoldenFileError(f"has no per-step '{LOSS_KEY}'")
     return data
+
+
+def golden_file_problem(path: Path | str) -> str | None:
+    """Why the golden file at ``path`` cannot be used (None when it can): read_golden_file's reason."""
+    try:
+        read_golden_file(path)
+    except GoldenFileError as e:
+        return str(e)
+    return None
+
+
+def load_golden_values(path: Path | str) -> dict[str, Any]:
+    return read_golden_file(path)
 
 
 _STEP = re.compile(r"^-?[0-9]{1,18}$")  # ASCII digits only ("²".isdigit() is true, int("²") raises)
@@ -343,16 +413,14 @@ def compare_golden(
     """The run (:class:`~.training.TrainingRunMetrics`) against the golden file; never raises on a bad file."""
     t = thresholds or GoldenThresholds()
     path = Path(golden_path)
-    if not path.is_file():
-        return GoldenComparison(str(path), error=f"file {path} not found (this run's values are in {GOLDEN_FILE})")
     try:
-        golden = load_golden_values(path)
-    except (OSError, ValueError) as exc:
-        return GoldenComparison(str(path), error=f"cannot read {path}: {exc}")
+        golden = read_golden_file(path)
+    except GoldenFileError as exc:
+        if str(exc) == "not found":
+            return GoldenComparison(str(path), error=f"file {path} not found (this run's values are in {GOLDEN_FILE})")
+        return GoldenComparison(str(path), error=f"cannot read {path}: it {exc}")
     current = golden_values(metrics)
     g_loss = step_values(golden, LOSS_KEY)
-    if not g_loss:
-        return GoldenComparison(str(path), error=f"{path} has no per-step '{LOSS_KEY}'")
     checks = compare_loss(step_values(current, LOSS_KEY), g_loss, t)
     for check in (
         compare_mean(

@@ -7,7 +7,10 @@ retries for about 70 s and dies. Here:
 
 - The model's config.json is either the catalog's architecture (``architecture_config``: a ``DeepseekV3ForCausalLM``
   config that transformers reads natively, no remote code) or the user's ``hf_config_dir`` (a folder holding the
-  model's config.json, and its custom code if it has any).
+  model's config.json, and its custom code if it has any). What is copied from that folder (``config_dir_files``):
+  its ``*.json`` and ``*.py`` files, each a regular file inside the folder (a link that leads out of it, a FIFO or a
+  device is refused), at most MAX_CONFIG_FILE_BYTES each and MAX_CONFIG_DIR_BYTES together, and a config.json that
+  is a JSON object naming a ``model_type`` or ``architectures`` (a model config, not any JSON).
 - It is written under the run's output, ``<output_dir>/hf_cache/``: ``model/`` (the folder the provider is built
   from) and ``hub/`` (a Hugging Face hub cache). The hub cache serves the same config under each id a recipe asks
   for, and links every model of the user's own cache (``HF_HUB_CACHE``, ``HF_HOME/hub`` or ``~/.cache/huggingface/hub``)
@@ -25,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -35,6 +39,11 @@ CACHE_DIR = "hf_cache"
 # Bridge recipes' literal hub ids (0.4.x and 0.6.x): served from the private cache with the run's architecture.
 RECIPE_HUB_IDS = ("deepseek-ai/DeepSeek-V3", "moonshotai/Kimi-K2-Instruct")
 PROBE_TIMEOUT_S = 5.0
+# What hf_config_dir may hand over: a config.json is a few KB, custom modeling code some 100 KB, a tokenizer.json
+# under 20 MB; every rank copies the files twice into the run's output folder.
+MAX_CONFIG_FILE_BYTES = 32 * 1024 * 1024
+MAX_CONFIG_DIR_BYTES = 64 * 1024 * 1024
+MAX_CONFIG_FILES = 256
 
 
 class HubError(RuntimeError):
@@ -148,18 +157,87 @@ def stage_entry(cache: Path, repo_id: str, files: dict[str, bytes]) -> Path:
     return snapshot
 
 
+def read_limited(path: Path, limit: int) -> bytes:
+    """At most ``limit`` + 1 bytes of ``path`` (more than ``limit`` means too large), opened with O_NONBLOCK so that
+    a FIFO swapped in after a check cannot block the open."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(limit + 1)
+
+
+def model_config_problem(data: bytes) -> str | None:
+    """Why ``data`` is not a Hugging Face model config.json (None when it is one)."""
+    try:
+        config = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        return "is nested too deeply to be a model config"
+    except (UnicodeDecodeError, ValueError) as e:
+        return f"is not JSON ({e})"
+    if not isinstance(config, dict):
+        return "is not a JSON object"
+    arch = config.get("architectures")
+    if not isinstance(config.get("model_type"), str) and not (
+            isinstance(arch, list) and arch and all(isinstance(a, str) for a in arch)):
+        return "is not a Hugging Face model config (it names no model_type or architectures)"
+    return None
+
+
+def config_dir_files(folder: str | Path) -> dict[str, bytes]:
+    """The files of hf_config_dir that the run copies (its ``*.json`` and ``*.py``: the model's config.json and any
+    custom code or tokenizer files beside it), as name -> bytes. HubError, naming hf_config_dir and the file, for a
+    folder that is missing or holds no config.json, a link that leads out of the folder, anything but a regular file,
+    a file above MAX_CONFIG_FILE_BYTES (MAX_CONFIG_DIR_BYTES in all), or a config.json that is no model config."""
+    where = f"hf_config_dir = {str(folder)!r}"
+    fix = ("Fix: point hf_config_dir at a folder holding the model's own Hugging Face config.json (`huggingface-cli "
+           "download <id> config.json --local-dir ...`)")
+    path = Path(folder)
+    if not path.is_dir():
+        raise HubError(f"{where} is not a folder. {fix}")
+    root = path.resolve()
+    entries = sorted(p for p in path.iterdir() if p.suffix in (".json", ".py"))
+    if "config.json" not in {p.name for p in entries}:
+        raise HubError(f"{where} holds no config.json. {fix}")
+    if len(entries) > MAX_CONFIG_FILES:
+        raise HubError(f"{where} holds {len(entries)} *.json / *.py files (at most {MAX_CONFIG_FILES}). {fix}")
+    files: dict[str, bytes] = {}
+    total = 0
+    for entry in entries:
+        target = entry.resolve()
+        if target.parent != root and root not in target.parents:
+            raise HubError(f"{where}: {entry.name} is a link to {target}, outside the folder; only the folder's own "
+                           f"files are copied. {fix}")
+        try:
+            mode = entry.stat().st_mode
+        except OSError as e:
+            raise HubError(f"{where}: {entry.name} cannot be read ({e.strerror}). {fix}") from None
+        if stat.S_ISDIR(mode) and entry.name != "config.json":
+            continue  # a folder named *.json / *.py is not a file to copy
+        if not stat.S_ISREG(mode):
+            raise HubError(f"{where}: {entry.name} is not a regular file. {fix}")
+        try:
+            data = read_limited(entry, MAX_CONFIG_FILE_BYTES)
+        except OSError as e:
+            raise HubError(f"{where}: {entry.name} cannot be read ({e.strerror}). {fix}") from None
+        if len(data) > MAX_CONFIG_FILE_BYTES:
+            raise HubError(f"{where}: {entry.name} is larger than {MAX_CONFIG_FILE_BYTES // (1024 * 1024)} MiB. "
+                           f"{fix}")
+        total += len(data)
+        if total > MAX_CONFIG_DIR_BYTES:
+            raise HubError(f"{where}: its *.json / *.py files exceed {MAX_CONFIG_DIR_BYTES // (1024 * 1024)} MiB "
+                           f"together. {fix}")
+        files[entry.name] = data
+    why = model_config_problem(files["config.json"])
+    if why:
+        raise HubError(f"{where}: config.json {why}. {fix}")
+    return files
+
+
 def _config_files(cfg: dict[str, Any]) -> tuple[str, dict[str, bytes]]:
-    """(source, files) of the model's config: the user's hf_config_dir (config.json and any *.py beside it, custom
-    code included) or the catalog's architecture."""
+    """(source, files) of the model's config: the user's hf_config_dir (config_dir_files) or the catalog's
+    architecture."""
     folder = cfg.get("hf_config_dir")
     if folder:
-        path = Path(folder)
-        if not (path / "config.json").is_file():
-            raise HubError(f"hf_config_dir = {folder!r} holds no config.json; point it at a folder with the model's "
-                           "Hugging Face config.json (`huggingface-cli download <id> config.json --local-dir ...`)")
-        files = {p.name: p.read_bytes() for p in sorted(path.iterdir())
-                 if p.suffix in (".json", ".py") and p.is_file()}
-        return f"hf_config_dir {folder}", files
+        return f"hf_config_dir {folder}", config_dir_files(folder)
     text = json.dumps(architecture_config(cfg["model"]), indent=2, sort_keys=True) + "\n"
     return f"catalog {cfg['model']['name']}", {"config.json": text.encode()}
 

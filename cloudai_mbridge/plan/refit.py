@@ -7,10 +7,15 @@ from typing import Any
 
 from ..catalog import ModelSpec
 
+DEFAULT_SEQ_LENGTH = 4096
 
-def refit_model(model: ModelSpec, num_layers: int | None, seq_length: int) -> dict[str, Any]:
+
+def refit_model(model: ModelSpec, num_layers: int | None, seq_length: int | None) -> dict[str, Any]:
     """The refit payload's model block. Refit moves every parameter alike, so attention is the payload's GQA stand-in
-    for MLA and every layer is MoE; the parameter count per layer matches the model's MoE layers."""
+    for MLA and every layer is MoE; the parameter count per layer matches the model's MoE layers. No seq_length:
+    DEFAULT_SEQ_LENGTH, or the model's max_position_embeddings when that is smaller."""
+    if seq_length is None:
+        seq_length = min(DEFAULT_SEQ_LENGTH, model.max_position_embeddings)
     return {
         "name": model.name,
         "num_layers": num_layers or model.num_layers,

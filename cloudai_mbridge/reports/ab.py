@@ -23,7 +23,7 @@ from typing import Any
 
 from cloudai.core import Reporter
 from cloudai.models.scenario import ReportConfig
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
@@ -45,6 +45,15 @@ from .provenance import RunSource, collect
 VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes", "memory"})
 
 
+def ab_fields() -> tuple[str, ...]:
+    """What an A/B can pair runs by: the single-valued settings every training run records in mbridge_config.json
+    (payload/train/config.py's keys and the job's), not what only describes the run (VOLATILE_KEYS) nor tables."""
+    from ..payload.train.config import OPTIONAL_KEYS, REQUIRED_KEYS
+
+    recorded = {*REQUIRED_KEYS, *OPTIONAL_KEYS, "gpu", "num_nodes", "gpus_per_node", "network", "dp"}
+    return tuple(sorted(recorded - VOLATILE_KEYS - {"model", "echo"}))
+
+
 class ABReportConfig(ReportConfig):
     enable: bool = True
     field: str = "dispatcher"
@@ -52,6 +61,14 @@ class ABReportConfig(ReportConfig):
     warmup: int = Field(default=4, ge=0, description="iterations dropped before the statistics")
     loss_first_k: int = Field(default=10, ge=1, description="iterations whose loss must agree")
     loss_rtol: float = Field(default=1e-3, gt=0, description="max relative loss difference for equal work")
+
+    @field_validator("field")
+    @classmethod
+    def _recorded_field(cls, v: str) -> str:
+        if v not in ab_fields():
+            raise ValueError(f"[reports.mbridge_ab] field = {v!r} is not a setting training runs record, so no two "
+                             f"runs could be paired by it. Fix: one of {', '.join(ab_fields())}")
+        return v
 
 
 @dataclass

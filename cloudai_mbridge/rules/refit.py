@@ -51,3 +51,23 @@ def _coalesce(p: RefitPlan) -> Iterator[Violation]:
         yield Violation("", {"coalesce_mib": c["coalesce_mib"], "transport": "nvshmem"},
                         "coalesced messages apply to the send/recv transports only",
                         "set coalesce_mib = 0 or transport = \"nccl\"")
+
+
+@rule("refit-model-size")
+def _model_size(p: RefitPlan) -> Iterator[Violation]:
+    """catalog/models.py: num_layers is there to run fewer layers than the model has (refit moves every layer
+    alike), never more; seq_length at most the model's max_position_embeddings (its RoPE range: Megatron builds the
+    rotary tables for it, and Bridge's recipes never exceed it)."""
+    from ..catalog import get_model
+
+    m = p.config["model"]
+    spec = get_model(m["name"])
+    if m["num_layers"] > spec.num_layers:
+        yield Violation("", {"num_layers": m["num_layers"]},
+                        f"{spec.name} has {spec.num_layers} layers; num_layers only runs fewer",
+                        f"use num_layers from 1 to {spec.num_layers}, or remove it for the whole model")
+    if m["seq_length"] > spec.max_position_embeddings:
+        yield Violation("", {"seq_length": m["seq_length"]},
+                        f"{spec.name} takes sequences of at most {spec.max_position_embeddings:,} tokens "
+                        "(max_position_embeddings)",
+                        f"use seq_length <= {spec.max_position_embeddings}")

@@ -13,7 +13,7 @@ from ..atomic import write_atomic
 from ..catalog import get_gpu
 from ..catalog.gpus import GPU_ENV
 from ..launch.payload import UnsafeOutputPathError, claim_run_dir
-from ..redact import REDACTED, SECRET_NAME, secret_value_problem, string_leaves
+from ..redact import REDACTED, SECRET_NAME, remember, secret_value_problem, string_leaves
 from ..rules import PointRejectedError, Violation
 
 # Environment variables whose names say credential (redact.SECRET_NAME) must come from the submitting shell's
@@ -25,10 +25,30 @@ def redact_secret_env(env: Any) -> Any:
     value included. The blanked keys are reported as a violation when the point is checked or generated."""
     if not isinstance(env, dict):
         return env
+    for k, v in env.items():
+        if SECRET_NAME.search(str(k)):
+            remember(v)  # an error message may quote it apart from its name
     return {k: (REDACTED if SECRET_NAME.search(str(k)) else v) for k, v in env.items()}
 
 
+CREDENTIALS_KNOB = "CLOUDAI_MBRIDGE_K8S_CREDENTIALS"
+
+
+def _json_strings(raw: Any) -> list[str]:
+    """The string values of a JSON object (the whole text when it is not one: the knob's own check refuses it)."""
+    import json
+
+    try:
+        data = json.loads(raw)
+    except (TypeError, ValueError, RecursionError):
+        return [str(raw)]
+    return [v for v in data.values() if isinstance(v, str)] if isinstance(data, dict) else [str(raw)]
+
+
 def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
+    for key, value in env.items():
+        if SECRET_NAME.search(str(key)):
+            remember(value)
     found = [
         Violation(
             "no-secrets-in-toml",
@@ -40,8 +60,11 @@ def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
         if SECRET_NAME.search(str(key))
     ]
     for key, value in env.items():
-        why = None if SECRET_NAME.search(str(key)) else secret_value_problem(str(key), value)
+        if key == CREDENTIALS_KNOB:  # names Kubernetes Secrets ({"HF_TOKEN": "hf-token:token"}): check what it names
+            value = " ".join(_json_strings(value))
+        why = None if SECRET_NAME.search(str(key)) else secret_value_problem(str(key), value, environment=True)
         if why:
+            remember(value)
             found.append(Violation(
                 "no-secrets-in-toml",
                 {f"{where}.{key}": "<redacted>"},

@@ -10,6 +10,7 @@ from cloudai.core import DockerImage, Installable, JobStatusResult, System, Test
 from cloudai.models.workload import TestDefinition
 from pydantic import PrivateAttr, field_validator
 
+from ..redact import redact, text_secret_problem
 from ..rules import Violation
 from ..session import note_rejected
 from ..systems.common import (
@@ -30,6 +31,13 @@ class MBridgeTestDefinition(TestDefinition):
     @classmethod
     def _redact_secrets(cls, v: Any) -> Any:
         return redact_secret_env(v)
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _redact_description(cls, v: Any) -> Any:
+        """A secret in the description (free text nothing runs) is redacted where it is read, so test-run.toml and
+        the logs never show it; secrets elsewhere in the test are refused (inputs.py, the no-secrets-in-toml rule)."""
+        return redact(v) if text_secret_problem(v) else v
 
     @property
     def docker_image(self) -> DockerImage | None:

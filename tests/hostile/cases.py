@@ -6,10 +6,16 @@ import dataclasses
 
 from helpers import CONF
 
-from hostile.harness import DELETE, Case
+from hostile.harness import DELETE, FIFO, Case, Link, Sparse
 
 HF = "hf_" + "Zq7TkLmW3xVbN9pR2sYdHc4gJ8fA6eUoQi"  # Hugging Face token shape (hf_ + 34)
 WANDB = "9f1c2ab7e44d0b6358c1f2a9e07d5b34c6a8e912"  # W&B API key shape (40 hex)
+AWS = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"  # an AWS secret access key: no shape of its own, only its name
+PASSWORD = "Pa55w0rd-in-a-url"  # the password of a URL (https://user:password@host)
+RANDOM = "q8ZtR2mXv7LkP4sW9nB3cY6hJ1dF5gA0"  # a generated key under an innocent name
+RAW = "s3cr3tRawTokenValue99"  # a raw token where a Kubernetes Secret's name belongs: no shape at all
+_LOSS = b'{"0": {"lm loss": 10.4}, "1": {"lm loss": 10.3}}'  # a golden-values file in Bridge's format
+_CONFIG = b'{"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"]}'  # a model's config.json
 
 _SFT = (CONF / "test" / "kimi_k2_sft.toml").read_bytes()
 
@@ -255,6 +261,132 @@ VALID = [
     Case("valid-ab", "ab", ok=True),
     Case("valid-refit", "refit", ok=True),
     Case("valid-k8s", "k8s", ok=True),
+    # a secret in a test's description is redacted where it is read (nothing runs it): accepted, and never shown
+    Case("valid-description-token-redacted", "sft", {"test.description": f"SFT; hub token {HF}"}, ok=True, secret=HF),
+    Case("valid-golden-file", "sft", {T + "golden_values": "golden.json"}, ok=True, files={"golden.json": _LOSS}),
+    Case("valid-hf-config-dir", "sft", {T + "hf_config_dir": "{work}/hfc"}, ok=True,
+         files={"hfc/config.json": _CONFIG, "hfc/modeling_x.py": b"# custom code\n"}),
+    Case("valid-refit-seq-length-default", "refit", {T + "seq_length": DELETE}, ok=True),
+    Case("valid-srun-env-reference", "sft", {S0 + "extra_srun_args": "--export=ALL,HF_TOKEN=$HF_TOKEN"}, ok=True),
+]
+
+
+def _test(tid: str, *deps: str) -> dict:
+    return {"id": tid, "test_name": "kimi_k2_sft", "num_nodes": 32, "time_limit": "01:00:00",
+            "dependencies": [{"type": "end_post_comp", "id": d} for d in deps]}
+
+
+# Issue 26: dependency cycles are refused, naming the cycle (CloudAI refuses only a test that depends on itself).
+CYCLES = [
+    Case("scn-dependency-cycle-2", "sft", {"scenario.Tests": [_test("a", "b"), _test("b", "a")]},
+         ("dependencies", "'a' -> 'b' -> 'a'")),
+    Case("scn-dependency-cycle-3", "sft", {"scenario.Tests": [_test("a", "b"), _test("b", "c"), _test("c", "a")]},
+         ("dependencies", "'a' -> 'b' -> 'c' -> 'a'")),
+    Case("scn-dependency-cycle-behind-a-chain", "sft", {"scenario.Tests": [
+        _test("start", "b"), _test("b", "c"), _test("c", "d"), _test("d", "b")]}, ("'b' -> 'c' -> 'd' -> 'b'",)),
+    Case("scn-dependency-self", "sft", {"scenario.Tests": [_test("a", "a")]}, ("dependencies", "'a' -> 'a'")),
+]
+
+_TOML_SOURCES = {
+    "test": (CONF / "test" / "kimi_k2_sft.toml").read_bytes(),
+    "scenario": (CONF / "test_scenario" / "kimi_k2_sft.toml").read_bytes(),
+    "system": (CONF / "system" / "slurm_b300_efa.toml").read_bytes(),
+}
+# Every shape of deep TOML: nested table headers, a dotted key, arrays of arrays, inline tables; just past the limit
+# (32) and far past it (where the parser itself, or what reads its tables next, runs out of stack).
+_DEEP = {
+    "headers-2000": b"\n[" + b".".join([b"a"] * 2000) + b"]\nx = 1\n",
+    "dotted-key-3000": b"zz" + b".a" * 3000 + b" = 1\n",
+    "arrays-40": b"zz = " + b"[" * 40 + b"]" * 40 + b"\n",
+    "arrays-900": b"zz = " + b"[" * 900 + b"]" * 900 + b"\n",
+    "inline-tables-40": b"zz = " + b"{a = " * 40 + b"1" + b"}" * 40 + b"\n",
+    "inline-tables-5000": b"zz = " + b"{a = " * 5000 + b"1" + b"}" * 5000 + b"\n",
+}
+DEEP_TOML = [
+    Case(f"file-{which}-deep-{shape}", "sft", expect=(f"{which}.toml", "nested"),
+         raw={which: src + extra if shape.startswith("headers") else extra + src})
+    for which, src in _TOML_SOURCES.items() for shape, extra in _DEEP.items()
+] + [
+    # generate-report from a results folder alone reads the system and scenario `run` kept there: checked the same way
+    Case("cli-report-kept-system-deep", "sft", argv=("generate-report", "--result-dir", "{work}/res"),
+         files={"res/mbridge_inputs/system/s.toml": _TOML_SOURCES["system"] + _DEEP["headers-2000"],
+                "res/mbridge_inputs/test_scenario/s.toml": _TOML_SOURCES["scenario"],
+                "res/mbridge_inputs/test/t.toml": _SFT},
+         expect=("s.toml", "nested"), verbs=("dry-run",)),
+]
+
+# Issue 26: secrets in free text. Names and ids are refused; so is every other field a job is written from (srun and
+# sbatch arguments, mounts, URLs): neither the value nor a redacted copy may reach the job's files.
+FREE_TEXT_SECRETS = [
+    Case("scn-srun-token", "sft", {S0 + "extra_srun_args": f"--comment={HF}"}, ("extra_srun_args",), secret=HF),
+    Case("scn-srun-aws-secret-by-name", "sft", {S0 + "extra_srun_args": f"--export=ALL,AWS_SECRET_ACCESS_KEY={AWS}"},
+         ("extra_srun_args",), secret=AWS),
+    Case("scn-name-token", "sft", {"scenario.name": f"bench-{HF}"}, ("scenario name",), secret=HF),
+    Case("scn-id-token", "sft", {S0 + "id": f"run{HF}"}, ("id",), secret=HF),
+    Case("scn-test-name-token", "sft", {"test.name": f"sft{HF}", S0 + "test_name": f"sft{HF}"}, ("name",),
+         secret=HF),
+    Case("sys-srun-url-password", "sft", {SYS + "extra_srun_args": f"--comment=https://bot:{PASSWORD}@git.example/x"},
+         ("extra_srun_args", "password"), secret=PASSWORD),
+    Case("sys-sbatch-token", "sft", {SYS + "extra_sbatch_args": [f"--comment={HF}"]}, ("extra_sbatch_args",),
+         secret=HF),
+    Case("sys-env-random-value", "sft", {ENV + "MY_SETTING": RANDOM}, ("MY_SETTING",), secret=RANDOM),
+    Case("sys-env-hf-tkn", "sft", {ENV + "HF_TKN": "Xy7pLm2Qz"}, ("HF_TKN",), secret="Xy7pLm2Qz"),
+    Case("train-mount-token", "sft", {"test.extra_container_mounts": [f"/fsx/{HF}:/data"]},
+         ("extra_container_mounts",), secret=HF),
+    Case("train-git-url-password", "sft", {"test.git_repos": [{"url": f"https://bot:{PASSWORD}@github.com/a/b.git",
+                                                                "commit": "0123abc"}]}, ("git_repos",),
+         secret=PASSWORD),
+    Case("train-data-url-password", "sft", {T + "data": f"https://bot:{PASSWORD}@data.example/sft"}, ("data",),
+         secret=PASSWORD),
+]
+
+# Issue 26: the golden-values file a training test names is refused at dry-run when it is missing or cannot be used;
+# reading it never hangs (a FIFO, 50 MB) nor recurses without end (100k deep).
+GOLDEN = [
+    Case("golden-missing", "sft", {T + "golden_values": "golden/nope.json"}, ("golden_values", "not found")),
+    Case("golden-50mb", "sft", {T + "golden_values": "golden.json"}, ("golden_values", "MiB"),
+         files={"golden.json": Sparse(50 << 20)}),
+    Case("golden-nested-100k", "sft", {T + "golden_values": "golden.json"}, ("golden_values", "nested"),
+         files={"golden.json": b"[" * 100_000 + b"]" * 100_000}),
+    Case("golden-fifo", "sft", {T + "golden_values": "golden.json"}, ("golden_values", "regular file"),
+         files={"golden.json": FIFO}),
+    Case("golden-a-folder", "sft", {T + "golden_values": "{work}/golden"}, ("golden_values", "regular file"),
+         files={"golden/x": b""}),
+    Case("golden-not-json", "sft", {T + "golden_values": "golden.json"}, ("golden_values", "not JSON"),
+         files={"golden.json": b"{not json"}),
+    Case("golden-no-loss", "sft", {T + "golden_values": "golden.json"}, ("golden_values", "lm loss"),
+         files={"golden.json": b'{"0": {"elapsed time per iteration (ms)": 5.0}}'}),
+    Case("golden-step-holds-a-table", "sft", {T + "golden_values": "golden.json"}, ("golden_values", "format"),
+         files={"golden.json": b'{"0": {"lm loss": {"a": [1]}}}'}),
+]
+
+# Issue 26: what the payload copies from hf_config_dir: only the folder's own regular files, within size limits, and a
+# config.json that is a model config (checked at dry-run where this machine sees the folder, and on the cluster).
+MODEL_CONFIG = [
+    Case("hfcfg-config-links-out", "sft", {T + "hf_config_dir": "{work}/hfc"}, ("hf_config_dir", "outside"),
+         files={"hfc/config.json": Link("/etc/passwd")}),
+    Case("hfcfg-code-links-out", "sft", {T + "hf_config_dir": "{work}/hfc"}, ("hf_config_dir", "outside"),
+         files={"hfc/config.json": _CONFIG, "hfc/modeling_x.py": Link("/etc/hostname")}),
+    Case("hfcfg-config-fifo", "sft", {T + "hf_config_dir": "{work}/hfc"}, ("hf_config_dir", "regular file"),
+         files={"hfc/config.json": FIFO}),
+    Case("hfcfg-not-a-model-config", "sft", {T + "hf_config_dir": "{work}/hfc"}, ("hf_config_dir", "model config"),
+         files={"hfc/config.json": b'{"root": "x"}'}),
+    Case("hfcfg-config-nested-100k", "sft", {T + "hf_config_dir": "{work}/hfc"}, ("hf_config_dir", "nested"),
+         files={"hfc/config.json": b"[" * 100_000 + b"]" * 100_000}),
+    Case("hfcfg-file-too-large", "sft", {T + "hf_config_dir": "{work}/hfc"}, ("hf_config_dir", "MiB"),
+         files={"hfc/config.json": _CONFIG, "hfc/tokenizer.json": Sparse(40 << 20)}),
+    Case("hfcfg-no-config", "sft", {T + "hf_config_dir": "{work}/hfc"}, ("hf_config_dir", "no config.json"),
+         files={"hfc/README.md": b"x"}),
+]
+
+# Issue 26: refit sizes beyond the model, an A/B report field no run records.
+LIMITS = [
+    Case("refit-seq_length-beyond-model", "refit", {T + "seq_length": 513}, ("seq_length", "512")),
+    Case("refit-num_layers-beyond-model", "refit", {T + "num_layers": 1_000_000}, ("num_layers", "1000000")),
+    Case("ab-report-field-unknown", "ab", {"scenario.reports": {"mbridge_ab": {"field": "nonexistent_field"}}},
+         ("field", "nonexistent_field")),
+    Case("k8s-credentials-raw-token", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_CREDENTIALS": RAW}, ("CREDENTIALS",),
+         secret=RAW),
 ]
 
 
@@ -263,5 +395,12 @@ def _also_run(cases: list[Case]) -> list[Case]:
     return [dataclasses.replace(c, verbs=(*c.verbs, "run")) for c in cases]
 
 
-CASES = [*_train_ints(), *_refit_ints(), *CHOICES, *_also_run(SWEEPS), *_also_run(SCENARIOS), *_also_run(SYSTEMS),
-         *K8S, *FILES, *COMMAND_LINES]
+# The table by class of input (summary.py prints each class's counts).
+CLASSES: dict[str, list[Case]] = {
+    "training ints": _train_ints(), "refit ints": _refit_ints(), "choices and fields": CHOICES,
+    "sweeps": _also_run(SWEEPS), "scenarios": _also_run(SCENARIOS), "dependency cycles": _also_run(CYCLES),
+    "systems": _also_run(SYSTEMS), "kubernetes": K8S, "files": FILES, "deep TOML": DEEP_TOML,
+    "secrets in free text": _also_run(FREE_TEXT_SECRETS), "golden files": GOLDEN, "model config folders": MODEL_CONFIG,
+    "limits": LIMITS, "command lines": COMMAND_LINES,
+}
+CASES = [c for rows in CLASSES.values() for c in rows]

@@ -23,6 +23,21 @@ import toml
 from helpers import CONF, SECRETS
 
 DELETE = object()
+FIFO = object()  # a ``files`` entry: a named pipe (reading it would block forever)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A ``files`` entry: a symbolic link to ``target``."""
+
+    target: str
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """A ``files`` entry: a file of ``size`` bytes that takes no disk space (a hole)."""
+
+    size: int
 
 # (system, test, scenario) under conf/ for each base
 BASES = {
@@ -44,6 +59,9 @@ class Case:
     verbs: tuple[str, ...] = ("dry-run", "verify-configs", "preflight")
     argv: tuple[str, ...] | None = None  # a whole command line instead ({conf}, {work}, {out} substituted)
     ok: bool = False  # a valid input: must be accepted (exit 0)
+    # files laid out under the case's working folder (the CLI's cwd) before it runs: path -> bytes, Link, Sparse or
+    # FIFO; "{work}" in an edit's string value is that folder's absolute path
+    files: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,7 +101,10 @@ def lay_out(case: Case, root: Path) -> dict[str, Path]:
         "scenario": toml.load(CONF / "test_scenario" / f"{scenario_name}.toml"),
     }
     docs = copy.deepcopy(docs)
+    work = root / "work"
     for dotted, value in case.edits.items():
+        if isinstance(value, str):
+            value = value.replace("{work}", str(work))
         which, _, rest = dotted.partition(".")
         if not rest:
             docs[which] = value
@@ -100,8 +121,19 @@ def lay_out(case: Case, root: Path) -> dict[str, Path]:
             path.write_bytes(case.raw[which])
         else:
             path.write_text(toml.dumps(docs[which]))
-    work = root / "work"
     work.mkdir()
+    for rel, content in case.files.items():
+        path = work / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if content is FIFO:
+            os.mkfifo(path)
+        elif isinstance(content, Link):
+            path.symlink_to(content.target)
+        elif isinstance(content, Sparse):
+            with path.open("wb") as fh:
+                fh.truncate(content.size)
+        else:
+            path.write_bytes(content)
     home = root / "home"
     home.mkdir()
     return {**paths, "conf": root / "conf", "work": work, "out": work / "out", "home": home}
@@ -119,7 +151,7 @@ def command(case: Case, verb: str, p: dict[str, Path]) -> list[str]:
 
 
 def _files(root: Path) -> set[Path]:
-    return {q for q in root.rglob("*") if q.is_file()}
+    return {q for q in root.rglob("*") if q.is_file() or q.is_symlink() or q.is_fifo()}
 
 
 def fork_jobs(jobs: list[dict[str, Any]], tmp: Path, workers: int | None = None) -> list[int]:
@@ -163,6 +195,8 @@ def leaks(o: Outcome, extra: Callable[[Path], bool] | None = None) -> list[str]:
     found = [f"terminal: {s}" for s in secrets if s in o.output]
     found += [f"debug.log: {s}" for s in secrets if s in o.debug_log]
     for path in o.new_files:
+        if path.is_fifo() or not path.is_file():
+            continue
         data = path.read_bytes()
         found += [f"{path}: {s}" for s in secrets if s.encode() in data]
     return found

@@ -1,9 +1,11 @@
 """Counts for the hostile-input suite, as issue 14's note reports them: ``python tests/hostile/summary.py [OUT]``.
 
-Runs every row of cases.py (hostile and valid) the way test_hostile_inputs.py does and prints, per class of failure,
-how many runs showed it: a traceback on the terminal, a hostile input accepted (exit 0), files left behind in
---output-dir or outside it, a secret printed or written, a message missing the field / value it should name, a valid
-input refused. ``--plain-verify`` runs verify-configs without --system-config (as before it had the option).
+Runs every row of cases.py (hostile and valid) the way test_hostile_inputs.py does and prints, per class of input
+(cases.CLASSES: deep TOML, dependency cycles, secrets in free text, golden files, ...), how many runs were refused
+cleanly, then per class of failure how many runs showed it: a traceback on the terminal, a hostile input accepted
+(exit 0), files left behind in --output-dir or outside it, a secret printed or written, a message missing the field /
+value it should name, a valid input refused. ``--plain-verify`` runs verify-configs without --system-config (as
+before it had the option).
 
 Then the classes of issue 26 (reliability.py: the operating system refusing a write, planted symlinks, signals, a
 log shrinking under the reader), one line per class: rows, handled right, skipped (mount / chattr not permitted),
@@ -20,14 +22,15 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 
 from hostile import harness  # noqa: E402
-from hostile.cases import CASES, VALID  # noqa: E402
-from hostile.reliability import CLASSES, build_ab, run_class  # noqa: E402
+from hostile.cases import CASES, CLASSES, VALID  # noqa: E402
+from hostile.reliability import CLASSES as RELIABILITY_CLASSES  # noqa: E402
+from hostile.reliability import build_ab, run_class  # noqa: E402
 
 
 def reliability(tmp: Path) -> None:
     tree = build_ab(tmp / "ab")
     print("reliability classes (issue 26): rows, handled right, skipped, failed checks")
-    for cls in CLASSES:
+    for cls in RELIABILITY_CLASSES:
         trials = run_class(cls, tmp / cls.replace(" ", "-"), tree)
         ran = [t for t in trials if not t.skipped]
         clean = [t for t in ran if not t.problems]
@@ -90,6 +93,12 @@ def main() -> None:
             classes["clean refusal"].append(name)
     hostile_runs = sum(len(c.verbs) for c in CASES)
     print(f"hostile inputs: {len(CASES)} ({hostile_runs} runs); valid inputs: {len(VALID)}; folders under {tmp}")
+    clean = set(classes["clean refusal"])
+    print("by class of input: inputs, runs, runs refused cleanly")
+    for kind, rows in CLASSES.items():
+        runs = [f"{c.id} [{v}]" for c in rows for v in c.verbs]
+        print(f"  {kind:30s} {len(rows):4d} {len(runs):5d} {sum(r in clean for r in runs):5d}")
+    print("by outcome: runs, first names")
     for label, names in classes.items():
         print(f"{label:32s} {len(names):4d}  {' '.join(names[:12])}{' ...' if len(names) > 12 else ''}")
 

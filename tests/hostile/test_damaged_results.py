@@ -19,6 +19,7 @@ import pytest
 from helpers import CONF
 from test_reports import build_ab_results
 
+from cloudai_mbridge.metrics.golden import TIME_KEY
 from hostile.harness import fork_jobs
 
 SYSTEM = CONF / "system" / "slurm_h100_ib.toml"
@@ -53,6 +54,20 @@ def _config(run: Path, edit: Callable[[dict], object]) -> None:
     data = json.loads(path.read_text())
     out = edit(data)
     path.write_text(json.dumps(data if out is None else out))
+
+
+def _golden(run: Path, content: bytes | None) -> None:
+    """The run's test names a golden-values file (in the run's test-run.toml, which generate-report reads for a sweep
+    step) holding ``content`` (None: no file)."""
+    import toml
+
+    golden = run / "golden_test.json"
+    if content is not None:
+        golden.write_bytes(content)
+    dump = run / "test-run.toml"
+    data = toml.load(dump)
+    data["test_definition"]["cmd_args"]["golden_values"] = str(golden)
+    dump.write_text(toml.dumps(data))
 
 
 DAMAGE: dict[str, Callable[[Path], None]] = {
@@ -95,8 +110,17 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "run-folder-deleted": lambda r: shutil.rmtree(r),
     "run-folder-emptied": lambda r: [shutil.rmtree(p) if p.is_dir() else p.unlink() for p in list(r.iterdir())],
     "stale-summary-garbage": lambda r: (r / "mbridge_summary.json").write_text("{\"metrics\": {\"iteration-time\": -1"),
+    # issue 26: a golden file the run's test names that cannot be used never stops the reports nor hangs them
+    "golden-file-nested-100k": lambda r: _golden(r, b"[" * 100_000 + b"]" * 100_000),
+    "golden-file-50mb": lambda r: _golden(r, json.dumps({str(i): {"lm loss": 4.0, TIME_KEY: 1e3}
+                                                         for i in range(700_000)}).encode()),
+    "golden-file-missing": lambda r: _golden(r, None),
+    "golden-file-fifo": lambda r: (os.mkfifo(r / "golden_test.json"), _golden(r, None)),
 }
 
+
+GOLDEN_WHY = {"golden-file-nested-100k": "nested too deeply", "golden-file-50mb": "MiB; a golden file is at most",
+              "golden-file-missing": "not found", "golden-file-fifo": "not a regular file"}
 
 # What the mbs=1 cell must show after each damage (default: "invalid", no time for the damaged arm):
 #   "invalid-time-kept": invalid, no winner; the arm's time is shown because the lines it came from are intact
@@ -110,7 +134,9 @@ EXPECT = {
                      "config-world-size-zero", "config-world-size-huge", "config-dispatcher-int",
                      "config-dispatcher-missing", "run-folder-deleted", "run-folder-emptied"], "unpaired"),
     **dict.fromkeys(["log-nul-bytes-inserted", "log-huge-line", "stale-summary-garbage", "test-run-toml-deleted",
-                     "test-run-toml-garbage", "extra-non-numeric-folder", "rank-log-with-huge-index"], "intact"),
+                     "test-run-toml-garbage", "extra-non-numeric-folder", "rank-log-with-huge-index",
+                     "golden-file-nested-100k", "golden-file-50mb", "golden-file-missing", "golden-file-fifo"],
+                    "intact"),
 }
 
 
@@ -136,7 +162,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         jobs.append({"argv": ["--log-file", str(case / "debug.log"), "generate-report", "--system-config",
                               str(SYSTEM), "--test-scenario", str(case / scenario), "--result-dir", str(case_root)],
                      "cwd": str(case), "env": dict(os.environ), "log": str(case / "terminal.txt")})
-        cases[name] = {"root": case_root, "case": case, "before": files}
+        cases[name] = {"root": case_root, "case": case, "before": files, "run": case / target}
     codes = fork_jobs(jobs, tmp_path_factory.mktemp("jobs"))
     for info, code in zip(cases.values(), codes, strict=True):
         info["code"] = code
@@ -171,6 +197,9 @@ def test_a_damaged_run_gives_no_number_and_keeps_the_other_rows(reports: dict, n
         if expect == "invalid":
             assert not cell["arm_time_s"], cell
     assert r["rows"]["mbs=2"]["verdict"].startswith("invalid")  # the other cell keeps its own (downgraded) verdict
+    if name.startswith("golden-file"):  # the run's own report says why its golden file was not used
+        golden = json.loads((r["run"] / "mbridge_golden.json").read_text())
+        assert not golden["passed"] and "golden_test.json" in golden["error"] and GOLDEN_WHY[name] in golden["error"]
     new = {p for p in r["case"].rglob("*") if p.is_file()} - r["before"]
     stray = [p for p in new if r["root"] not in p.parents and p.name not in ("debug.log", "terminal.txt")]
     assert stray == []

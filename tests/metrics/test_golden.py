@@ -178,3 +178,47 @@ def test_a_damaged_golden_file_never_raises_and_keeps_nan() -> None:
               "3": {"lm loss": float("nan")}, "4": "not a table", "-1": {"lm loss": 3.0}}
     out = step_values(values, "lm loss")
     assert set(out) == {1, 3, -1} and out[1] == 2.0 and math.isnan(out[3])
+
+
+# --- issue 26: a golden file is read whole or refused, never hangs nor recurses without end -----------------------
+@pytest.mark.parametrize(("content", "said"), [
+    (None, "not found"),
+    ("fifo", "is not a regular file"),
+    ("dir", "is not a regular file"),
+    (50 << 20, "is 50 MiB; a golden file is at most 16 MiB"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b"\xff\xfe", "not UTF-8"),
+    (b"{not json", "is not JSON"),
+    (b"[1, 2]", "not a JSON object of steps"),
+    (b'{"0": {"lm loss": [1.0]}}', "step '0' holds a table or list under 'lm loss'"),
+    (b'{"alloc": [1]}', "'alloc' holds a list"),
+    (b'{"0": {"elapsed time per iteration (ms)": 5.0}}', "has no per-step 'lm loss'"),
+])
+def test_an_unusable_golden_file_is_refused_with_the_reason(tmp_path, content, said):
+    import os
+
+    from cloudai_mbridge.metrics.golden import GoldenFileError, golden_file_problem, read_golden_file
+
+    path = tmp_path / "golden.json"
+    if content == "fifo":
+        os.mkfifo(path)
+    elif content == "dir":
+        path.mkdir()
+    elif isinstance(content, int):
+        path.touch()
+        os.truncate(path, content)
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(GoldenFileError, match=re.escape(said)) as exc:
+        read_golden_file(path)
+    assert golden_file_problem(path) == str(exc.value)
+
+
+def test_too_many_steps_are_refused(tmp_path):
+    from cloudai_mbridge.metrics.golden import MAX_GOLDEN_STEPS, golden_file_problem
+
+    path = tmp_path / "golden.json"
+    path.write_text(json.dumps({str(i): {"lm loss": 1.0} for i in range(MAX_GOLDEN_STEPS + 1)}))
+    assert golden_file_problem(path) == f"holds {MAX_GOLDEN_STEPS + 1:,} steps; at most {MAX_GOLDEN_STEPS:,}"
+    path.write_text(json.dumps({str(i): {"lm loss": 1.0} for i in range(MAX_GOLDEN_STEPS)}))
+    assert golden_file_problem(path) is None

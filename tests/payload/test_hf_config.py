@@ -5,6 +5,7 @@ H100 (tests/fixtures/bridge_0.4.2_provider_fields.json: MLAModelProvider's field
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -96,3 +97,50 @@ def test_fused_kernels_are_switched_off_only_where_their_module_is_missing():
     assert "APEX" in apex_missing[0][1]
     off = {**enabled, "gradient_accumulation_fusion": False}
     assert fusion_fallbacks(off, lambda m: m != "fused_weight_gradient_mlp_cuda") == []
+
+
+# --- issue 26: what hf_config_dir may hand over -------------------------------------------------------------------
+MODEL_CONFIG = b'{"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"]}'
+
+
+def test_config_dir_copies_the_folders_own_files(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_bytes(MODEL_CONFIG)
+    (tmp_path / "modeling_x.py").write_text("# custom code\n")
+    (tmp_path / "inner.json").symlink_to("config.json")  # a link that stays inside the folder is fine
+    (tmp_path / "README.md").write_text("not copied")
+    files = hf_config.config_dir_files(tmp_path)
+    assert files == {"config.json": MODEL_CONFIG, "inner.json": MODEL_CONFIG, "modeling_x.py": b"# custom code\n"}
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda d: (d / "config.json").symlink_to("/etc/passwd"), "config.json is a link to /etc/passwd, outside"),
+    (lambda d: ((d / "config.json").write_bytes(MODEL_CONFIG), (d / "x.py").symlink_to("/etc/hostname")),
+     "x.py is a link to /etc/hostname, outside"),
+    (lambda d: os.mkfifo(d / "config.json"), "config.json is not a regular file"),
+    (lambda d: (d / "config.json").mkdir(), "config.json is not a regular file"),
+    (lambda d: (d / "config.json").write_bytes(b'{"root": "x"}'), "no model_type or architectures"),
+    (lambda d: (d / "config.json").write_bytes(b"[1]"), "is not a JSON object"),
+    (lambda d: (d / "config.json").write_bytes(b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
+    (lambda d: (d / "config.json").write_bytes(b"\xff"), "is not JSON"),
+    (lambda d: ((d / "config.json").write_bytes(MODEL_CONFIG),
+                (d / "tokenizer.json").touch(), os.truncate(d / "tokenizer.json", hf_config.MAX_CONFIG_FILE_BYTES + 1)),
+     "tokenizer.json is larger than 32 MiB"),
+    (lambda d: (d / "readme.txt").write_text("x"), "holds no config.json"),
+])
+def test_config_dir_refuses_what_is_not_the_folders_model_config(tmp_path: Path, make, said: str) -> None:
+    folder = tmp_path / "hfc"
+    folder.mkdir()
+    make(folder)
+    with pytest.raises(hf_config.HubError, match="hf_config_dir") as exc:
+        hf_config.config_dir_files(folder)
+    assert said in str(exc.value) and "Fix:" in str(exc.value)
+
+
+def test_prepare_copies_nothing_from_a_refused_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "hfc"
+    folder.mkdir()
+    (folder / "config.json").symlink_to("/etc/passwd")
+    cfg = {"hf_config_dir": str(folder), "task": "pretrain", "hf_model_id": None}
+    with pytest.raises(hf_config.HubError, match="outside"):
+        hf_config.prepare(cfg, tmp_path / "out", env={}, probe=lambda **_: False)
+    assert not (tmp_path / "out").exists()

@@ -155,8 +155,25 @@ def _mounts(key: str, raw: str) -> dict[str, str]:
     return value
 
 
+class _NotShown:
+    """Stands for a value the error must not echo (a raw token pasted where a Secret's name belongs)."""
+
+    def __repr__(self) -> str:
+        return "<value not shown: it may be a credential>"
+
+
 def _credentials(key: str, raw: str) -> tuple[Credential, ...]:
-    value = _json(key, raw, dict, '{"HF_TOKEN": "hf-token:token"}')
+    try:
+        return _credential_refs(key, raw)
+    except K8sConfigError as e:
+        from ...redact import remember
+
+        remember(raw)  # CloudAI's error log quotes the whole global_env_vars table
+        raise K8sConfigError(e.key, _NotShown(), e.problem, e.fix) from None
+
+
+def _credential_refs(key: str, raw: str) -> tuple[Credential, ...]:
+    value = _json(key, raw, dict, '{"HF_TOKEN": "<secret-name>:<key>"} (e.g. the Secret hf-token, key token)')
     out = []
     for env, ref in value.items():
         where = f"{key}[{env!r}]"

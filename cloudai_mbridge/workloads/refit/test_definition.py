@@ -37,7 +37,8 @@ class MBridgeRefitCmdArgs(CmdArgs):
 
     model: ModelName | list[ModelName]
     num_layers: PosInt | None = None  # fewer layers than the model has (the report says so)
-    seq_length: PosInt = 4096
+    # at most the model's max_position_embeddings (rule refit-model-size); None: 4096, or that maximum when smaller
+    seq_length: PosInt | None = None
     src: RefitSide
     dst: RefitSide
     mode: Mode | list[Mode] = "collocated"
