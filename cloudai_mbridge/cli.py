@@ -239,16 +239,12 @@ def preflight_command(dry_run: Any) -> Any:
         sys.stdout.write(render_text(report))
         for problem in refusals:  # what makes dry-run / run refuse the scenario as a whole
             print(f"preflight: dry-run and run would refuse the scenario: {problem}", file=sys.stderr)
-<<<<<<< HEAD
-        if output_dir is not None:
-            existed = output_dir.exists()
-=======
         from .inputs import secret_problems
 
         if output_dir is not None and secret_problems(system, scenario):  # the page would show the names and ids
             print(f"preflight: no table written to {output_dir}: the scenario holds a secret (above)", file=sys.stderr)
         elif output_dir is not None:
->>>>>>> i26b
+            existed = output_dir.exists()
             output_dir.mkdir(parents=True, exist_ok=True)
             try:
                 csv_path, html_path = write_reports(report, output_dir)  # both or neither; a failure: one line (main)
