@@ -17,12 +17,12 @@ import dataclasses
 import html
 import io
 import itertools
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .metrics import safejson
 from .plan.bridge_estimate import bridge_estimate
 from .plan.memory import GIB, MemoryEstimate, estimate_memory
 from .rules import Violation
@@ -248,7 +248,7 @@ def measured_step_seconds(result_dir: Path, tr_name: str, point: int, values: di
     if not config_path.is_file():
         return None
     try:
-        config = json.loads(config_path.read_text())
+        config = safejson.loads(config_path.read_bytes())
     except (OSError, ValueError):
         return None
     for key, value in values.items():

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import safejson
+
 LOSS_KEY = "lm loss"
 TIME_KEY = "elapsed time per iteration (ms)"
 TFLOPS_KEY = "GPU utilization"
@@ -151,7 +153,7 @@ def write_golden_values(metrics: Any, path: Path) -> Path:
 
 
 def load_golden_values(path: Path | str) -> dict[str, Any]:
-    data = json.loads(Path(path).read_text())
+    data = safejson.loads(Path(path).read_bytes())
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     return data
