@@ -280,6 +280,19 @@ def saved_inputs(result_dir: Path) -> tuple[Path | None, Path | None, Path | Non
     return only(inputs / "system"), only(inputs / "test_scenario"), tests if tests.is_dir() else None
 
 
+class _FailedReports(logging.Handler):
+    """Collects the reports CloudAI's generate_reports logged as failed ("Error generating report '<name>'")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.names: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Error generating report"):
+            self.names.append(message.split("'")[1] if message.count("'") >= 2 else message)
+
+
 def guard_generate_report(command: click.Command) -> click.Command:
     """CloudAI's generate-report, which also works from the results folder alone (--system-config and
     --test-scenario default to the files `run` kept in it), and refuses a folder without the scenario's results."""
@@ -318,8 +331,22 @@ def guard_generate_report(command: click.Command) -> click.Command:
         if problem:
             logging.error(f"generate-report: nothing written: {problem}")
             raise SystemExit(1)
-        original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg, hook_dir=hook_dir,
-                 result_dir=result_dir)
+        failed = _FailedReports()
+        logging.getLogger().addHandler(failed)
+        code: Any = 0
+        try:  # CloudAI's command ends with exit(0) whatever its reports did
+            original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg, hook_dir=hook_dir,
+                     result_dir=result_dir)
+        except SystemExit as exc:
+            code = exc.code
+        finally:
+            logging.getLogger().removeHandler(failed)
+        if failed.names:  # CloudAI logs a report that raised and goes on; the exit status must say so
+            logging.error(f"generate-report: {len(failed.names)} report(s) could not be written: "
+                          f"{', '.join(failed.names)} (debug.log has why); the others were")
+            raise SystemExit(1)
+        if code:
+            raise SystemExit(code)
 
     wrapped = copy.copy(command)
     wrapped.callback = callback

@@ -238,3 +238,18 @@ def test_json_nested_100k_deep_is_a_damaged_file_not_a_crash(tmp_path: Path, whe
         shutil.copy(deep, run / "mbridge_config.json")
         assert load_layout(run).config_status == "invalid"
         assert "invalid_config" in parse_training_run(run).problems
+
+
+def test_a_report_that_cannot_be_written_makes_generate_report_fail(tree: tuple[Path, Path], tmp_path: Path) -> None:
+    """CloudAI logs a scenario report that raised and goes on; generate-report must not then exit 0."""
+    from helpers import run_cli
+
+    base, root = tree
+    shutil.copytree(base, tmp_path, dirs_exist_ok=True)
+    case_root = tmp_path / root.relative_to(base)
+    (case_root / "mbridge_refit.csv").mkdir()  # the report's CSV cannot be replaced: that report fails
+    proc = run_cli("generate-report", "--system-config", str(SYSTEM), "--test-scenario", str(SCENARIO),
+                   "--result-dir", str(case_root), cwd=tmp_path)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert "could not be written: mbridge_refit" in output and "Traceback" not in output
