@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from importlib.metadata import version
 from pathlib import Path
@@ -145,5 +146,6 @@ def open_run_dir(tr: TestRun, problems: list[Violation], system: System | None =
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def generated_by() -> str:
     return f"cloudai-mbridge {version('cloudai-mbridge')} with CloudAI {version('cloudai')}"
