@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mb", type=float, default=1024.0, help="total size of the rank logs, 10^6 bytes")
     parser.add_argument("--ranks", type=int, default=256, help="world size (number of rank logs)")
     parser.add_argument("--repeat", type=int, default=5, help="timed repetitions of each tool")
-    parser.add_argument("--workers", type=int, default=1, help="processes for our parser (1: single process)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="processes for our parser (0: as parse_training_run decides, scan.auto_workers; 1: one)")
     parser.add_argument("--seed", type=int, default=1116)
     args = parser.parse_args(argv)
     if args.ranks % (TP * PP * CP):
@@ -225,9 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):
             grep_times += _time(grep, 1)
             our_times += _time(ours, 1)
+        from cloudai_mbridge.metrics.scan import auto_workers
+
+        used = auto_workers([Path(f) for f in files]) if args.workers == 0 else args.workers
         print(
             f"method: wall time of each tool over the same {len(files)} files, page cache warm, "
-            f"{args.repeat} alternating repetitions, workers={args.workers}"
+            f"{args.repeat} alternating repetitions, workers={args.workers} ({used} process(es) for our parser; grep "
+            f"-c is one process), {os.cpu_count()} CPUs"
         )
         grep_rate = _describe("grep", grep_times, size)
         our_rate = _describe("ours", our_times, size)

@@ -572,9 +572,10 @@ def iterations_frame(metrics: TrainingRunMetrics) -> pd.DataFrame:
 
 
 def parse_training_run(
-    run_dir: Path | str, warmup: int = DEFAULT_WARMUP, stall_factor: float = STALL_FACTOR, workers: int = 1
+    run_dir: Path | str, warmup: int = DEFAULT_WARMUP, stall_factor: float = STALL_FACTOR, workers: int = 0
 ) -> TrainingRunMetrics:
-    """Parse one training run folder (see :mod:`.layout`); never raises on bad or missing logs."""
+    """Parse one training run folder (see :mod:`.layout`); never raises on bad or missing logs. ``workers=0``: one
+    process for a run's usual few MB of logs, one per CPU for very large ones (scan.auto_workers)."""
     layout = load_layout(run_dir)
     run = scan_training_run(layout, workers=workers)
     config = layout.config

@@ -41,6 +41,9 @@ from .page import headline, verdict_badge
 from .plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
 from .provenance import RunSource, collect
 
+# Cells that get a per-iteration plot on the page (the first ones by label); the tables hold every cell.
+CELL_PLOTS = 24
+
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
 VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes", "memory"})
 
@@ -336,9 +339,17 @@ class MBridgeABReport(TolerantLoading, Reporter):
         ]
         classes = ["bad" if str(r["verdict"]).startswith(("invalid", "different", "work not")) else "" for r in rows]
         sections.append(html_table(columns, ([r.get(c) for c in columns] for r in rows), classes, HEADERS))
+        plotted = 0
+        paired_cells = sum(len(c.arms) >= 2 for c in ordered)
         for i, cell in enumerate(ordered):
             if len(cell.arms) < 2:
                 continue
+            if plotted == CELL_PLOTS:  # one PNG per cell took 219 s of the report at 500 cells
+                sections.append(f"<p class='note'>Per-iteration plots are drawn for the first {CELL_PLOTS} of "
+                                f"{paired_cells} cells; every run's iterations are in its mbridge_iterations.csv "
+                                "and the tables above hold every cell.</p>")
+                break
+            plotted += 1
             png = root / f"mbridge_ab_cell{i}.png"
             series_plot(
                 png,
