@@ -147,9 +147,9 @@ def test_time_limit_formats(limit: str | None, hours: float | None) -> None:
 
 
 def test_the_fast_path_gives_the_table_of_checking_every_point_in_full(tmp_path: Path) -> None:
-    """Issue 26: preflight remembers a point's memory estimate and renders one job per test and set of non-numeric
-    values. On a sweep of 2 x 3 x 3 x 2 x 2 points (numbers and strings, accepted and rejected, every memory verdict) the
-    table is the one of checking every point from scratch: its own estimate, its own rendered job."""
+    """Issue 26: preflight remembers a point's memory estimate and renders one job per test and set of
+    non-numeric values. On a sweep of 2 x 3 x 3 x 2 x 2 points (numbers and strings, accepted and rejected, two
+    memory verdicts) the table is the one of checking every point from scratch: its own estimate, its own job."""
     import dataclasses
 
     from cloudai.core import Parser
