@@ -300,7 +300,9 @@ def parse_refit_run(
     if why_verify:
         problems.append("verify_inconsistent")
         invalid += why_verify
-    why_foreign, why_changed = _provenance(layout, recorded, run)
+    # a run that failed before it printed REFIT_CONFIG has nothing to check; numbers without one do
+    has_numbers = bool(by_iter or time_errors or verify is not None or result is not None or tensors)
+    why_foreign, why_changed = _provenance(layout, recorded if recorded is not None or has_numbers else {}, run)
     if why_foreign:
         problems.append("foreign_logs")
         invalid += why_foreign
@@ -433,7 +435,7 @@ def _provenance(layout: Any, recorded: Mapping[str, Any] | None, run: Any) -> tu
     run_id = config.get("run_id") if isinstance(config.get("run_id"), str) else None
     digest_now = config_file_digest(layout.run_dir)
     rec = recorded if isinstance(recorded, Mapping) else {}
-    if run_id is not None:
+    if run_id is not None and (recorded is None or rec):
         logged = rec.get("run_id")
         if recorded is None:
             foreign.append(f"{CONFIG_NAME} names run {run_id}, but rank 0's log has no REFIT_CONFIG line")
