@@ -180,30 +180,8 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
     return FileScan(path=path, size=size, status="ok", truncated=truncated, hits=hits, searched=frozenset(hits))
 
 
-# workers=0 ("auto") spreads a run over processes only when its logs are this large: a process pool costs about
-# 0.3 s to start, which a few MB of logs never pay back; 1 GB of rank logs scans in about half the time on 2 cores.
-AUTO_PARALLEL_BYTES = 256 << 20
-AUTO_MAX_WORKERS = 8
-
-
-def auto_workers(paths: Sequence[Path]) -> int:
-    """How many processes ``workers=0`` uses for these files: 1 below :data:`AUTO_PARALLEL_BYTES` in all, else one
-    per CPU (at most :data:`AUTO_MAX_WORKERS`)."""
-    total = 0
-    for path in paths:
-        try:
-            total += os.stat(path).st_size
-        except OSError:
-            continue
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return min(cpus, AUTO_MAX_WORKERS, len(paths)) if total >= AUTO_PARALLEL_BYTES else 1
-
-
 def scan_files(plans: Sequence[tuple[Path, Sequence[Marker]]], workers: int = 1) -> list[FileScan]:
-    """Scan many files, in order; ``workers > 1`` spreads whole files over that many processes, ``workers=0`` picks
-    (:func:`auto_workers`)."""
-    if workers == 0:
-        workers = auto_workers([p for p, _ in plans])
+    """Scan many files, in order; ``workers > 1`` spreads whole files over that many processes."""
     if workers <= 1 or len(plans) < 2:
         return [scan_file(path, markers) for path, markers in plans]
     # spawn, not fork: the caller may have threads (pytest, a report server) that fork would copy mid-flight.

@@ -596,10 +596,9 @@ _PARSED_MAX = 4096
 
 
 def parse_training_run(
-    run_dir: Path | str, warmup: int = DEFAULT_WARMUP, stall_factor: float = STALL_FACTOR, workers: int = 0
+    run_dir: Path | str, warmup: int = DEFAULT_WARMUP, stall_factor: float = STALL_FACTOR, workers: int = 1
 ) -> TrainingRunMetrics:
-    """Parse one training run folder (see :mod:`.layout`); never raises on bad or missing logs. ``workers=0``: one
-    process for a run's usual few MB of logs, one per CPU for very large ones (scan.auto_workers).
+    """Parse one training run folder (see :mod:`.layout`); never raises on bad or missing logs.
 
     One report generation asks for each run three or four times (per-test report, status, A/B): a run whose files
     are unchanged (same names, sizes, modification times) is parsed once per process."""
