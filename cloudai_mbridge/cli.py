@@ -210,7 +210,7 @@ def preflight_command(dry_run: Any) -> Any:
     def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
                  output_dir: Path | None, result_dir: Path | None, **_ignored: object) -> None:
         from .config_files import file_problems
-        from .preflight import preflight, render_text, scenario_refusals, write_reports
+        from .preflight import preflight, render_text, scenario_check, write_reports
         from .session import describe_error, session
 
         early = file_problems(system_cfg, scenario_cfg)
@@ -234,8 +234,10 @@ def preflight_command(dry_run: Any) -> Any:
                   "that field", file=sys.stderr)
             raise SystemExit(2) from None
         with session("dry-run"):  # jobs are rendered in memory to check them: the cluster is not asked
-            refusals = scenario_refusals(system, scenario, f"{scenario_cfg} (system {system_cfg})")
-            report = preflight(system, scenario, result_dir)
+            # every point is checked once: the refusals come from the same report the table shows
+            refusals, report = scenario_check(system, scenario, f"{scenario_cfg} (system {system_cfg})", result_dir)
+            if report is None:
+                report = preflight(system, scenario, result_dir)
         sys.stdout.write(render_text(report))
         for problem in refusals:  # what makes dry-run / run refuse the scenario as a whole
             print(f"preflight: dry-run and run would refuse the scenario: {problem}", file=sys.stderr)

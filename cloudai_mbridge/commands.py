@@ -266,6 +266,19 @@ def saved_inputs(result_dir: Path) -> tuple[Path | None, Path | None, Path | Non
     return only(inputs / "system"), only(inputs / "test_scenario"), tests if tests.is_dir() else None
 
 
+class _FailedReports(logging.Handler):
+    """Collects the reports CloudAI's generate_reports logged as failed ("Error generating report '<name>'")."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.names: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("Error generating report"):
+            self.names.append(message.split("'")[1] if message.count("'") >= 2 else message)
+
+
 def guard_generate_report(command: click.Command) -> click.Command:
     """CloudAI's generate-report, which also works from the results folder alone (--system-config and
     --test-scenario default to the files `run` kept in it), and refuses a folder without the scenario's results."""
@@ -314,15 +327,24 @@ def guard_generate_report(command: click.Command) -> click.Command:
             raise SystemExit(1)
         from .session import log_report_failures, report_failures
 
+        failed_names = _FailedReports()
+        logging.getLogger().addHandler(failed_names)
         code: Any = 0
-        with report_failures(result_dir) as failed:  # CloudAI logs a report that failed as a warning and exits 0
-            try:
-                original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg, hook_dir=hook_dir,
-                         result_dir=result_dir)
-            except SystemExit as exc:
-                code = exc.code
-        if failed.messages():
+        try:
+            with report_failures(result_dir) as failed:  # CloudAI logs a report that failed as a warning, exits 0
+                try:
+                    original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg,
+                             hook_dir=hook_dir, result_dir=result_dir)
+                except SystemExit as exc:
+                    code = exc.code
+        finally:
+            logging.getLogger().removeHandler(failed_names)
+        if failed.messages():  # the operating system refused a file: what, where, the fix
             log_report_failures("generate-report", failed.messages())
+            raise SystemExit(1)
+        if failed_names.names:  # a report raised otherwise; CloudAI logged it and went on
+            logging.error(f"generate-report: {len(failed_names.names)} report(s) could not be written: "
+                          f"{', '.join(failed_names.names)} (debug.log has why); the others were")
             raise SystemExit(1)
         raise SystemExit(code)
 

@@ -17,13 +17,13 @@ import dataclasses
 import html
 import io
 import itertools
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .atomic import write_atomic, write_together
+from .metrics import safejson
 from .plan.bridge_estimate import bridge_estimate
 from .plan.memory import GIB, MemoryEstimate, estimate_memory
 from .rules import Violation
@@ -249,7 +249,7 @@ def measured_step_seconds(result_dir: Path, tr_name: str, point: int, values: di
     if not config_path.is_file():
         return None
     try:
-        config = json.loads(config_path.read_text())
+        config = safejson.loads(config_path.read_bytes())
     except (OSError, ValueError):
         return None
     for key, value in values.items():
@@ -311,8 +311,15 @@ def preview_problem(tr: Any, system: Any) -> str | None:
     return None
 
 
+def _preview_key(tr: Any, values: dict[str, Any]) -> tuple:
+    """Points of one test whose swept values differ only in numbers render alike (a number always has a form in a
+    script and a JSON config; a string may not): one preview per test, node count and set of non-numeric values."""
+    text = tuple((k, repr(v)) for k, v in values.items() if not isinstance(v, (bool, int, float)))
+    return (tr.name, tr.num_nodes, text)
+
+
 def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path | None = None,
-                render: bool = False) -> PointResult:
+                render: bool = False, previews: dict[tuple, str | None] | None = None) -> PointResult:
     tdef = tr.test
     res = PointResult(test=tr.name, point=tr.step, values=values, violations=[], gpus=None)
     if not hasattr(tdef, "violations"):
@@ -331,7 +338,13 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
         res.error = f"{type(exc).__name__}: {exc}"
         return res
     if render and not res.violations:
-        res.error = preview_problem(tr, system)
+        key = _preview_key(tr, values) if previews is not None else None
+        if key is not None and key in previews:
+            res.error = previews[key]
+        else:
+            res.error = preview_problem(tr, system)
+            if key is not None:
+                previews[key] = res.error
         if res.error:
             return res
     limit = time_limit_hours(tr.time_limit)
@@ -348,6 +361,7 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
 
 def preflight(system: Any, scenario: Any, result_dir: Path | None = None, render: bool = True) -> PreflightReport:
     report = PreflightReport(scenario=scenario.name, system=system.name)
+    previews: dict[tuple, str | None] = {}
     for tr in scenario.test_runs:
         for step, action in enumerate(sweep_points(tr), start=1):
             point_step = step if action else 0
@@ -357,7 +371,7 @@ def preflight(system: Any, scenario: Any, result_dir: Path | None = None, render
                 report.points.append(PointResult(tr.name, point_step, action, [], None, error=str(exc)))
                 continue
             values = {("num_nodes" if k == "NUM_NODES" else k): v for k, v in action.items()}
-            report.points.append(check_point(point, system, values, result_dir, render))
+            report.points.append(check_point(point, system, values, result_dir, render, previews))
     return report
 
 
@@ -710,7 +724,8 @@ def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]
     return scenario_check(system, scenario, source)[0]
 
 
-def scenario_check(system: Any, scenario: Any, source: str = "") -> tuple[list[str], PreflightReport | None]:
+def scenario_check(system: Any, scenario: Any, source: str = "",
+                   result_dir: Path | None = None) -> tuple[list[str], PreflightReport | None]:
     """scenario_refusals and the preflight report of every point (None when the scenario fails before one)."""
     from .launch.payload import UnsafeOutputPathError, check_folder_name
 
@@ -738,5 +753,5 @@ def scenario_check(system: Any, scenario: Any, source: str = "") -> tuple[list[s
                             "or remove the key to use the partition's default")
     if problems:
         return problems, None
-    report = preflight(system, scenario)
+    report = preflight(system, scenario, result_dir)
     return [f"{where}{p}" for p in blocking_problems(report, scenario)], report

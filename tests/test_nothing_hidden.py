@@ -37,15 +37,10 @@ def test_layout_values_read_as_toml_tables(tmp_path: Path) -> None:
 
 
 def _good_refit_logs(run: Path) -> None:
-    """Rank logs of a verified refit, in the payload's format."""
-    (run / "logs").mkdir(exist_ok=True)
-    iters = "".join(f"REFIT_ITER iter={i} time_ms={ms}\n" for i, ms in enumerate([45.61, 44.87, 45.21]))
-    (run / "logs" / "rank-0.log").write_text(
-        iters + "REFIT_STATS bytes_remote=1000000000 bytes_local=0 send_ops=4 recv_ops=4\n"
-        "REFIT_VERIFY status=pass params=12 mismatched=0 detail=bit-exact\n"
-        'REFIT_RESULT {"refit_time_ms": 45.21, "bandwidth_gbps": 22.1}\n')
-    for rank in (1, 2, 3):
-        (run / "logs" / f"rank-{rank}.log").write_text("ok\n")
+    """Rank logs of a verified refit, as the payload prints them for this run's config (its run id and digest)."""
+    from hostile.test_damaged_refit import payload_logs
+
+    payload_logs(run, [45.61, 44.87, 45.21])
 
 
 def test_dry_run_counts_a_declared_rejection_as_expected(tmp_path: Path) -> None:

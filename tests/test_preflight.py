@@ -147,3 +147,34 @@ def test_measured_step_time_from_a_result_dir(tmp_path: Path) -> None:
 )
 def test_time_limit_formats(limit: str | None, hours: float | None) -> None:
     assert time_limit_hours(limit) == (pytest.approx(hours) if hours is not None else None)
+
+
+def test_the_fast_path_gives_the_table_of_checking_every_point_in_full(tmp_path: Path) -> None:
+    """Issue 26: preflight remembers a point's memory estimate and renders one job per test and set of
+    non-numeric values. On a sweep of 2 x 3 x 3 x 2 x 2 points (numbers and strings, accepted and rejected, two
+    memory verdicts) the table is the one of checking every point from scratch: its own estimate, its own job."""
+    import dataclasses
+
+    from cloudai.core import Parser
+    from cloudai.parser import HOOK_ROOT
+
+    from cloudai_mbridge import preflight as pf
+    from cloudai_mbridge.plan import memory
+
+    test = ('name = "grid"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\nmodel = "kimi_k2"\n'
+            'gpu = "b300"\ntrain_iters = 24\ndeepep_impl = "uccl"\ncontainer_image = "nvcr.io/nvidia/nemo:26.04.01"\n'
+            'tp = [1, 8]\npp = [4, 8, 16]\nep = [8, 32, 64]\nmbs = [1, 16]\ndispatcher = ["alltoall", "deepep"]\n')
+    tests_dir, scenario = write_case(tmp_path, test, 'name = "grid"\n[[Tests]]\nid = "grid"\ntest_name = "grid"\n'
+                                     'num_nodes = 32\ntime_limit = "01:00:00"\n')
+    system, _, parsed = Parser(B300, HOOK_ROOT).parse(tests_dir, scenario)
+    fast = pf.preflight(system, parsed)
+    slow = []
+    tr = parsed.test_runs[0]
+    for step, action in enumerate(pf.sweep_points(tr), start=1):
+        memory._remembered_estimate.cache_clear()
+        point = pf.unroll(tr, action, step)
+        slow.append(pf.check_point(point, system, dict(action), None, render=True, previews=None))
+    slow_report = dataclasses.replace(fast, points=slow)
+    assert len(fast.points) == 72 and {p.verdict for p in fast.points} == {"ok", "rejected"}
+    assert len({p.memory.verdict for p in fast.points if p.memory is not None}) >= 2
+    assert pf.rows(fast) == pf.rows(slow_report)

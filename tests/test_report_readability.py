@@ -281,17 +281,13 @@ def build_refit_page(tmp_path: Path) -> Path:
     runs = [s.parent for s in sbatch_scripts(res.output_dir)]
     assert len(runs) >= 2  # the sweep's points; the first two get logs, any other stays without
     good, bad = runs[:2]
-    iters = "".join(f"REFIT_ITER iter={i} time_ms={ms}\n" for i, ms in enumerate([45.61, 44.87, 45.21]))
-    (good / "logs").mkdir(exist_ok=True)
-    (good / "logs" / "rank-0.log").write_text(
-        iters + "REFIT_STATS bytes_remote=1000000000 bytes_local=0 send_ops=4 recv_ops=4\n"
-        "REFIT_VERIFY status=pass params=12 mismatched=0 detail=bit-exact\n"
-        'REFIT_RESULT {"refit_time_ms": 45.21, "bandwidth_gbps": 22.1}\n')
+    from hostile.test_damaged_refit import payload_logs
+
+    payload_logs(good, [45.61, 44.87, 45.21])  # what the payload prints for this run (its run id and digest)
     (bad / "logs").mkdir(exist_ok=True)
     (bad / "logs" / "rank-0.log").write_text('REFIT_ERROR phase=plan rank=0 message="no route for expert 3"\n')
-    for run in (good, bad):
-        for rank in (1, 2, 3):
-            (run / "logs" / f"rank-{rank}.log").write_text("ok\n")
+    for rank in (1, 2, 3):
+        (bad / "logs" / f"rank-{rank}.log").write_text("ok\n")
     root = next(res.output_dir.iterdir())
     proc = run_cli("generate-report", "--system-config", str(CONF / "system" / "local_slurm.toml"),
                    "--test-scenario", str(scenario_path), "--result-dir", str(root), cwd=tmp_path)

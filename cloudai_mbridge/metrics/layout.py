@@ -23,12 +23,13 @@ matter for the memory report: which ranks have data-parallel rank 0 depends on i
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from . import safejson
 
 CONFIG_NAME = "mbridge_config.json"
 LOGS_DIR = "logs"
@@ -92,7 +93,7 @@ def config_problem(config: dict[str, Any]) -> str | None:
 def _read_config(run_dir: Path) -> tuple[dict[str, Any], str]:
     path = run_dir / CONFIG_NAME
     try:
-        data = json.loads(path.read_bytes().decode("utf-8", "replace"))
+        data = safejson.loads(path.read_bytes())
     except FileNotFoundError:
         return {}, "missing"
     except (OSError, ValueError):

@@ -14,6 +14,20 @@ is off, ``-1`` for byte counts it could not find, ``Effective bandwidth: n/a GB/
 ``REFIT_ERROR phase=<phase> rank=<r> message=<json>`` before it exits; on a failed verification it prints no
 ``REFIT_ITER`` line and no summary. All of these are read as what they say (unknown, skipped, a failure).
 
+What the report trusts, and what it cross-checks (a damaged or mixed-up results folder gives no number):
+
+- the mapping and the model come from ``REFIT_CONFIG`` (what ran), not from ``mbridge_config.json`` as it is now;
+- the run id and the config digest printed in ``REFIT_CONFIG`` and by every rank (``REFIT_RANK``) must match the
+  run folder's config: logs copied from another run, or a config edited after the run, make it invalid
+  (``foreign_logs`` / ``config_changed``);
+- verification is recomputed from the ``REFIT_TENSOR`` lines (one per checked tensor); the ``REFIT_VERIFY`` summary
+  and ``REFIT_RESULT``'s copy must agree with them, else ``verify_inconsistent`` (a "pass" beside mismatched tensors
+  is a failure). Logs of a payload that predates the per-tensor lines (no config digest) are checked on their counts;
+- a ``REFIT_`` line with bytes that are not UTF-8 is never read as what it seems to say: in an iteration line it is
+  a damaged time (``bad_iteration_time``), elsewhere a ``damaged_line``; fewer timed iterations than the run was
+  configured for is ``missing_iterations``;
+- JSON nested deeper than :data:`.safejson.MAX_DEPTH` (or otherwise unreadable) is ``bad_result_json`` for that run.
+
 Values are recomputed from the ``REFIT_ITER`` lines and checked against the printed summary (to the printed
 precision): a disagreement means lines were lost or the summary covers other iterations, and is reported as
 ``summary_mismatch`` rather than trusted. Lines cut by the end of the file are not used.
@@ -21,7 +35,7 @@ precision): a disagreement means lines were lost or the summary covers other ite
 
 from __future__ import annotations
 
-import json
+import hashlib
 import math
 import re
 from collections.abc import Mapping
@@ -29,17 +43,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import signals
+from . import safejson, signals
 from .frames import frame
-from .layout import load_layout
+from .layout import CONFIG_NAME, load_layout
 from .scan import LogLine, Marker, scan_run
 from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
 
 if TYPE_CHECKING:
     import pandas as pd
 
-REFIT = Marker("refit", (b"REFIT_", b"refit time:", b"Effective bandwidth:"))
+# "time_ms=" also finds an iteration line whose "REFIT_ITER" was damaged, so it is counted, not lost
+REFIT = Marker("refit", (b"REFIT_", b"refit time:", b"Effective bandwidth:", b"time_ms="))
 REFIT_ERROR = Marker("refit_error", (b"REFIT_ERROR",))
+REFIT_RANK = Marker("refit_rank", (b"REFIT_RANK",))
 
 _FLOAT = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d{1,18})?"
 # Counts are at most 18 digits (int64): a longer run of digits is damage (and int() refuses more than 4300 digits).
@@ -57,6 +73,10 @@ _VERIFY_RE = re.compile(
 _SUMMARY_RE = re.compile(rf"(?P<which>Mean|Min|Max|Median) refit time:\s+(?P<ms>{_FLOAT}) ms\b")
 _BANDWIDTH_RE = re.compile(rf"Effective bandwidth:\s+(?P<gbps>{_FLOAT}) GB/s")
 _RESULT_RE = re.compile(r"REFIT_RESULT\s+(?P<json>\{.*\})\s*$")
+_CONFIG_RE = re.compile(r"REFIT_CONFIG\s+(?P<json>\{.*\})\s*$")
+_RANK_RE = re.compile(r"REFIT_RANK\s+rank=(?P<rank>\d{1,9})\s+run_id=(?P<run_id>\S+)\s+config_digest=(?P<digest>\S+)")
+_TENSOR_RE = re.compile(r"REFIT_TENSOR\s+result=(?P<result>ok|mismatch)\s+name=(?P<name>\S+)\s*$")
+_DAMAGE = ("\ufffd", "\x00")  # what undecodable bytes (or NULs) leave in a decoded line
 
 STATUS_ORDER = (
     "no_logs",
@@ -66,7 +86,13 @@ STATUS_ORDER = (
     "missing_rank_log",
     "truncated",
     "no_result",
+    "foreign_logs",
+    "config_changed",
+    "verify_inconsistent",
+    "damaged_line",
+    "missing_iterations",
     "summary_mismatch",
+    "bad_result_json",
     "unreadable_log",
     "missing_config",
     "invalid_config",
@@ -74,7 +100,7 @@ STATUS_ORDER = (
 REFIT_FAILURE_MARKERS = (*signals.FAILURE_MARKERS, signals.EFA, signals.SOCKET)
 JOB_PLAN = signals.job_log_markers((*REFIT_FAILURE_MARKERS, REFIT))
 RANK0_PLAN = (*REFIT_FAILURE_MARKERS, REFIT)
-OTHER_RANK_PLAN = (*REFIT_FAILURE_MARKERS, REFIT_ERROR)
+OTHER_RANK_PLAN = (*REFIT_FAILURE_MARKERS, REFIT_ERROR, REFIT_RANK)
 
 
 @dataclass(frozen=True)
@@ -105,10 +131,22 @@ class RefitRunMetrics:
     validity: signals.ValiditySignals
     failure: signals.FailureReport
     time_errors: tuple[str, ...] = ()
+    recorded: Mapping[str, Any] | None = None  # the REFIT_CONFIG header: what ran
+    invalid_reasons: tuple[str, ...] = ()  # why no number of this run may be used (foreign logs, edits, damage)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def ran_config(self) -> Mapping[str, Any]:
+        """The config the payload ran with (REFIT_CONFIG), else the run folder's mbridge_config.json."""
+        if "foreign_logs" in self.problems:  # another run's record: this folder is what its config file says
+            return self.config
+        ran = self.recorded.get("config") if isinstance(self.recorded, Mapping) else None
+        if isinstance(ran, Mapping) and all(isinstance(ran.get(k), Mapping) for k in ("model", "src", "dst")):
+            return ran
+        return self.config
 
     def summary(self) -> dict[str, Any]:
         t = self.time_ms
@@ -132,6 +170,7 @@ class RefitRunMetrics:
             "bytes_local": self.bytes_local,
             "verify": self.verify.status if self.verify else None,
             "mismatched": self.verify.mismatched if self.verify else None,
+            "invalid_reasons": "; ".join(self.invalid_reasons) or None,
         }
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -182,13 +221,22 @@ def parse_refit_run(
 
     by_iter: dict[int, float] = {}
     time_errors: list[str] = []
+    damaged: list[str] = []
     printed: dict[str, float] = {}
     printed_text: dict[str, str] = {}
-    bandwidth = stats_match = verify = result = None
+    tensors: dict[str, str] = {}
+    bandwidth = stats_match = verify = result = recorded = None
     for line in lines:
         if not line.terminated:
             continue
         text = line.text
+        if any(mark in text for mark in _DAMAGE):  # never read a damaged line as what it seems to say
+            shown = text.replace("\ufffd", "?").replace("\x00", "?")[:120]
+            if "ITER" in text or "time_ms=" in text:
+                time_errors.append(f"iteration line with damaged bytes: {shown!r}")
+            else:
+                damaged.append(f"line with damaged bytes: {shown!r}")
+            continue
         for m in _ITER_RE.finditer(text):
             i = int(m.group("iter"))
             try:
@@ -203,6 +251,8 @@ def parse_refit_run(
                 by_iter.pop(i, None)
                 continue
             by_iter[i] = ms
+        if "time_ms=" in text and not _ITER_RE.search(text):
+            time_errors.append(f"iteration line that does not read as REFIT_ITER: {text[:120]!r}")
         for m in _SUMMARY_RE.finditer(text):
             printed[m.group("which").lower()] = float(m.group("ms"))
             printed_text[m.group("which").lower()] = m.group("ms")
@@ -215,13 +265,21 @@ def parse_refit_run(
             verify = RefitVerify(
                 m.group("status"), int(m.group("params")), int(m.group("mismatched")), (m.group("detail") or "").strip()
             )
-        if m := _RESULT_RE.search(text):
-            try:
-                decoded = json.loads(m.group("json"))
-            except ValueError:
-                problems.append("bad_result_json")
-            else:
-                result = decoded if isinstance(decoded, dict) else None
+        # a tensor reported twice counts as its worst result
+        if (m := _TENSOR_RE.search(text)) and tensors.get(m.group("name")) != "mismatch":
+            tensors[m.group("name")] = m.group("result")
+        for regex, what in ((_RESULT_RE, "REFIT_RESULT"), (_CONFIG_RE, "REFIT_CONFIG")):
+            if m := regex.search(text):
+                try:
+                    decoded = safejson.loads(m.group("json"))
+                except ValueError as exc:
+                    problems.append("bad_result_json")
+                    damaged.append(f"{what} unreadable: {exc}")
+                    continue
+                if what == "REFIT_RESULT":
+                    result = decoded if isinstance(decoded, dict) else None
+                else:
+                    recorded = decoded if isinstance(decoded, dict) else None
 
     if time_errors:
         problems.append("bad_iteration_time")
@@ -237,6 +295,29 @@ def parse_refit_run(
                 value, reference, rel_tol=1e-9, abs_tol=_tolerance(printed_text[which]) * (1 + 1e-9)
             ):
                 problems.append("summary_mismatch")
+    invalid: list[str] = []
+    verify, why_verify = _recompute_verify(verify, tensors, result, recorded)
+    if why_verify:
+        problems.append("verify_inconsistent")
+        invalid += why_verify
+    # a run that failed before it printed REFIT_CONFIG has nothing to check; numbers without one do
+    has_numbers = bool(by_iter or time_errors or verify is not None or result is not None or tensors)
+    why_foreign, why_changed = _provenance(layout, recorded if recorded is not None or has_numbers else {}, run)
+    if why_foreign:
+        problems.append("foreign_logs")
+        invalid += why_foreign
+    if why_changed:
+        problems.append("config_changed")
+        invalid += why_changed
+    if damaged:
+        problems.append("damaged_line")
+        invalid += damaged
+    configured = (recorded or {}).get("config", {}) if isinstance((recorded or {}).get("config"), dict) else {}
+    wanted = configured.get("iterations")
+    if (isinstance(wanted, int) and not isinstance(wanted, bool) and verify is not None and verify.status != "fail"
+            and len(by_iter) + len(time_errors) < wanted):
+        problems.append("missing_iterations")
+        invalid.append(f"{len(by_iter)} timed iterations in the log, the run was configured for {wanted}")
     if verify is not None and verify.status == "skipped":
         problems.append("verify_skipped")
     if result is None:
@@ -282,4 +363,103 @@ def parse_refit_run(
         validity=validity,
         failure=failure,
         time_errors=tuple(time_errors),
+        recorded=recorded,
+        invalid_reasons=tuple(invalid),
     )
+
+
+def _recompute_verify(
+    printed: RefitVerify | None, tensors: Mapping[str, str], result: Mapping[str, Any] | None,
+    recorded: Mapping[str, Any] | None,
+) -> tuple[RefitVerify | None, list[str]]:
+    """The verdict from the per-tensor results (the summary line and REFIT_RESULT's copy only cross-check it);
+    returns it with the disagreements found (each makes the run invalid)."""
+    why: list[str] = []
+    if tensors:
+        bad = sorted(n for n, r in tensors.items() if r == "mismatch")
+        params = sum(1 for n in tensors if not n.startswith("src:"))
+        failed = bool(bad) or (printed is not None and printed.status == "fail")
+        detail = (printed.detail if printed is not None else "") + (f";first={bad[0]}" if bad and (
+            printed is None or "first=" not in printed.detail) else "")
+        verify = RefitVerify("fail" if failed else "pass", params, len(bad), detail)
+        if printed is None:
+            why.append(f"per-tensor results ({params} tensors) without a REFIT_VERIFY summary")
+        elif (printed.status, printed.params, printed.mismatched) != (verify.status, params, len(bad)):
+            why.append(f"REFIT_VERIFY says status={printed.status} params={printed.params} mismatched="
+                       f"{printed.mismatched}, the per-tensor results say {len(bad)} of {params} tensors differ")
+    else:
+        verify = printed
+        new_payload = isinstance(recorded, Mapping) and recorded.get("config_digest") is not None
+        if printed is not None and printed.status != "skipped":
+            if printed.status == "pass" and (printed.mismatched or not printed.params):
+                verify = RefitVerify("fail", printed.params, printed.mismatched, printed.detail)
+                why.append(f"REFIT_VERIFY says pass with {printed.mismatched} mismatched of {printed.params} tensors")
+            if new_payload:
+                why.append("no per-tensor results (REFIT_TENSOR) beside the REFIT_VERIFY summary")
+    copy = result.get("verify") if isinstance(result, Mapping) else None
+    if printed is not None and isinstance(copy, Mapping):
+        theirs = (copy.get("status"), copy.get("params"), copy.get("mismatched"))
+        if theirs != (printed.status, printed.params, printed.mismatched):
+            why.append(f"REFIT_RESULT's verify {theirs} disagrees with REFIT_VERIFY")
+    if why and verify is not None and verify.status == "pass":
+        verify = RefitVerify("fail", verify.params, verify.mismatched, verify.detail)
+    return verify, why
+
+
+def config_file_digest(run_dir: Path) -> str | None:
+    """``sha256:<hex>`` of the run folder's mbridge_config.json as it is now (the payload prints the same of the
+    file it read)."""
+    try:
+        return "sha256:" + hashlib.sha256((run_dir / CONFIG_NAME).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+# What the mapping and the work are made of: a config edited in these after the run relabels it.
+_WORK_KEYS = ("model", "src", "dst", "mode", "transport", "dtype", "coalesce_mib", "iterations", "warmup", "device")
+
+
+def _differs(written: Any, ran: Any) -> bool:
+    """Whether a value of the config file differs from what the payload resolved (the payload fills in defaults the
+    file leaves out, so only what the file says is compared)."""
+    if isinstance(written, Mapping) and isinstance(ran, Mapping):
+        return any(k not in ran or _differs(v, ran[k]) for k, v in written.items())
+    return written != ran
+
+
+def _provenance(layout: Any, recorded: Mapping[str, Any] | None, run: Any) -> tuple[list[str], list[str]]:
+    """(reasons the logs come from another run, reasons the config changed after the run)."""
+    foreign: list[str] = []
+    changed: list[str] = []
+    config = layout.config
+    run_id = config.get("run_id") if isinstance(config.get("run_id"), str) else None
+    digest_now = config_file_digest(layout.run_dir)
+    rec = recorded if isinstance(recorded, Mapping) else {}
+    if run_id is not None and (recorded is None or rec):
+        logged = rec.get("run_id")
+        if recorded is None:
+            foreign.append(f"{CONFIG_NAME} names run {run_id}, but rank 0's log has no REFIT_CONFIG line")
+        elif logged != run_id:
+            foreign.append(f"rank 0's log is from run {logged or '(no run id)'}, this folder is run {run_id}: "
+                           "the logs come from another run")
+    logged_digest = rec.get("config_digest")
+    if isinstance(logged_digest, str):
+        if logged_digest != digest_now:
+            changed.append(f"{CONFIG_NAME} is not the file the run read (digest {logged_digest[:19]} at run time, "
+                           f"{(digest_now or 'unreadable')[:19]} now): edited after the run")
+    elif isinstance(rec.get("config"), Mapping) and config:  # an older payload: compare what it recorded
+        ran = rec["config"]
+        diff = [k for k in _WORK_KEYS if k in ran and k in config and _differs(config[k], ran[k])]
+        if diff:
+            changed.append(f"{CONFIG_NAME} differs from the config the run recorded in {', '.join(diff)}: edited "
+                           "after the run (the report uses what ran)")
+    for rank, scan in run.ranks.items():
+        for line in scan.lines(REFIT_RANK.name):
+            m = _RANK_RE.search(line.text)
+            if m is None or not line.terminated:
+                continue
+            if run_id is not None and m.group("run_id") != run_id:
+                foreign.append(f"rank {rank}'s log is from run {m.group('run_id')}, this folder is run {run_id}")
+            elif m.group("digest") not in ("none", digest_now):
+                changed.append(f"rank {rank} read another config (digest {m.group('digest')[:19]})")
+    return foreign, changed

@@ -693,6 +693,15 @@ def _step_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards: int
 
 
 def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
+    """:func:`_estimate_memory`, remembered per plan: the memory rule, the dry-run note, the caution and preflight's
+    table all ask for the same point's estimate (plans and estimates are frozen, so a remembered one is the same)."""
+    try:
+        return _remembered_estimate(plan)
+    except TypeError:  # a plan with an unhashable field: computed each time
+        return _estimate_memory(plan)
+
+
+def _estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     """The per-GPU memory of ``plan`` on its busiest pipeline rank (see the module docstring for every term).
 
     Needs a plan whose pipeline layout resolves (the layout rules report the others); a plan whose layout does not
@@ -734,22 +743,27 @@ def estimate_ranks(plan: TrainingPlan) -> list[MemoryEstimate]:
     counts_by_rank = _stage_counts(layout, p.model.first_k_dense)
     bf16_extra = _bf16_layer_extra(p, layout, act)
     ranks: list[MemoryEstimate] = []
+    # the parameter terms depend on the rank's stages only, and most ranks of a deep pipeline hold alike stages
+    by_stages: dict[tuple, tuple[float, float, float, float, float]] = {}
     for rank in range(p.pp):
         stages = counts_by_rank[rank]
-        params = _rank_params(p, stages)
-        n_dense = params.dense + params.embedding
-        if p.use_megatron_fsdp:
-            gathered = 2 * _largest_layer_params(p)
-            weights = 2 * (n_dense / dp_cp + params.expert / edp + gathered)
-            grads = grad_bytes * (n_dense / dp_cp + params.expert / edp)
-        else:
-            weights = 2 * (n_dense + params.expert)
-            grads = grad_bytes * (n_dense + params.expert)
-        optimizer = _optimizer_bytes(p, params, dp_shards, ep_shards)
-        step = _step_bytes(p, params, dp_shards, ep_shards)
-        # FP8 blockwise (no fp8 param gather in Bridge's preset): TE keeps each GEMM weight's rowwise and columnwise
-        # 1-byte copies next to the bf16 weight (measured: 2.0 B per GEMM parameter, DeepSeek-V3 and Kimi-K2 slices)
-        cache = 2 * (params.dense + params.expert) if p.precision == "fp8_blockwise" else 0
+        if stages not in by_stages:
+            params = _rank_params(p, stages)
+            n_dense = params.dense + params.embedding
+            if p.use_megatron_fsdp:
+                gathered = 2 * _largest_layer_params(p)
+                weights = 2 * (n_dense / dp_cp + params.expert / edp + gathered)
+                grads = grad_bytes * (n_dense / dp_cp + params.expert / edp)
+            else:
+                weights = 2 * (n_dense + params.expert)
+                grads = grad_bytes * (n_dense + params.expert)
+            # FP8 blockwise (no fp8 param gather in Bridge's preset): TE keeps each GEMM weight's rowwise and
+            # columnwise 1-byte copies next to the bf16 weight (measured: 2.0 B per GEMM parameter, DeepSeek-V3 and
+            # Kimi-K2 slices)
+            by_stages[stages] = (weights, grads, _optimizer_bytes(p, params, dp_shards, ep_shards),
+                                 _step_bytes(p, params, dp_shards, ep_shards),
+                                 2 * (params.dense + params.expert) if p.precision == "fp8_blockwise" else 0)
+        weights, grads, optimizer, step, cache = by_stages[stages]
         in_flight = in_flight_chunks(p.pp, rank, layout.vp, p.num_microbatches, p.moe_a2a_overlap)
         activations = sum(n * (_chunk_bytes(c, act) + bf16_extra.get((rank, v), 0.0))
                           for v, (n, c) in enumerate(zip(in_flight, stages, strict=True)))
@@ -772,6 +786,9 @@ def estimate_ranks(plan: TrainingPlan) -> list[MemoryEstimate]:
         )
         ranks.append(est)
     return ranks
+
+
+_remembered_estimate = lru_cache(maxsize=4096)(_estimate_memory)
 
 
 def _largest_layer_params(p: TrainingPlan) -> int:

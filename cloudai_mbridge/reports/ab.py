@@ -41,6 +41,11 @@ from .page import headline, verdict_badge
 from .plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
 from .provenance import RunSource, collect
 
+# Cells that get a per-iteration plot on the page (the first ones by label); the tables hold every cell.
+CELL_PLOTS = 12
+# Rows of the page's two summary figures (comparisons; half as many cells in the times figure).
+FIGURE_ROWS = 40
+
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
 VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes", "memory"})
 
@@ -321,12 +326,18 @@ class MBridgeABReport(TolerantLoading, Reporter):
         pairs = [c for c in ordered if len(c.arms) >= 2]
         sections = [self._facts, self._headline(rows)]
         if paired and pairs:
+            # a figure of 500 cells is neither readable nor quick to draw: the first FIGURE_ROWS, the tables hold all
+            shown, shown_cells = paired[:FIGURE_ROWS], pairs[:FIGURE_ROWS // 2]
             png = root / "mbridge_ab_change.png"
-            save(self._change_figure(paired), png)
+            save(self._change_figure(shown), png)
             sections.append(f"<img src='{inline_png(png)}' alt='change by {html.escape(cfg.field)}'>")
             png = root / "mbridge_ab_times.png"
-            save(self._times_figure(pairs, rows), png)
+            save(self._times_figure(shown_cells, rows), png)
             sections.append(f"<img src='{inline_png(png)}' alt='time per iteration by {html.escape(cfg.field)}'>")
+            if len(shown) < len(paired) or len(shown_cells) < len(pairs):
+                sections.append(f"<p class='note'>The figures show the first {len(shown)} of {len(paired)} "
+                                f"comparisons and {len(shown_cells)} of {len(pairs)} cells (by label); the tables "
+                                "below hold every one.</p>")
         sections += self._runs_section()
         sections.append(
             f"<h2>A/B by {html.escape(cfg.field)}</h2>"
@@ -353,9 +364,17 @@ class MBridgeABReport(TolerantLoading, Reporter):
         ]
         classes = ["bad" if str(r["verdict"]).startswith(("invalid", "different", "work not")) else "" for r in rows]
         sections.append(html_table(columns, ([r.get(c) for c in columns] for r in rows), classes, HEADERS))
+        plotted = 0
+        paired_cells = sum(len(c.arms) >= 2 for c in ordered)
         for i, cell in enumerate(ordered):
             if len(cell.arms) < 2:
                 continue
+            if plotted == CELL_PLOTS:  # one PNG per cell took 219 s of the report at 500 cells
+                sections.append(f"<p class='note'>Per-iteration plots are drawn for the first {CELL_PLOTS} of "
+                                f"{paired_cells} cells; every run's iterations are in its mbridge_iterations.csv "
+                                "and the tables above hold every cell.</p>")
+                break
+            plotted += 1
             png = root / f"mbridge_ab_cell{i}.png"
             series_plot(
                 png,

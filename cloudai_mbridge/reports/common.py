@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 from cloudai.core import Reporter, TestRun
 
+from ..metrics import safejson
 from ..metrics.layout import config_problem
 from .page import fmt, html_page, html_table  # noqa: F401  (the reports import them from here)
 
@@ -72,7 +72,7 @@ def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str
             logging.warning("%s: no mbridge_config.json; the run is left out of the scenario report", tr.output_path)
             continue
         try:
-            config = json.loads(config_path.read_text())
+            config = safejson.loads(config_path.read_bytes())
         except (OSError, ValueError):
             config = None
         problem = config_problem(config) if isinstance(config, dict) else "not a JSON object"

@@ -10,7 +10,6 @@ command line goes through redact.py: no secret reaches the page. Links are relat
 from __future__ import annotations
 
 import html
-import json
 import os
 import platform
 import re
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
+
+from ..metrics import safejson
 
 # (key in the recorded dict, the name a reader knows), in the order the page shows them.
 SOFTWARE = (
@@ -54,7 +55,7 @@ def recorded_versions(run_dir: Path) -> dict[str, str]:
             if at < 0:
                 continue
             try:
-                data = json.loads(line[at + len(tag):])
+                data = safejson.loads(line[at + len(tag):])
             except ValueError:
                 continue
             data = data.get(key) if key and isinstance(data, dict) else data

@@ -97,8 +97,14 @@ class MBridgeRefitTable(TolerantLoading, Reporter):
 
 
 def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str) -> dict[str, Any]:
-    # A damaged REFIT_ITER time makes the whole run's times unusable: the row stays, without a time.
-    verified = m.verify is not None and m.verify.status == "pass" and not m.time_errors
+    # A damaged REFIT_ITER time makes the whole run's times unusable, and so do logs from another run, a config
+    # edited after the run or a verification whose parts disagree: the row stays, without a time.
+    verified = (m.verify is not None and m.verify.status == "pass" and not m.time_errors
+                and not getattr(m, "invalid_reasons", ()))
+    # the mapping is what ran (REFIT_CONFIG), not what the config file says now
+    ran = getattr(m, "ran_config", None) or {}
+    config = {**config, **{k: ran[k] for k in ("model", "src", "dst", "mode", "transport", "coalesce_mib", "dtype")
+                           if k in ran}}
     t = m.time_ms
     dims = mapping_dims(config["src"], config["dst"])
     src, dst = layout_name(config["src"], dims), layout_name(config["dst"], dims)
@@ -253,6 +259,10 @@ def _span(lo: float | None, hi: float | None) -> str | None:
 
 def _failure(m: Any) -> str | None:
     first = m.failure.first
+    invalid = getattr(m, "invalid_reasons", ())
+    if invalid:  # the cause first: a verification recomputed to "fail" is a consequence of it
+        also = "" if first is None else f"; {m.failure.reason()['failure_class']}"
+        return f"invalid, no time is used: {'; '.join(invalid)}{also}"[:300]
     if first is None:
         return f"damaged log, no time is used: {'; '.join(m.time_errors)}"[:300] if m.time_errors else None
     rank = f" on rank {first.rank}" if first.rank is not None else ""

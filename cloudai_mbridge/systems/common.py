@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from importlib.metadata import version
 from pathlib import Path
@@ -179,5 +180,6 @@ def store_test_run(tr: TestRun, test_cmd: str, full_cmd: str) -> Path:
     return write_atomic(tr.output_path / "test-run.toml", toml.dumps(details.model_dump()))
 
 
+@functools.lru_cache(maxsize=1)
 def generated_by() -> str:
     return f"cloudai-mbridge {version('cloudai-mbridge')} with CloudAI {version('cloudai')}"

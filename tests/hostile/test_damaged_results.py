@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -79,6 +80,11 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "log-binary-garbage": lambda r: _log(r).write_bytes(bytes(range(256)) * 64),
     "log-nul-bytes-inserted": lambda r: _log(r).write_bytes(_log(r).read_bytes().replace(b"| lm loss", b"\0| lm loss")),
     "log-invalid-utf8": lambda r: _log(r).write_bytes(_log(r).read_bytes().replace(b"iteration ", b"\xff\xfe ")),
+    # bytes that are not text inside 9 of the 12 iteration times (issue 26: the arm read "ok" on the other 3)
+    "log-invalid-utf8-inside-times": lambda r: _log(r).write_bytes(re.sub(
+        rb"(per iteration \(ms\): \d)\d", lambda m: m.group(1) + b"\xff", _log(r).read_bytes(), count=9)),
+    "log-invalid-utf8-inside-iteration-heads": lambda r: _log(r).write_bytes(re.sub(
+        rb"\] iteration ", b"] iter\xffation ", _log(r).read_bytes(), count=9)),
     "log-is-a-folder": lambda r: _replace_log(r, lambda p: p.mkdir()),
     "log-symlink-loop": lambda r: _replace_log(r, lambda p: os.symlink(p.name, p)),
     "log-huge-line": lambda r: _log(r).write_bytes(b"x" * (8 << 20) + _log(r).read_bytes()),

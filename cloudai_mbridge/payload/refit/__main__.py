@@ -41,7 +41,11 @@ verified bit-exactly without trusting the planner (verify). megatron-core bugs a
 by adapter (documented there); layouts the adapter cannot fix are refused with a message.
 
 Output (stdout, rank 0, flushed):
-  REFIT_CONFIG {json}                          resolved config, layouts, versions, world size (first line)
+  REFIT_CONFIG {json}                          resolved config, layouts, versions, world size, "run_id" (the
+      config's, set by the generator) and "config_digest" (sha256:<hex> of the --config file's bytes) (first line)
+  REFIT_RANK rank=<r> run_id=<id|none> config_digest=<sha256:..|none>   on every rank, right after
+      (the report checks both against the run folder: logs copied from another run, or a config edited after the
+      run, make the run invalid)
   then, only when verification passed, one line per timed iteration:
   REFIT_ITER iter=<i> time_ms=<float>
   REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> per refit on rank 0     (before them, coalesce_mib > 0)
@@ -49,6 +53,8 @@ Output (stdout, rank 0, flushed):
   REFIT_STATS bytes_remote=<int> bytes_local=<int> send_ops=<int> recv_ops=<int>
       counted from the cached reshard plan, summed over ranks; bytes on the receiving side (a "local" op is a
       copy within one rank); -1 when this megatron-core keeps the plan where we cannot find it
+  REFIT_TENSOR result=<ok|mismatch> name=<global parameter name>   one per checked tensor (verify on): the
+      report recomputes the verdict from these (a "src:" name is a source shard the refit must not have touched)
   REFIT_VERIFY status=<pass|fail|skipped> params=<n_checked> mismatched=<n> detail=<text without spaces>
       params = global destination parameters checked; "skipped" when "verify" is false (then only the NaN check
       after every timed refit runs, and it still fails the run)
@@ -85,6 +91,7 @@ from .config import (
     ConfigError,
     RefitConfig,
     SideLayout,
+    config_digest,
     derive_layouts,
     load,
     needs_expert_adapter,
@@ -284,7 +291,8 @@ def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes) ->
 
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, sorted({s.name for s in dst_shards}))
-    checked = len({n for names in everyone for n in names})
+    checked_names = {n for names in everyone for n in names}
+    checked = len(checked_names)
     if not cfg.verify:
         if nan_iters:
             return {"status": "fail", "params": checked, "mismatched": 0,
@@ -303,7 +311,9 @@ def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes) ->
     if bad_names:
         detail += f";first={sorted(bad_names)[0]}"
     status = "fail" if (bad_names or nan_iters) else "pass"
-    return {"status": status, "params": checked, "mismatched": len(bad_names), "detail": detail}
+    # one result per checked tensor: the report recomputes the verdict from these, not from the summary line
+    tensors = {n: "ok" for n in checked_names} | {n: "mismatch" for n in bad_names}
+    return {"status": status, "params": checked, "mismatched": len(bad_names), "detail": detail, "tensors": tensors}
 
 
 def _logits_check(cfg, src, dst, src_model, src_pg, dst_model, dst_pg, verdict) -> dict:
@@ -334,6 +344,9 @@ def _report(cfg, header, times_ms, stats, verdict, model_bytes) -> None:
         for i, t in enumerate(times_ms):
             _emit(f"REFIT_ITER iter={i} time_ms={t:.3f}")
     _emit(" ".join(["REFIT_STATS", *(f"{k}={v}" for k, v in stats.items())]))
+    tensors = verdict.pop("tensors", {})
+    for name in sorted(tensors):
+        _emit(f"REFIT_TENSOR result={tensors[name]} name={name}")
     _emit(f"REFIT_VERIFY status={verdict['status']} params={verdict['params']} mismatched={verdict['mismatched']} "
           f"detail={verdict['detail']}")
     result = {**header, **stats, "verify": verdict, "model_bytes": model_bytes,
@@ -353,7 +366,20 @@ def _report(cfg, header, times_ms, stats, verdict, model_bytes) -> None:
     _emit("REFIT_RESULT " + json.dumps(result, sort_keys=True))
 
 
-def run(cfg: RefitConfig, env: dist_env.DistEnv) -> int:
+def config_header(cfg: RefitConfig, src: SideLayout, dst: SideLayout, world_size: int, digest: str | None) -> dict:
+    """What REFIT_CONFIG prints (and REFIT_RESULT repeats): what ran, with the run id and the config's digest."""
+    return {"config": cfg.to_dict(), "layout": {"src": src.to_dict(), "dst": dst.to_dict()},
+            "padded_vocab_size": padded_vocab_size(cfg), "world_size": world_size, "device": cfg.device,
+            "mode": cfg.mode, "transport": cfg.transport, "versions": _versions(), "run_id": cfg.run_id,
+            "config_digest": digest}
+
+
+def rank_line(rank: int, cfg: RefitConfig, digest: str | None) -> str:
+    """The line every rank prints first: which run, which config file, so a report can refuse a copied-in log."""
+    return f"REFIT_RANK rank={rank} run_id={cfg.run_id or 'none'} config_digest={digest or 'none'}"
+
+
+def run(cfg: RefitConfig, env: dist_env.DistEnv, digest: str | None = None) -> int:
     import torch
     import torch.distributed as dist
 
@@ -362,10 +388,9 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv) -> int:
 
     _state["phase"] = "layout"
     src, dst = derive_layouts(cfg, env.world_size)
-    header = {"config": cfg.to_dict(), "layout": {"src": src.to_dict(), "dst": dst.to_dict()},
-              "padded_vocab_size": padded_vocab_size(cfg), "world_size": env.world_size, "device": cfg.device,
-              "mode": cfg.mode, "transport": cfg.transport, "versions": _versions()}
+    header = config_header(cfg, src, dst, env.world_size, digest)
     _emit("REFIT_CONFIG " + json.dumps(header, sort_keys=True))
+    _emit(rank_line(env.rank, cfg, digest), all_ranks=True)
 
     _state["phase"] = "init"
     if cfg.device == "cuda":
@@ -425,12 +450,13 @@ def main(argv: list[str] | None = None) -> int:
     _state["phase"] = "config"
     try:
         cfg = load(argv)
+        digest = config_digest(argv)
         derive_layouts(cfg, env.world_size)
     except (ConfigError, OSError, json.JSONDecodeError, TypeError) as exc:
         _error(str(exc), EXIT_CONFIG, all_ranks=False)
     timer = _start_watchdog(cfg.timeout_s)
     try:
-        code = run(cfg, env)
+        code = run(cfg, env, digest)
     except ConfigError as exc:
         _error(str(exc), EXIT_CONFIG)
     except Exception as exc:

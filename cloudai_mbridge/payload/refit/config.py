@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -82,6 +83,9 @@ class RefitConfig:
     # > 0: megatron-core's plan carried by payload/refit/coalesce.py, slices packed into messages of at most this
     # many MiB per peer (gloo or nccl); 0: megatron-core's own copy service for `transport`, one message per slice.
     coalesce_mib: int = 0
+    # Set by the generator (a fresh id per generated job): printed back in REFIT_CONFIG and on every rank, so a
+    # report can tell this run's logs from logs copied in from another run.
+    run_id: str | None = None
     # Testing only: corrupt one destination element after the last refit (verification must fail).
     _corrupt_after_refit: bool = False
     # Testing only: run megatron-core unpatched (no local-expert adapter) to reproduce its planner bug.
@@ -198,6 +202,16 @@ def load(argv: list[str] | None = None) -> RefitConfig:
     return from_dict(data)
 
 
+def config_digest(argv: list[str] | None = None) -> str | None:
+    """``sha256:<hex>`` of the --config file's bytes as the payload read them (None without a file): the report
+    compares it with the run folder's mbridge_config.json, so a config edited after the run is caught."""
+    args, _ = build_arg_parser().parse_known_args(argv)
+    if not args.config:
+        return None
+    with open(args.config, "rb") as fh:
+        return "sha256:" + hashlib.sha256(fh.read()).hexdigest()
+
+
 def _need_int(value: Any, where: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{where}={value!r}: must be an integer >= {minimum}")
@@ -240,6 +254,9 @@ def validate(cfg: RefitConfig) -> None:
     _need_int(cfg.timeout_s, "timeout_s", 1)
     _need_int(cfg.verify_gather_max_bytes, "verify_gather_max_bytes", 0)
     _need_int(cfg.coalesce_mib, "coalesce_mib", 0)
+    if cfg.run_id is not None and not (isinstance(cfg.run_id, str) and cfg.run_id.isascii() and cfg.run_id.isalnum()
+                                       and len(cfg.run_id) <= 64):
+        raise ConfigError(f"run_id={cfg.run_id!r}: must be letters and digits (at most 64); the generator writes one")
     if cfg.coalesce_mib and cfg.transport == "nvshmem":
         raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport='nvshmem': packing applies to the "
                           "send/recv transports only; set coalesce_mib to 0 or transport to 'nccl'")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ...systems.kubernetes.strategy import MBridgeKubernetesStrategy
-from .test_definition import MBridgeRefitTestDefinition
+from .test_definition import MBridgeRefitTestDefinition, new_run_id
 
 
 class MBridgeRefitKubernetesJsonGenStrategy(MBridgeKubernetesStrategy):
@@ -28,7 +28,7 @@ class MBridgeRefitKubernetesJsonGenStrategy(MBridgeKubernetesStrategy):
         return refit_env(self.tdef)
 
     def payload_config(self, output_dir: str) -> dict[str, Any]:
-        return {"workload": "refit", **self.tdef.payload_config()}
+        return {"workload": "refit", **self.tdef.payload_config(), "run_id": new_run_id()}
 
 
 def refit_env(tdef: MBridgeRefitTestDefinition) -> dict[str, str]:

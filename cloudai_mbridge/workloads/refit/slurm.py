@@ -6,7 +6,7 @@ from typing import Any, cast
 
 from ...systems.slurm.strategy import MBridgeSlurmStrategy
 from .kubernetes import refit_env
-from .test_definition import MBridgeRefitTestDefinition
+from .test_definition import MBridgeRefitTestDefinition, new_run_id
 
 
 class MBridgeRefitSlurmCommandGenStrategy(MBridgeSlurmStrategy):
@@ -27,4 +27,4 @@ class MBridgeRefitSlurmCommandGenStrategy(MBridgeSlurmStrategy):
         return refit_env(self.tdef)
 
     def payload_config(self) -> dict[str, Any]:
-        return {"workload": "refit", **self.tdef.payload_config()}
+        return {"workload": "refit", **self.tdef.payload_config(), "run_id": new_run_id()}

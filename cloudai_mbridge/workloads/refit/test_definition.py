@@ -20,6 +20,14 @@ Mode = Literal["collocated", "non-collocated"]
 Transport = Literal["gloo", "nccl", "nvshmem"]
 
 
+def new_run_id() -> str:
+    """A fresh id for one generated refit job, written into its mbridge_config.json: the payload prints it back on
+    every rank, and the report refuses logs that carry another run's id (metrics/refit.py)."""
+    import uuid
+
+    return uuid.uuid4().hex
+
+
 class RefitSide(BaseModel):
     """One layout. ``world`` (non-collocated only) gives the side more ranks than the smallest valid count."""
 
