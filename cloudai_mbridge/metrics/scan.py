@@ -26,7 +26,7 @@ from __future__ import annotations
 import ctypes
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -175,7 +175,7 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
     """Search one file for every marker of the plan (in order, honouring ``requires``)."""
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
+        with open(path, "rb", buffering=0) as fh:  # unbuffered: one read straight into the result, no second copy
             buf = fh.read()  # what the file holds now, even if it shrinks or grows meanwhile (no SIGBUS)
         size = len(buf)
         if size == 0:
@@ -197,9 +197,13 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
 
 
 def scan_files(plans: Sequence[tuple[Path, Sequence[Marker]]], workers: int = 1) -> list[FileScan]:
-    """Scan many files, in order; ``workers > 1`` spreads whole files over that many processes."""
+    """Scan many files, in order; ``workers > 1`` spreads whole files over that many threads (``memmem`` and the read
+    run without the GIL) or, without ``memmem``, processes."""
     if workers <= 1 or len(plans) < 2:
         return [scan_file(path, markers) for path, markers in plans]
+    if _MEMMEM is not None:
+        with ThreadPoolExecutor(max_workers=min(workers, len(plans))) as threads:
+            return list(threads.map(scan_file, [p for p, _ in plans], [m for _, m in plans]))
     # spawn, not fork: the caller may have threads (pytest, a report server) that fork would copy mid-flight.
     with ProcessPoolExecutor(max_workers=min(workers, len(plans)), mp_context=get_context("spawn")) as pool:
         return list(pool.map(scan_file, [p for p, _ in plans], [m for _, m in plans], chunksize=4))
