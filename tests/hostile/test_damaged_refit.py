@@ -233,7 +233,7 @@ def test_json_nested_100k_deep_is_a_damaged_file_not_a_crash(tmp_path: Path, whe
     deep.write_text('{"lm loss": {"values": ' + DEEP + "}}")
     if where == "golden":
         result = compare_golden(parse_training_run(run), deep)
-        assert not result.passed and "nested deeper" in result.error
+        assert not result.passed and "nested" in result.error and "deep" in result.error
     else:
         shutil.copy(deep, run / "mbridge_config.json")
         assert load_layout(run).config_status == "invalid"
@@ -252,4 +252,4 @@ def test_a_report_that_cannot_be_written_makes_generate_report_fail(tree: tuple[
                    "--result-dir", str(case_root), cwd=tmp_path)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
-    assert "could not be written: mbridge_refit" in output and "Traceback" not in output
+    assert "could not be written" in output and "mbridge_refit.csv" in output and "Traceback" not in output
