@@ -120,7 +120,7 @@ def test_generate_report_refuses_another_scenarios_results(tmp_path: Path) -> No
 
 
 def test_a_run_whose_every_job_failed_exits_1(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from cloudai_mbridge.session import Session, finish_run
+    from cloudai_mbridge.cli.session import Session, finish_run
 
     root = tmp_path / "scenario_2026"
     for step in (1, 2):

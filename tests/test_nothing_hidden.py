@@ -63,9 +63,9 @@ def test_dry_run_warns_that_run_will_fail_on_an_undeclared_rejection(tmp_path: P
 
 
 def _session_after_run(tmp_path: Path, expected: bool):
-    from cloudai_mbridge.preflight import PointResult, PreflightReport
+    from cloudai_mbridge.cli.preflight import PointResult, PreflightReport
+    from cloudai_mbridge.cli.session import Session
     from cloudai_mbridge.rules import Violation
-    from cloudai_mbridge.session import Session
 
     _, scenario = write_case(tmp_path / "conf", REFIT, ON_LOCAL)
     res = dry_run(LOCAL, scenario, tmp_path)
@@ -81,7 +81,7 @@ def _session_after_run(tmp_path: Path, expected: bool):
 def test_run_exits_1_when_a_rule_skipped_a_point_the_test_does_not_declare(tmp_path: Path, caplog) -> None:
     import logging
 
-    from cloudai_mbridge.session import finish_run
+    from cloudai_mbridge.cli.session import finish_run
 
     with caplog.at_level(logging.INFO):
         assert finish_run(_session_after_run(tmp_path, expected=False), 0) == 1
@@ -93,7 +93,7 @@ def test_run_exits_1_when_a_rule_skipped_a_point_the_test_does_not_declare(tmp_p
 def test_run_exits_0_when_the_test_declares_the_rejection(tmp_path: Path, caplog) -> None:
     import logging
 
-    from cloudai_mbridge.session import finish_run
+    from cloudai_mbridge.cli.session import finish_run
 
     with caplog.at_level(logging.INFO):
         assert finish_run(_session_after_run(tmp_path, expected=True), 0) == 0
@@ -185,7 +185,7 @@ def test_verify_configs_and_list_print_no_noise(tmp_path: Path) -> None:
 
 
 def test_generate_report_needs_only_the_results_folder_that_run_made(tmp_path: Path) -> None:
-    from cloudai_mbridge.session import save_inputs
+    from cloudai_mbridge.cli.session import save_inputs
 
     scenario = CONF / "test_scenario" / "refit_cpu_smoke.toml"
     res = dry_run(LOCAL, scenario, tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import CONF, run_cli, write_case
 
-from cloudai_mbridge.preflight import time_limit_hours
+from cloudai_mbridge.cli.preflight import time_limit_hours
 
 B300 = CONF / "system" / "slurm_b300_efa.toml"
 KIMI = (
@@ -158,7 +158,7 @@ def test_the_fast_path_gives_the_table_of_checking_every_point_in_full(tmp_path:
     from cloudai.core import Parser
     from cloudai.parser import HOOK_ROOT
 
-    from cloudai_mbridge import preflight as pf
+    from cloudai_mbridge.cli import preflight as pf
     from cloudai_mbridge.plan import memory
 
     test = ('name = "grid"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\nmodel = "kimi_k2"\n'

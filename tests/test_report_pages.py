@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from cloudai_mbridge.cli.preflight import COLUMNS, PointResult, PreflightReport, write_html
 from cloudai_mbridge.plan.memory import GIB, MemoryEstimate
-from cloudai_mbridge.preflight import COLUMNS, PointResult, PreflightReport, write_html
 from cloudai_mbridge.reports.provenance import RunSource, collect, command_line, recorded_versions
 from cloudai_mbridge.rules import Violation
 

@@ -19,9 +19,9 @@ def fit(system_file: Path, scenario_file: Path) -> tuple[int, int, list[str]]:
     from cloudai.core import Parser
     from cloudai.parser import HOOK_ROOT
 
-    from cloudai_mbridge.preflight import scenario_check
+    from cloudai_mbridge.cli.preflight import scenario_check
+    from cloudai_mbridge.cli.session import session
     from cloudai_mbridge.registration import register
-    from cloudai_mbridge.session import session
 
     register()
     with session("dry-run"):  # the cluster is not asked

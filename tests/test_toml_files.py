@@ -46,7 +46,7 @@ def test_a_broken_file_is_named_without_a_traceback(case: str, verb: str, tmp_pa
 
 # --- issue 26: depth and dependency cycles, the pure checks behind the CLI's messages (tests/hostile has the CLI) ---
 def test_nesting_depth_counts_every_shape_without_recursion() -> None:
-    from cloudai_mbridge.config_files import MAX_TOML_DEPTH, nesting_depth, tomllib
+    from cloudai_mbridge.cli.config_files import MAX_TOML_DEPTH, nesting_depth, tomllib
 
     # the file itself is a table: depth 1
     assert nesting_depth(tomllib.loads('a = 1\n[b.c]\nd = [[1], {e = 2}]\n')) == (5, "b.c.d[1]")
@@ -60,7 +60,7 @@ def test_nesting_depth_counts_every_shape_without_recursion() -> None:
 
 
 def test_dependency_cycles() -> None:
-    from cloudai_mbridge.config_files import dependency_cycles
+    from cloudai_mbridge.cli.config_files import dependency_cycles
 
     def t(tid: str, *deps: str) -> dict:
         return {"id": tid, "dependencies": [{"type": "end_post_comp", "id": d} for d in deps]}

@@ -10,9 +10,9 @@ from cloudai.core import DockerImage, Installable, JobStatusResult, System, Test
 from cloudai.models.workload import TestDefinition
 from pydantic import PrivateAttr, field_validator
 
+from ..cli.session import note_rejected
 from ..redact import redact, text_secret_problem
 from ..rules import Violation
-from ..session import note_rejected
 from ..systems.common import (
     container_image,
     redact_secret_env,

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomic import WriteError, failed_write, failures, os_message, os_problem
+from ..launch.payload import CONFIG_NAME, ResultsExistError, check_folder_name, claim_scenario_root
 from . import interrupts
-from .atomic import WriteError, failed_write, failures, os_message, os_problem
 from .interrupts import signal_name
-from .launch.payload import CONFIG_NAME, ResultsExistError, check_folder_name, claim_scenario_root
 
 # Terminal lines of CloudAI's runner / DSE loop that describe a submission or a result a dry-run does not have.
 _DRY_RUN_NOISE = re.compile(
@@ -656,7 +656,7 @@ def finish_run(s: Session, code: int) -> int:
     points = skipped(s)
     if not dirs and not points:
         return code
-    from .workloads.reporting import run_status
+    from ..workloads.reporting import run_status
 
     failed = []
     for d in dirs:
@@ -696,7 +696,7 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
     names are copied; the folder appears whole or not at all."""
     import tempfile
 
-    from .atomic import normal_mode
+    from ..atomic import normal_mode
     from .config_files import tomllib
 
     if system_config is None or test_scenario is None:

@@ -222,8 +222,8 @@ def list_command() -> click.Command:
             print(f'{idx}. "{name}" {doc}')
         others = sorted(n for n in tdefs if n not in PLUGIN_TEMPLATES)
         print(f"CloudAI's own workloads ({len(others)}): {', '.join(others)}")
-        from .rules import TRAINING_RULES
-        from .rules.refit import REFIT_RULES
+        from ..rules import TRAINING_RULES
+        from ..rules.refit import REFIT_RULES
 
         print(f"Rules checked before a job is written: {len(TRAINING_RULES.rules)} for MBridgeTraining, "
               f"{len(REFIT_RULES.rules)} for MBridgeRefit (`cloudai-mbridge preflight` shows them per sweep point); "

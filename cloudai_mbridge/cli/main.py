@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._cloudai import CloudAIMissingError, require_cloudai
+from .._cloudai import CloudAIMissingError, require_cloudai
 
 _SCENARIO_VERBS = {"run", "dry-run", "preflight", "install", "uninstall", "generate-report"}
 
@@ -84,7 +84,7 @@ def _verb(args: list[str]) -> str:
 
 def _log_file_problem(exc: BaseException, log_file: str) -> str | None:
     """CloudAI's logging set-up failed because --log-file cannot be opened: one line naming it and the fix."""
-    from .atomic import os_reason
+    from ..atomic import os_reason
 
     e: BaseException | None = exc
     while e is not None and not isinstance(e, OSError):
@@ -101,7 +101,7 @@ def _quiet_log_file_errors() -> None:
 
     def handle_error(handler: logging.FileHandler, _record: logging.LogRecord) -> None:
         nonlocal said
-        from .atomic import os_reason
+        from ..atomic import os_reason
 
         exc = sys.exc_info()[1]
         if not said and isinstance(exc, OSError):
@@ -116,7 +116,8 @@ def _quiet_log_file_errors() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from . import interrupts, redact
+    from .. import redact
+    from . import interrupts
 
     interrupts.install()  # Ctrl-C, SIGTERM, SIGHUP: a clean stop with a message, never a half-written file
     redact.install()  # nothing printed by this process (ours or CloudAI's) shows a secret-looking value
@@ -129,10 +130,10 @@ def main(argv: list[str] | None = None) -> None:
     import click
     from cloudai.cli import cli as cloudai_cli
 
+    from ..launch.payload import ResultsExistError, UnsafeOutputPathError
+    from ..registration import register
+    from ..rules import PointRejectedError
     from .commands import guard_generate_report, list_command, verify_configs_command, version_message
-    from .launch.payload import ResultsExistError, UnsafeOutputPathError
-    from .registration import register
-    from .rules import PointRejectedError
 
     register()
 
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
               "finish", file=sys.stderr)
         raise SystemExit(exc.code) from None
     except OSError as exc:  # the operating system refused (no space, read-only, name too long, ...): say what, where
-        from .atomic import os_message
+        from ..atomic import os_message
 
         logging.debug("operating system error", exc_info=True)
         print(f"cloudai-mbridge: {_verb(args)}: {os_message(exc)}", file=sys.stderr)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .redact import string_leaves, text_secret_problem
+from ..redact import string_leaves, text_secret_problem
 
 _FIX = ("Fix: take it out; pass credentials through the environment of the shell that runs cloudai (sbatch forwards "
         "it) or a Kubernetes Secret, under their usual names (HF_TOKEN, WANDB_API_KEY)")
@@ -68,8 +68,8 @@ def secret_problems(system: Any, scenario: Any) -> list[str]:
 
 def file_problems(scenario: Any) -> list[str]:
     """The golden-values file and the hf_config_dir of each training test, checked where this machine can see them."""
-    from .metrics.golden import golden_file_problem
-    from .payload.hf_config import HubError, config_dir_files
+    from ..metrics.golden import golden_file_problem
+    from ..payload.hf_config import HubError, config_dir_files
 
     problems = []
     for tr in scenario.test_runs:

@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .atomic import write_atomic, write_together
-from .metrics import safejson
-from .plan.bridge_estimate import bridge_estimate
-from .plan.memory import GIB, MemoryEstimate, estimate_memory
-from .rules import Violation
+from ..atomic import write_atomic, write_together
+from ..metrics import safejson
+from ..plan.bridge_estimate import bridge_estimate
+from ..plan.memory import GIB, MemoryEstimate, estimate_memory
+from ..rules import Violation
 
 REPORT_CSV = "preflight.csv"
 REPORT_HTML = "preflight.html"
@@ -256,7 +256,7 @@ def measured_step_seconds(result_dir: Path, tr_name: str, point: int, values: di
         name = key.split(".")[-1]
         if name in config and not isinstance(config[name], dict) and config[name] != value:
             return None
-    from .metrics import parse_run
+    from ..metrics import parse_run
 
     try:
         m = parse_run(run)
@@ -298,7 +298,7 @@ def preview_problem(tr: Any, system: Any) -> str | None:
     preview = getattr(strategy_cls, "preview", None)
     if preview is None:
         return None
-    from .rules import PointRejectedError
+    from ..rules import PointRejectedError
 
     if tr.output_path is None or str(tr.output_path) in ("", "."):
         tr = dataclasses.replace(tr, output_path=Path("results") / tr.name / "0")
@@ -493,8 +493,8 @@ def render_html(report: PreflightReport, folder: Path, argv: list[str] | None = 
     colour, a headroom bar (the memory estimate against the GPU's capacity, with the estimate's error band and
     Megatron-Bridge's own estimate as a marker), GPU-hours only for points that would run, and rule and fix in place
     of the memory for a rejected point. Headers are words with units (the CSV keeps machine names)."""
-    from .reports.page import html_page
-    from .reports.provenance import collect
+    from ..reports.page import html_page
+    from ..reports.provenance import collect
 
     prov = collect(folder, [], system=report.system, scenario=report.scenario, argv=argv)
     sections = [_headline_html(report), _table_html(report)]
@@ -532,7 +532,7 @@ def point_verdict(p: PointResult) -> tuple[str, str]:
 def _headline_html(report: PreflightReport) -> str:
     from collections import Counter
 
-    from .reports.page import headline, verdict_badge
+    from ..reports.page import headline, verdict_badge
 
     e = html.escape
     n, acc = len(report.points), len(report.accepted)
@@ -596,7 +596,7 @@ PAGE_STYLE = (
 
 def _table_html(report: PreflightReport) -> str:
     e = html.escape
-    from .reports.page import verdict_badge
+    from ..reports.page import verdict_badge
 
     memory = any(p.memory is not None for p in report.points)  # no column of dashes for a refit-only scenario
     scale = _memory_scale(report.points)
@@ -727,7 +727,7 @@ def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]
 def scenario_check(system: Any, scenario: Any, source: str = "",
                    result_dir: Path | None = None) -> tuple[list[str], PreflightReport | None]:
     """scenario_refusals and the preflight report of every point (None when the scenario fails before one)."""
-    from .launch.payload import UnsafeOutputPathError, check_folder_name
+    from ..launch.payload import UnsafeOutputPathError, check_folder_name
 
     where = f"{source}: " if source else ""
     problems = []
