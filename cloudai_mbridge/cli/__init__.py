@@ -1,4 +1,4 @@
-"""The command line: cloudai-mbridge's entry point (main.py: CloudAI's commands with the plugin loaded, plus
+"""The command line: cloudai-mbridge's entry point (app.py: CloudAI's commands with the plugin loaded, plus
 preflight), its commands (commands.py), the CloudAI internals it replaces for one command (session.py, the only
 place that does), the checks of the files it is given (config_files.py, inputs.py), preflight (preflight.py) and
 signals (interrupts.py)."""
@@ -9,6 +9,6 @@ from __future__ import annotations
 def main(argv: list[str] | None = None) -> None:
     """The console script (``cloudai-mbridge``; ``argv`` defaults to the process's arguments); imported on call so
     that the package's modules can import from this folder without loading CloudAI's CLI."""
-    from .main import main as _main
+    from .app import main as _main
 
     _main(argv)

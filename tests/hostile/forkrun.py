@@ -52,8 +52,8 @@ def main() -> None:
     import cloudai.cli
     import cloudai.core  # noqa: F401
 
+    import cloudai_mbridge.cli.app
     import cloudai_mbridge.cli.commands
-    import cloudai_mbridge.cli.main
     import cloudai_mbridge.registration  # noqa: F401
 
     codes: dict[int, int] = {}
