@@ -269,6 +269,21 @@ def runtime_stages(say) -> dict:
     return out
 
 
+def result_document(method: str | None, say) -> dict:
+    """A results JSON's head: the method, the provenance with the stack's versions, the runtime stages (on this
+    process's GPU); the rows follow. Shared by this script and gpu_fullwidth_parallel.py."""
+    doc: dict = {"method": method, "provenance": provenance(sys.argv), "rows": []}
+    try:
+        import importlib.metadata as md
+
+        doc["provenance"]["versions"] = {n: md.version(n) for n in (
+            "megatron-bridge", "megatron-core", "transformer-engine-cu13")}
+    except Exception as e:
+        doc["provenance"]["versions_error"] = repr(e)
+    doc["runtime"] = runtime_stages(say)
+    return doc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=False, default=Path("/tmp/fullwidth"))
@@ -298,15 +313,7 @@ def main() -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "gpu_fullwidth_memory.json"
-    doc = {"method": __doc__, "provenance": provenance(sys.argv), "rows": []}
-    try:
-        import importlib.metadata as md
-
-        doc["provenance"]["versions"] = {n: md.version(n) for n in (
-            "megatron-bridge", "megatron-core", "transformer-engine-cu13")}
-    except Exception as e:
-        doc["provenance"]["versions_error"] = repr(e)
-    doc["runtime"] = runtime_stages(say)
+    doc = result_document(__doc__, say)
     t_start = time.perf_counter()
     for i, s in enumerate(todo):
         if time.perf_counter() - t_start > args.budget_s:

@@ -31,14 +31,12 @@ import argparse
 import gc
 import json
 import os
-import sys
 import time
 import traceback
 from functools import partial
 from pathlib import Path
 
-from gpu_fullwidth_memory import build, measure, runtime_stages  # benchmarks/ is sys.path[0]
-from provenance import provenance
+from gpu_fullwidth_memory import build, measure, result_document  # benchmarks/ is sys.path[0]
 
 MIB = 1 << 20
 
@@ -158,15 +156,7 @@ def main() -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "gpu_fullwidth_parallel.json"
-    doc: dict = {"method": __doc__, "provenance": provenance(sys.argv), "rows": []}
-    try:
-        import importlib.metadata as md
-
-        doc["provenance"]["versions"] = {n: md.version(n) for n in (
-            "megatron-bridge", "megatron-core", "transformer-engine-cu13")}
-    except Exception as e:
-        doc["provenance"]["versions_error"] = repr(e)
-    doc["runtime"] = runtime_stages(say)
+    doc = result_document(__doc__, say)
     world = torch.distributed.get_world_size()
     t_start = time.perf_counter()
     current = None
