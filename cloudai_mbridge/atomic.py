@@ -14,6 +14,7 @@ words and the fix (:func:`os_problem`); the CLI prints it as one line. Signals t
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import tempfile
@@ -150,9 +151,56 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def write_together(files: Mapping[Path, str | bytes]) -> list[Path]:
-    """Write every file of ``files`` ({path: text or bytes}) atomically, all or none: the temporary files are written
-    first, then renamed. Raises :class:`WriteError` (nothing renamed, no temporary file left) when one cannot be."""
+class Staged:
+    """A file too large to hold in memory (preflight.csv of a 100k-point sweep), written piece by piece into a
+    temporary file beside ``path`` and placed by :func:`write_together` with the others, all or none. ``discard()``
+    (also on leaving a ``with`` block by an exception) removes the temporary file; a failure to write is a
+    :class:`WriteError` naming ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name[:80]}.", suffix=".tmp")
+        except OSError as exc:
+            raise failed_write(self.path, exc) from None
+        self.tmp: Path | None = Path(name)
+        self._file = os.fdopen(fd, "w", encoding="utf-8", newline="")
+
+    def write(self, text: str) -> None:
+        try:
+            self._file.write(text)
+        except OSError as exc:
+            self.discard()
+            raise failed_write(self.path, exc) from None
+
+    def finish(self) -> Path:
+        """The temporary file, flushed to the disk, closed and in its normal mode."""
+        if self.tmp is None:
+            raise ValueError(f"{self.path}: staged file already placed or discarded")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        normal_mode(self.tmp)
+        return self.tmp
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self.tmp.unlink(missing_ok=True)
+            self.tmp = None
+
+    def __enter__(self) -> Staged:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()  # placed (tmp None) or not: nothing left behind
+
+
+def write_together(files: Mapping[Path, str | bytes | Staged]) -> list[Path]:
+    """Write every file of ``files`` ({path: text, bytes or a :class:`Staged` file}) atomically, all or none: the
+    temporary files are written first, then renamed. Raises :class:`WriteError` (nothing renamed, no temporary file
+    left) when one cannot be."""
     paths = [Path(p) for p in files]
     temps: dict[Path, Path] = {}
     with interrupts.deferred():
@@ -162,7 +210,11 @@ def write_together(files: Mapping[Path, str | bytes]) -> list[Path]:
                 current = path
                 if path.is_dir() and not path.is_symlink():  # before anything is renamed: all or none
                     raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-                temps[path] = _temp(path, data)
+                if isinstance(data, Staged):
+                    temps[path] = data.finish()
+                    data.tmp = None  # ours now: renamed below or removed on failure
+                else:
+                    temps[path] = _temp(path, data)
             for path in paths:
                 current = path
                 os.replace(temps.pop(path), path)  # a symlink at ``path`` is replaced, never followed

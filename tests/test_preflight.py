@@ -153,7 +153,6 @@ def test_the_fast_path_gives_the_table_of_checking_every_point_in_full(tmp_path:
     """Issue 26: preflight remembers a point's memory estimate and renders one job per test and set of
     non-numeric values. On a sweep of 2 x 3 x 3 x 2 x 2 points (numbers and strings, accepted and rejected, two
     memory verdicts) the table is the one of checking every point from scratch: its own estimate, its own job."""
-    import dataclasses
 
     from cloudai.core import Parser
     from cloudai.parser import HOOK_ROOT
@@ -174,7 +173,48 @@ def test_the_fast_path_gives_the_table_of_checking_every_point_in_full(tmp_path:
         memory._remembered_estimate.cache_clear()
         point = pf.unroll(tr, action, step)
         slow.append(pf.check_point(point, system, dict(action), None, render=True, previews=None))
-    slow_report = dataclasses.replace(fast, points=slow)
+    slow_report = pf.PreflightReport(fast.scenario, fast.system, slow)
     assert len(fast.points) == 72 and {p.verdict for p in fast.points} == {"ok", "rejected"}
     assert len({p.memory.verdict for p in fast.points if p.memory is not None}) >= 2
     assert pf.rows(fast) == pf.rows(slow_report)
+    # Two worker processes, preflight.csv streamed as the points come and only the shown points kept (the preflight
+    # command's path on a large sweep): the same file, the same counts and summary.
+    lines: list[str] = []
+    streamed = pf.preflight(system, parsed, sink=lines.append, keep_all=False, workers=2)
+    assert "".join(lines) == pf.render_csv(slow_report)
+    assert pf.summary_lines(streamed) == pf.summary_lines(slow_report)
+    assert pf.blocking_problems(streamed, parsed) == pf.blocking_problems(slow_report, parsed)
+
+
+def test_a_large_sweep_lists_part_of_its_points_and_counts_all(tmp_path: Path, monkeypatch) -> None:
+    """Past SHOWN_ALL points the terminal table and the page list the first points that would run and a few
+    rejected ones, say so, and count every point; the CSV has them all (here with the limits made small)."""
+    from cloudai.core import Parser
+    from cloudai.parser import HOOK_ROOT
+
+    from cloudai_mbridge.cli import preflight as pf
+
+    test = ('name = "grid"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\nmodel = "kimi_k2"\n'
+            'gpu = "b300"\ntrain_iters = 24\ntp = [1, 8]\npp = [4, 8, 16]\nep = [8, 32, 64]\nmbs = [1, 16]\n')
+    tests_dir, scenario = write_case(tmp_path, test, 'name = "grid"\n[[Tests]]\nid = "grid"\ntest_name = "grid"\n'
+                                     'num_nodes = 32\ntime_limit = "01:00:00"\n')
+    system, _, parsed = Parser(B300, HOOK_ROOT).parse(tests_dir, scenario)
+    full = pf.preflight(system, parsed)
+    accepted = [p.point for p in full.points if p.ok]
+    rejected = [p.point for p in full.points if not p.ok]
+    assert len(accepted) > 3 and len(rejected) > 2
+    monkeypatch.setattr(pf, "SHOWN_ALL", 10)
+    monkeypatch.setattr(pf, "SHOWN_ACCEPTED", 3)
+    monkeypatch.setattr(pf, "SHOWN_REJECTED", 2)
+    lines: list[str] = []
+    part = pf.preflight(system, parsed, sink=lines.append, keep_all=False)
+    assert [p.point for p in part.shown()] == sorted(accepted[:3] + rejected[:2])
+    assert len(lines) == 37, "header and every point in the CSV"
+    text = pf.render_text(part)
+    assert (f"showing 3 of {len(accepted)} accepted and 2 of {len(rejected)} rejected point(s); every one of the 36 "
+            "points is in preflight.csv") in text
+    assert f"{len(accepted)} of 36 point(s) accepted" in text
+    html = pf.render_html(part, tmp_path)
+    assert html.count("class='hb'") == 3, "a memory bar for each listed point that would run"
+    assert f"36 points, {len(accepted)} would run (5 listed here, every one in preflight.csv)" in html
+    assert pf.summary_lines(part) == pf.summary_lines(full)

@@ -211,7 +211,7 @@ def preflight_command(dry_run: Any) -> Any:
     def callback(system_cfg: Path, tests_dir: Path | None, scenario_cfg: Path, hook_dir: Path | None,
                  output_dir: Path | None, result_dir: Path | None, **_ignored: object) -> None:
         from .config_files import file_problems
-        from .preflight import preflight, render_text, scenario_check, write_reports
+        from .preflight import REPORT_CSV, preflight, render_text, scenario_check, write_reports
         from .session import describe_error, session
 
         early = file_problems(system_cfg, scenario_cfg)
@@ -234,27 +234,41 @@ def preflight_command(dry_run: Any) -> Any:
             print(f"preflight: could not read {scenario_cfg} with {system_cfg}: {describe_error(exc)}. Fix: correct "
                   "that field", file=sys.stderr)
             raise SystemExit(2) from None
-        with session("dry-run"):  # jobs are rendered in memory to check them: the cluster is not asked
-            # every point is checked once: the refusals come from the same report the table shows
-            refusals, report = scenario_check(system, scenario, f"{scenario_cfg} (system {system_cfg})", result_dir)
-            if report is None:
-                report = preflight(system, scenario, result_dir)
-        sys.stdout.write(render_text(report))
-        for problem in refusals:  # what makes dry-run / run refuse the scenario as a whole
-            print(f"preflight: dry-run and run would refuse the scenario: {problem}", file=sys.stderr)
+        from ..atomic import Staged
         from .inputs import secret_problems
 
-        if output_dir is not None and secret_problems(system, scenario):  # the page would show the names and ids
-            print(f"preflight: no table written to {output_dir}: the scenario holds a secret (above)", file=sys.stderr)
-        elif output_dir is not None:
-            existed = output_dir.exists()
-            output_dir.mkdir(parents=True, exist_ok=True)
-            try:
-                csv_path, html_path = write_reports(report, output_dir)  # both or neither; a failure: one line (main)
-            except BaseException:
+        secret = output_dir is not None and bool(secret_problems(system, scenario))  # the page would show them
+        write = output_dir is not None and not secret
+        existed = output_dir.exists() if output_dir is not None else True
+        staged: Staged | None = None
+        try:
+            if write:
+                output_dir.mkdir(parents=True, exist_ok=True)
+                # preflight.csv is written as the points come (a 100k-point sweep is never held in memory), into a
+                # temporary file that becomes preflight.csv with the page, both or neither
+                staged = Staged(output_dir / REPORT_CSV)
+            sink = staged.write if staged is not None else None
+            with session("dry-run"):  # jobs are rendered in memory to check them: the cluster is not asked
+                # every point is checked once: the refusals come from the same report the table shows
+                refusals, report = scenario_check(system, scenario, f"{scenario_cfg} (system {system_cfg})",
+                                                  result_dir, sink=sink, keep_all=False)
+                if report is None:
+                    report = preflight(system, scenario, result_dir, sink=sink, keep_all=False)
+            sys.stdout.write(render_text(report))
+            for problem in refusals:  # what makes dry-run / run refuse the scenario as a whole
+                print(f"preflight: dry-run and run would refuse the scenario: {problem}", file=sys.stderr)
+            if secret:
+                print(f"preflight: no table written to {output_dir}: the scenario holds a secret (above)",
+                      file=sys.stderr)
+            elif output_dir is not None:
+                csv_path, html_path = write_reports(report, output_dir, staged)  # both or neither; failure: one line
+                print(f"wrote {csv_path} and {html_path}")
+        except BaseException:
+            if staged is not None:
+                staged.discard()
+            if output_dir is not None:
                 _remove_if_new_and_empty(output_dir, existed)
-                raise
-            print(f"wrote {csv_path} and {html_path}")
+            raise
         raise SystemExit(report.exit_code or (1 if refusals else 0))
 
     result_dir_opt = click.Option(

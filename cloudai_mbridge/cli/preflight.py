@@ -16,13 +16,15 @@ import csv
 import dataclasses
 import html
 import io
-import itertools
+import math
+import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_atomic, write_together
+from ..atomic import Staged, write_atomic, write_together
 from ..metrics import safejson
 from ..plan.bridge_estimate import bridge_estimate
 from ..plan.memory import GIB, MemoryEstimate, estimate_memory
@@ -118,11 +120,136 @@ class PointResult:
         return " | ".join(map(str, self.violations))
 
 
+# A sweep of more points than this is shown in part (terminal table, HTML page): the points that would run first,
+# up to SHOWN_ACCEPTED, then up to SHOWN_REJECTED of the others; preflight.csv always holds every point.
+SHOWN_ALL = 2000
+SHOWN_ACCEPTED = 1000
+SHOWN_REJECTED = 200
+REASONS_KEPT = 1000  # distinct reasons counted per test (blocking_problems names the first six)
+
+
+@dataclass
+class TestTally:
+    """What the report needs of one test's points, counted as they come (a 100k-point sweep is never held)."""
+
+    points: int = 0
+    runnable: int = 0  # accepted, or not a plugin test (CloudAI's own: not checked here)
+    accepted: int = 0
+    swept: bool = True
+    reasons: dict[str, int] = field(default_factory=dict)  # distinct reason -> points, the first REASONS_KEPT
+    other_reasons: int = 0  # distinct reasons beyond those kept
+
+
 @dataclass
 class PreflightReport:
+    """Every point's verdict, counted as the points come (:meth:`add`); ``points`` holds all of them, or, when
+    ``keep_all`` is off (the preflight command), those the terminal and the page show (SHOWN_*)."""
+
     scenario: str
     system: str
     points: list[PointResult] = field(default_factory=list)
+    keep_all: bool = True
+    total: int = 0
+    n_accepted: int = 0
+    n_expected: int = 0
+    n_tight: int = 0
+    n_measured: int = 0
+    best_hours: float = 0.0
+    bound_hours: float | None = 0.0  # None once an accepted point has no time limit
+    any_hours: bool = False
+    any_memory: bool = False
+    memory_top: float = 0.0  # GiB: the largest estimate + band, capacity or Bridge estimate (the page's scale)
+    rules: dict[str, int] = field(default_factory=dict)
+    tests: dict[str, TestTally] = field(default_factory=dict)
+    rejected_unswept: list[str] = field(default_factory=list)
+    _shown_ok: int = 0
+    _shown_bad: int = 0
+
+    def __post_init__(self) -> None:
+        given, self.points = self.points, []
+        for p in given:
+            self.add(p)
+
+    def add(self, p: PointResult) -> None:
+        self.total += 1
+        t = self.tests.setdefault(p.test, TestTally())
+        t.points += 1
+        t.swept = t.swept and p.swept
+        if p.ok or not p.checked:
+            t.runnable += 1
+        if p.ok:
+            t.accepted += 1
+            self.n_accepted += 1
+            hours = p.gpu_hours
+            self.best_hours += hours or 0.0
+            if p.limit_hours is None:
+                self.bound_hours = None
+            elif self.bound_hours is not None:
+                self.bound_hours += p.limit_hours
+            self.n_measured += p.measured_hours is not None
+            self.any_hours = self.any_hours or hours is not None
+            if p.memory is not None and p.memory.verdict != "fits":
+                self.n_tight += 1
+        else:
+            if not p.swept and p.test not in self.rejected_unswept:
+                self.rejected_unswept.append(p.test)
+            for reason in [p.error] if p.error else [str(v) for v in p.violations]:
+                if reason in t.reasons:
+                    t.reasons[reason] += 1
+                elif len(t.reasons) < REASONS_KEPT:
+                    t.reasons[reason] = 1
+                else:
+                    t.other_reasons += 1
+        self.n_expected += p.expected
+        for v in p.violations:
+            self.rules[v.rule] = self.rules.get(v.rule, 0) + 1
+        if p.error and not p.violations:
+            self.rules["invalid-point"] = self.rules.get("invalid-point", 0) + 1
+        if p.memory is not None:
+            self.any_memory = True
+            self.memory_top = max(self.memory_top, (p.memory.total + p.memory.band) / GIB, p.memory.capacity / GIB)
+        if p.bridge is not None:
+            self.memory_top = max(self.memory_top, p.bridge.total / GIB)
+        if self.keep_all or self.total <= SHOWN_ALL:
+            self.points.append(p)
+            return
+        if self.total == SHOWN_ALL + 1:  # from here on only what the table shows is kept
+            self.points = self._subset()
+            self._shown_ok = sum(q.ok for q in self.points)
+            self._shown_bad = len(self.points) - self._shown_ok
+        if p.ok and self._shown_ok < SHOWN_ACCEPTED:
+            self._shown_ok += 1
+            self.points.append(p)
+        elif not p.ok and self._shown_bad < SHOWN_REJECTED:
+            self._shown_bad += 1
+            self.points.append(p)
+
+    def shown(self) -> list[PointResult]:
+        """The points the terminal table and the page list, in point order: every point of a sweep of up to
+        SHOWN_ALL, else the first SHOWN_ACCEPTED that would run and the first SHOWN_REJECTED of the others."""
+        if self.complete or not self.keep_all:
+            return self.points
+        return self._subset()
+
+    def _subset(self) -> list[PointResult]:
+        ok = [p for p in self.points if p.ok][:SHOWN_ACCEPTED]
+        bad = [p for p in self.points if not p.ok][:SHOWN_REJECTED]
+        keep = {id(p) for p in ok + bad}
+        return [p for p in self.points if id(p) in keep]
+
+    @property
+    def complete(self) -> bool:
+        return self.total <= SHOWN_ALL
+
+    def shown_note(self) -> str:
+        """What the table leaves out of a large sweep ('' when it shows every point)."""
+        if self.complete:
+            return ""
+        shown = self.shown()
+        ok = sum(p.ok for p in shown)
+        return (f"showing {ok:,} of {self.n_accepted:,} accepted and {len(shown) - ok:,} of "
+                f"{self.total - self.n_accepted:,} rejected point(s); every one of the {self.total:,} points is in "
+                f"{REPORT_CSV} (--output-dir)")
 
     @property
     def accepted(self) -> list[PointResult]:
@@ -131,16 +258,13 @@ class PreflightReport:
     @property
     def exit_code(self) -> int:
         """1 when nothing would run, or when a test without a sweep (its only point) is rejected."""
-        if not self.points or not self.accepted:
+        if not self.total or not self.n_accepted:
             return 1
-        return 1 if any(not p.ok and not p.swept for p in self.points) else 0
+        return 1 if self.rejected_unswept else 0
 
     def sweep_hours(self) -> tuple[float, float | None, int]:
         """(GPU-hours of the accepted points, best estimate; the time-limit bound or None; measured points)."""
-        acc = self.accepted
-        best = sum(p.gpu_hours or 0.0 for p in acc)
-        bound = None if any(p.limit_hours is None for p in acc) else sum(p.limit_hours or 0.0 for p in acc)
-        return best, bound, sum(p.measured_hours is not None for p in acc)
+        return self.best_hours, self.bound_hours, self.n_measured
 
 
 def _fmt(v: Any) -> str:
@@ -156,11 +280,26 @@ def _fmt(v: Any) -> str:
 
 def sweep_points(tr: Any) -> list[dict[str, Any]]:
     """The actions of CloudAI's GridSearchAgent for this test run, in its order; [{}] for a test without a sweep."""
-    space = tr.param_space if tr.is_dse_job else {}
-    if not space:
-        return [{}]
-    keys = list(space)
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*space.values())]
+    return [sweep_point(tr, i) for i in range(sweep_size(tr))]
+
+
+def _space(tr: Any) -> dict[str, list[Any]]:
+    return tr.param_space if tr.is_dse_job else {}
+
+
+def sweep_size(tr: Any) -> int:
+    """How many points the sweep has (1 without one; 0 when a list is empty)."""
+    return math.prod(len(v) for v in _space(tr).values())
+
+
+def sweep_point(tr: Any, index: int, space: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+    """Action ``index`` (0-based) of the grid, as itertools.product orders it (the last key varies fastest)."""
+    space = _space(tr) if space is None else space
+    values: list[tuple[str, Any]] = []
+    for key, options in reversed(space.items()):
+        index, i = divmod(index, len(options))
+        values.append((key, options[i]))
+    return dict(reversed(values))
 
 
 def unroll(tr: Any, action: dict[str, Any], step: int) -> Any:
@@ -198,6 +337,71 @@ def unroll(tr: Any, action: dict[str, Any], step: int) -> Any:
     tdef.cmd_args = args
     tdef.extra_env_vars = env
     return dataclasses.replace(tr, test=tdef, num_nodes=action.get("NUM_NODES", tr.num_nodes), step=step)
+
+
+def _has_model_validators(model: Any) -> bool:
+    """Whether a pydantic model class, or one nested in its fields, checks fields against each other."""
+    from pydantic import BaseModel
+
+    seen: set[type] = set()
+    todo = [model]
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        if cls.__pydantic_decorators__.model_validators:
+            return True
+        for f in cls.model_fields.values():
+            for arg in [f.annotation, *getattr(f.annotation, "__args__", ())]:
+                if isinstance(arg, type) and issubclass(arg, BaseModel):
+                    todo.append(arg)
+    return False
+
+
+def validate_swept(tr: Any, action: dict[str, Any], caches: PointCaches) -> str | None:
+    """:func:`validate` of a point, from the validation of each swept value on its own (remembered per test, key and
+    value): exact where the point differs from the parsed test only in those values and no validator of the test's
+    cmd_args compares fields (then the whole definition is validated, as CloudAI does). The first point of a test
+    is always validated whole."""
+    tdef = tr.test
+    whole = caches.whole.get(tr.name)
+    if whole is None:
+        caches.whole[tr.name] = _has_model_validators(type(tdef.cmd_args))
+        return validate(tr)
+    if whole:
+        return validate(tr)
+    errors = []
+    for key, value in action.items():
+        if key == "NUM_NODES":
+            continue
+        memo = (tr.name, key, repr(value))
+        if memo not in caches.fields:
+            caches.fields[memo] = _validate_value(tdef, key, value)
+        if caches.fields[memo]:
+            errors.append(caches.fields[memo])
+    return "; ".join(errors) or None
+
+
+def _validate_value(tdef: Any, key: str, value: Any) -> str | None:
+    """One swept value validated as its model would on assignment (field validators and types)."""
+    from pydantic import ValidationError
+
+    if key.startswith("extra_env_vars."):
+        owner, attr, value, where = tdef, "extra_env_vars", {key[len("extra_env_vars."):]: value}, ""
+    else:
+        *parents, attr = key.split(".")
+        owner = tdef.cmd_args
+        for name in parents:
+            owner = owner[name] if isinstance(owner, dict) else getattr(owner, name)
+        where = "cmd_args." + ".".join(parents) + ("." if parents else "")
+        if isinstance(owner, dict):  # a plain table: no schema below it
+            return None
+    try:
+        type(owner).__pydantic_validator__.validate_assignment(owner.model_copy(), attr, value)
+    except ValidationError as exc:
+        return "; ".join(f"{where}{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return None
 
 
 def validate(tr: Any) -> str | None:
@@ -271,10 +475,11 @@ def measured_step_seconds(result_dir: Path, tr_name: str, point: int, values: di
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _gpus_and_memory(tr: Any, system: Any) -> tuple[int | None, MemoryEstimate | None, Any]:
-    """GPUs, the plugin's memory estimate and Megatron-Bridge's own (None where either does not apply)."""
+def _gpus_and_memory(tr: Any, system: Any, plan: Any = None) -> tuple[int | None, MemoryEstimate | None, Any]:
+    """GPUs, the plugin's memory estimate and Megatron-Bridge's own (None where either does not apply); ``plan``:
+    the point's plan when the caller has it already."""
     tdef = tr.test
-    plan = tdef.plan(tr, system)
+    plan = tdef.plan(tr, system) if plan is None else plan
     if hasattr(plan, "gpu"):  # training
         memory = bridge = None
         if plan.dp and plan.expert_dp and plan.experts_per_rank:
@@ -318,22 +523,46 @@ def _preview_key(tr: Any, values: dict[str, Any]) -> tuple:
     return (tr.name, tr.num_nodes, text)
 
 
+@dataclass
+class PointCaches:
+    """What the points of one sweep share, found once: the validation of each swept value, the secret checks and the
+    in-memory job render per set of non-numeric values (a number never changes either)."""
+
+    previews: dict[tuple, str | None] = field(default_factory=dict)
+    secrets: dict[tuple, list[Violation]] = field(default_factory=dict)
+    fields: dict[tuple, str | None] = field(default_factory=dict)
+    whole: dict[str, bool] = field(default_factory=dict)
+
+
 def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path | None = None,
-                render: bool = False, previews: dict[tuple, str | None] | None = None) -> PointResult:
+                render: bool = False, previews: dict[tuple, str | None] | None = None,
+                caches: PointCaches | None = None, action: dict[str, Any] | None = None) -> PointResult:
+    """One point's verdict. Without ``caches`` everything is checked from scratch (the reference the fast path is
+    tested against); with them, what points share is looked up (``action``: the point's swept keys and values)."""
     tdef = tr.test
     res = PointResult(test=tr.name, point=tr.step, values=values, violations=[], gpus=None)
     if not hasattr(tdef, "violations"):
         res.checked = False
         return res
+    if caches is not None:
+        previews = caches.previews
     if tr.step:
-        res.error = validate(tr)
+        res.error = validate(tr) if caches is None else validate_swept(tr, action or {}, caches)
         if res.error:
             return res
+    plan = None
     try:
-        res.violations = tdef.violations(tr, system)
+        if caches is None:
+            res.violations = tdef.violations(tr, system)
+        else:
+            key = _preview_key(tr, values)
+            if key not in caches.secrets:
+                caches.secrets[key] = tdef.secret_violations(system)
+            rules, plan = tdef.checked_plan(tr, system)
+            res.violations = [*caches.secrets[key], *rules]
         res.expected = tdef.rejection_expected(res.violations)
         if not any(v.rule == "system-gpu" for v in res.violations):  # no plan without a GPU: the rule says why
-            res.gpus, res.memory, res.bridge = _gpus_and_memory(tr, system)
+            res.gpus, res.memory, res.bridge = _gpus_and_memory(tr, system, plan)
     except Exception as exc:  # a value combination the plan cannot even be built from
         res.error = f"{type(exc).__name__}: {exc}"
         return res
@@ -359,19 +588,101 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
     return res
 
 
-def preflight(system: Any, scenario: Any, result_dir: Path | None = None, render: bool = True) -> PreflightReport:
-    report = PreflightReport(scenario=scenario.name, system=system.name)
-    previews: dict[tuple, str | None] = {}
-    for tr in scenario.test_runs:
-        for step, action in enumerate(sweep_points(tr), start=1):
-            point_step = step if action else 0
-            try:
-                point = unroll(tr, action, point_step) if action else dataclasses.replace(tr, step=0)
-            except Exception as exc:
-                report.points.append(PointResult(tr.name, point_step, action, [], None, error=str(exc)))
-                continue
-            values = {("num_nodes" if k == "NUM_NODES" else k): v for k, v in action.items()}
-            report.points.append(check_point(point, system, values, result_dir, render, previews))
+def _check(tr: Any, system: Any, index: int, space: dict[str, list[Any]], result_dir: Path | None, render: bool,
+           caches: PointCaches) -> PointResult:
+    """Point ``index`` (0-based) of ``tr``'s sweep, unrolled and checked."""
+    action = sweep_point(tr, index, space)
+    step = index + 1 if action else 0
+    try:
+        point = unroll(tr, action, step) if action else dataclasses.replace(tr, step=0)
+    except Exception as exc:
+        return PointResult(tr.name, step, action, [], None, error=str(exc))
+    values = {("num_nodes" if k == "NUM_NODES" else k): v for k, v in action.items()}
+    return check_point(point, system, values, result_dir, render, caches=caches, action=action)
+
+
+# Sweeps of at least this many points are checked by worker processes (forked: they share the parsed scenario), in
+# chunks of CHUNK points, each returning its points with their CSV rows; the parent counts and writes in order.
+PARALLEL_FROM = 4000
+CHUNK = 500
+_WORK: dict[str, Any] = {}
+
+
+def workers_for(points: int) -> int:
+    if points < PARALLEL_FROM or "fork" not in __import__("multiprocessing").get_all_start_methods():
+        return 1
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
+
+
+def _worker_start() -> None:
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the parent stops the sweep; it stops us
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _check_chunk(job: tuple[int, int, int]) -> list[tuple[PointResult, str]]:
+    test, start, stop = job
+    tr = _WORK["scenario"].test_runs[test]
+    space = _space(tr)
+    caches = _WORK.setdefault("caches", PointCaches())
+    line = _LineWriter()
+    out = []
+    for index in range(start, stop):
+        p = _check(tr, _WORK["system"], index, space, _WORK["result_dir"], _WORK["render"], caches)
+        for v in p.violations:
+            str(v)  # the row's text, made once here and carried back with the point
+        out.append((p, line(p)))
+    return out
+
+
+def iter_points(system: Any, scenario: Any, result_dir: Path | None = None, render: bool = True,
+                workers: int | None = None) -> Iterator[tuple[PointResult, str | None]]:
+    """Every point of every test, in CloudAI's order, with its CSV row when a worker made it (else None)."""
+    caches = PointCaches()
+    for test, tr in enumerate(scenario.test_runs):
+        size = sweep_size(tr)
+        n = workers_for(size) if workers is None else workers
+        if n <= 1 or size <= 1:
+            space = _space(tr)
+            for index in range(size):
+                yield _check(tr, system, index, space, result_dir, render, caches), None
+            continue
+        yield from _parallel(test, size, n, system, scenario, result_dir, render)
+
+
+def _parallel(test: int, size: int, workers: int, system: Any, scenario: Any, result_dir: Path | None,
+              render: bool) -> Iterator[tuple[PointResult, str | None]]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    _WORK.clear()
+    _WORK.update(system=system, scenario=scenario, result_dir=result_dir, render=render)
+    chunk = max(1, min(CHUNK, -(-size // (workers * 4))))
+    jobs = [(test, start, min(start + chunk, size)) for start in range(0, size, chunk)]
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start)
+    try:
+        for points in pool.map(_check_chunk, jobs):
+            yield from points
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        _WORK.clear()
+
+
+def preflight(system: Any, scenario: Any, result_dir: Path | None = None, render: bool = True,
+              sink: Callable[[str], None] | None = None, keep_all: bool = True,
+              workers: int | None = None) -> PreflightReport:
+    """Every point checked; ``sink`` gets preflight.csv line by line (header first) as the points come, and the
+    report keeps every point or (``keep_all`` off) only those its tables show. ``workers``: processes to check a
+    sweep with (default: one per CPU from PARALLEL_FROM points on)."""
+    report = PreflightReport(scenario=scenario.name, system=system.name, keep_all=keep_all)
+    line = _LineWriter()
+    if sink is not None:
+        sink(line.header())
+    for point, row in iter_points(system, scenario, result_dir, render, workers):
+        report.add(point)
+        if sink is not None:
+            sink(row if row is not None else line(point))
     return report
 
 
@@ -380,17 +691,17 @@ def blocking_problems(report: PreflightReport, scenario: Any) -> list[str]:
     whose every point is rejected, a test without a sweep that is rejected. Each names the test and says why."""
     problems = []
     for tr in scenario.test_runs:
-        points = [p for p in report.points if p.test == tr.name]
-        if not points:
-            empty = [k for k, v in (tr.param_space if tr.is_dse_job else {}).items() if not v]
+        t = report.tests.get(tr.name)
+        if t is None:
+            empty = [k for k, v in _space(tr).items() if not v]
             what = ", ".join(f"{k} = []" for k in empty) or "its sweep"
             problems.append(f"test {tr.name!r}: {what} is an empty sweep: no point to run. "
                             "Fix: give the list at least one value, or a single value")
             continue
-        if any(p.ok or not p.checked for p in points):
+        if t.runnable:
             continue  # all fine, or a sweep with some rejected points: dry-run / run skip those, saying why
-        head = f"test {tr.name!r}: " + ("every point of its sweep is rejected" if points[0].swept else "rejected")
-        problems.append(head + ": " + distinct_reasons(points))
+        head = f"test {tr.name!r}: " + ("every point of its sweep is rejected" if t.swept else "rejected")
+        problems.append(head + ": " + reason_summary(t.reasons, t.points, t.other_reasons))
     return problems
 
 
@@ -401,9 +712,13 @@ def distinct_reasons(points: list[PointResult], limit: int = 6) -> str:
     for p in points:
         for reason in [p.error] if p.error else [str(v) for v in p.violations]:
             counts[reason] = counts.get(reason, 0) + 1
-    shown = [r if n == 1 or len(points) == 1 else f"{r} ({n} of {len(points)} points)"
+    return reason_summary(counts, len(points), limit=limit)
+
+
+def reason_summary(counts: dict[str, int], points: int, other: int = 0, limit: int = 6) -> str:
+    shown = [r if n == 1 or points == 1 else f"{r} ({n:,} of {points:,} points)"
              for r, n in list(counts.items())[:limit]]
-    more = len(counts) - limit
+    more = len(counts) - len(shown) + other
     return " | ".join(shown) + (f" | and {more} other reason(s) (cloudai-mbridge preflight lists them)" if more > 0
                                else "")
 
@@ -417,24 +732,48 @@ COLUMNS = ("test", "point", "varies", "verdict", "rule", "reason_and_fix", "gpus
            "gpu_hours_basis")
 
 
+def row(p: PointResult) -> dict[str, str]:
+    return {
+        "test": p.test, "point": str(p.point), "varies": p.varies, "verdict": p.verdict, "rule": p.rules,
+        "reason_and_fix": p.reasons, "gpus": "" if p.gpus is None else str(p.gpus),
+        "memory_gib_per_gpu": p.memory_gib, "memory_verdict": p.memory_verdict, "memory_band_pct": p.memory_band,
+        "bridge_estimate_gib": p.bridge_gib, "largest_term_gib": p.largest_term,
+        "gpu_hours": "" if p.gpu_hours is None or not p.ok else f"{p.gpu_hours:.1f}",
+        "gpu_hours_basis": p.hours_basis if p.ok else "",
+    }
+
+
 def rows(report: PreflightReport) -> list[dict[str, str]]:
-    out = []
-    for p in report.points:
-        out.append({
-            "test": p.test, "point": str(p.point), "varies": p.varies, "verdict": p.verdict, "rule": p.rules,
-            "reason_and_fix": p.reasons, "gpus": "" if p.gpus is None else str(p.gpus),
-            "memory_gib_per_gpu": p.memory_gib, "memory_verdict": p.memory_verdict, "memory_band_pct": p.memory_band,
-            "bridge_estimate_gib": p.bridge_gib, "largest_term_gib": p.largest_term,
-            "gpu_hours": "" if p.gpu_hours is None or not p.ok else f"{p.gpu_hours:.1f}",
-            "gpu_hours_basis": p.hours_basis if p.ok else "",
-        })
-    return out
+    """The CSV's rows of the points the report holds (every point unless it was made with keep_all off)."""
+    return [row(p) for p in report.points]
+
+
+class _LineWriter:
+    """preflight.csv a line at a time (csv module quoting, \r\n line ends as DictWriter writes them)."""
+
+    def __init__(self) -> None:
+        self._buf = io.StringIO(newline="")
+        self._writer = csv.DictWriter(self._buf, fieldnames=COLUMNS)
+
+    def _take(self) -> str:
+        text = self._buf.getvalue()
+        self._buf.seek(0)
+        self._buf.truncate()
+        return text
+
+    def header(self) -> str:
+        self._writer.writeheader()
+        return self._take()
+
+    def __call__(self, p: PointResult) -> str:
+        self._writer.writerow(row(p))
+        return self._take()
 
 
 def summary_lines(report: PreflightReport) -> list[str]:
-    n, acc = len(report.points), len(report.accepted)
+    n, acc = report.total, report.n_accepted
     best, bound, measured = report.sweep_hours()
-    expected = sum(p.expected for p in report.points)
+    expected = report.n_expected
     lines = [f"preflight {report.scenario} on {report.system}: {acc} of {n} point(s) accepted, {n - acc} rejected"
              + (f" ({expected} as the test declares in expected_rejections)" if expected else "")]
     if acc:
@@ -447,20 +786,20 @@ def summary_lines(report: PreflightReport) -> list[str]:
         else:
             hours = "GPU-hours unknown (no time_limit in the scenario)"
         lines.append(hours)
-    tight = [p for p in report.points if p.ok and p.memory is not None and p.memory.verdict != "fits"]
-    if tight:
-        lines.append(f"{len(tight)} accepted point(s) within the memory estimate's error band of the GPU or above it "
-                     "under memory_check: they run, with a warning")
+    if report.n_tight:
+        lines.append(f"{report.n_tight} accepted point(s) within the memory estimate's error band of the GPU or above "
+                     "it under memory_check: they run, with a warning")
     if not acc:
         lines.append("every point is rejected: nothing of this scenario would run")
-    bad = sorted({p.test for p in report.points if not p.ok and not p.swept})
-    if bad:
-        lines.append(f"rejected test(s) without a sweep: {', '.join(bad)} (dry-run and run stop there)")
+    if report.rejected_unswept:
+        lines.append(f"rejected test(s) without a sweep: {', '.join(sorted(report.rejected_unswept))} (dry-run and "
+                     "run stop there)")
     return lines
 
 
 def render_text(report: PreflightReport) -> str:
-    table = rows(report)
+    shown = report.shown()
+    table = [row(p) for p in shown]
     cols = ("test", "point", "varies", "verdict", "gpus", "memory_gib_per_gpu", "memory_band_pct", "memory_verdict",
             "bridge_estimate_gib", "largest_term_gib", "gpu_hours")
     heads = {"test": "test", "point": "#", "varies": "values that vary", "verdict": "verdict", "gpus": "GPUs",
@@ -469,23 +808,23 @@ def render_text(report: PreflightReport) -> str:
     width = {c: max([len(heads[c]), *(len(r[c]) for r in table)]) for c in cols}
     buf = io.StringIO()
     buf.write("  ".join(heads[c].ljust(width[c]) for c in cols).rstrip() + "\n")
-    for r, p in zip(table, report.points, strict=True):
+    for r, p in zip(table, shown, strict=True):
         buf.write("  ".join(r[c].ljust(width[c]) for c in cols).rstrip() + "\n")
         if p.error:
             buf.write(f"    invalid point: {p.error}\n")
         for v in p.violations:
             buf.write(f"    {v}\n")
+    if not report.complete:
+        buf.write(report.shown_note() + "\n")
     for line in summary_lines(report):
         buf.write(line + "\n")
     return buf.getvalue()
 
 
 def render_csv(report: PreflightReport) -> str:
-    buf = io.StringIO(newline="")
-    w = csv.DictWriter(buf, fieldnames=COLUMNS)
-    w.writeheader()
-    w.writerows(rows(report))
-    return buf.getvalue()
+    """preflight.csv of a report that holds every point (see :func:`preflight`'s sink for one that does not)."""
+    line = _LineWriter()
+    return line.header() + "".join(line(p) for p in report.points)
 
 
 def render_html(report: PreflightReport, folder: Path, argv: list[str] | None = None) -> str:
@@ -505,11 +844,12 @@ def write_html(report: PreflightReport, path: Path, argv: list[str] | None = Non
     return write_atomic(path, render_html(report, path.parent, argv))
 
 
-def write_reports(report: PreflightReport, output_dir: Path) -> tuple[Path, Path]:
+def write_reports(report: PreflightReport, output_dir: Path, staged_csv: Staged | None = None) -> tuple[Path, Path]:
     """preflight.csv and preflight.html in ``output_dir``, both or neither (an earlier pair stays as it was when
-    they cannot be written: atomic.write_together)."""
+    they cannot be written: atomic.write_together). ``staged_csv``: the CSV already written as the points came."""
     csv_path, html_path = output_dir / REPORT_CSV, output_dir / REPORT_HTML
-    write_together({csv_path: render_csv(report), html_path: render_html(report, output_dir)})
+    write_together({csv_path: staged_csv if staged_csv is not None else render_csv(report),
+                    html_path: render_html(report, output_dir)})
     return csv_path, html_path
 
 
@@ -535,28 +875,28 @@ def _headline_html(report: PreflightReport) -> str:
     from ..reports.page import headline, verdict_badge
 
     e = html.escape
-    n, acc = len(report.points), len(report.accepted)
+    n, acc = report.total, report.n_accepted
     items = []
     counts = f"{acc} of {n} point{'s' if n != 1 else ''} would run"
     items.append(verdict_badge(counts, "ok" if acc == n else "warn" if acc else "bad")
                  + ("" if acc == n else " " + verdict_badge(f"{n - acc} rejected", "bad")))
-    tight = [p for p in report.accepted if p.memory is not None and p.memory.verdict != "fits"]
-    if tight:
-        items.append(verdict_badge(f"{len(tight)} within the memory estimate's error band or above it", "warn")
+    if report.n_tight:
+        items.append(verdict_badge(f"{report.n_tight} within the memory estimate's error band or above it", "warn")
                      + ": they run with a warning (tight), or only because memory_check lets them (does not fit)")
     best, _bound, measured = report.sweep_hours()
-    if acc and any(p.gpu_hours is not None for p in report.accepted):
+    if acc and report.any_hours:
         basis = (f"{measured} from measured iteration times, the rest at their time limit" if measured
                  else "upper bound: GPUs x time limit; pass --result-dir for measured step times")
         items.append(f"<b>{best:,.1f} GPU-hours</b> for the points that would run ({e(basis)})")
     elif acc:
         items.append("GPU-hours unknown: the scenario sets no time_limit")
-    rules = Counter(v.rule for p in report.points for v in p.violations)
-    rules.update("invalid-point" for p in report.points if p.error and not p.violations)
+    rules = Counter(report.rules)
     if rules:
         items.append("rejected by rule: " + ", ".join(f"<b>{e(r)}</b> ({c} point{'s' if c != 1 else ''})"
                                                       for r, c in rules.most_common()))
-    bad = sorted({p.test for p in report.points if not p.ok and not p.swept})
+    bad = sorted(report.rejected_unswept)
+    if not report.complete:
+        items.append(e(report.shown_note()))
     if bad:
         items.append(verdict_badge("dry-run and run stop", "bad") + " rejected test(s) without a sweep: "
                      + e(", ".join(bad)))
@@ -598,8 +938,8 @@ def _table_html(report: PreflightReport) -> str:
     e = html.escape
     from ..reports.page import verdict_badge
 
-    memory = any(p.memory is not None for p in report.points)  # no column of dashes for a refit-only scenario
-    scale = _memory_scale(report.points)
+    memory = report.any_memory  # no column of dashes for a refit-only scenario
+    scale = report.memory_top * 1.04 if report.memory_top else 1.0  # one scale: bars compare across tests
     head = "<tr><th>#</th><th class='text'>values that vary</th><th class='text'>verdict</th><th>GPUs</th>"
     if memory:
         head += (f"<th class='text bar'>memory per GPU against the GPU's capacity (GiB){_axis_html(scale)}</th>"
@@ -608,11 +948,14 @@ def _table_html(report: PreflightReport) -> str:
     head += "<th>GPU-hours</th></tr>"
     width = 9 if memory else 5
     body = []
-    for test, points in _by_test(report.points):
-        single = len(points) == 1 and not points[0].swept
+    for test, points in _by_test(report.shown()):
+        tally = report.tests[test]
+        single = tally.points == 1 and not points[0].swept
         if not single:  # a test without a sweep is one row that names it; a sweep gets a group row
-            ok = sum(p.ok for p in points)
-            what = f"{len(points)} point{'s' if len(points) != 1 else ''}, {ok} would run"
+            ok = tally.accepted
+            what = f"{tally.points:,} point{'s' if tally.points != 1 else ''}, {ok:,} would run"
+            if len(points) < tally.points:
+                what += f" ({len(points):,} listed here, every one in {REPORT_CSV})"
             body.append(f"<tr class='group'><th colspan='{width}'>test {e(test)} <span class='sub'>· {e(what)}"
                         "</span></th></tr>")
         for p in points:
@@ -642,17 +985,6 @@ def _by_test(points: list[PointResult]) -> list[tuple[str, list[PointResult]]]:
     for p in points:
         groups.setdefault(p.test, []).append(p)
     return list(groups.items())
-
-
-def _memory_scale(points: list[PointResult]) -> float:
-    """GiB at the right end of every bar: one scale for the page, so bars compare across tests."""
-    top = 0.0
-    for p in points:
-        if p.memory is not None:
-            top = max(top, (p.memory.total + p.memory.band) / GIB, p.memory.capacity / GIB)
-        if p.bridge is not None:
-            top = max(top, p.bridge.total / GIB)
-    return top * 1.04 if top else 1.0
 
 
 def _axis_html(scale: float) -> str:
@@ -724,9 +1056,11 @@ def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]
     return scenario_check(system, scenario, source)[0]
 
 
-def scenario_check(system: Any, scenario: Any, source: str = "",
-                   result_dir: Path | None = None) -> tuple[list[str], PreflightReport | None]:
-    """scenario_refusals and the preflight report of every point (None when the scenario fails before one)."""
+def scenario_check(system: Any, scenario: Any, source: str = "", result_dir: Path | None = None,
+                   sink: Callable[[str], None] | None = None,
+                   keep_all: bool = True) -> tuple[list[str], PreflightReport | None]:
+    """scenario_refusals and the preflight report of every point (None when the scenario fails before one);
+    ``sink`` and ``keep_all`` as :func:`preflight` takes them."""
     from ..launch.payload import UnsafeOutputPathError, check_folder_name
 
     where = f"{source}: " if source else ""
@@ -753,5 +1087,5 @@ def scenario_check(system: Any, scenario: Any, source: str = "",
                             "or remove the key to use the partition's default")
     if problems:
         return problems, None
-    report = preflight(system, scenario, result_dir)
+    report = preflight(system, scenario, result_dir, sink=sink, keep_all=keep_all)
     return [f"{where}{p}" for p in blocking_problems(report, scenario)], report

@@ -707,11 +707,17 @@ def _estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     Needs a plan whose pipeline layout resolves (the layout rules report the others); a plan whose layout does not
     resolve is estimated with Megatron's even split rounded down, which is good enough to rank sweep points.
     """
-    return max(estimate_ranks(plan), key=lambda e: e.total)
+    return max(estimate_ranks(plan, busiest_only=True), key=lambda e: e.total)
 
 
-def estimate_ranks(plan: TrainingPlan) -> list[MemoryEstimate]:
-    """The estimate of every pipeline rank, in rank order (``estimate_memory`` takes the largest)."""
+def estimate_ranks(plan: TrainingPlan, busiest_only: bool = False) -> list[MemoryEstimate]:
+    """The estimate of every pipeline rank, in rank order (``estimate_memory`` takes the largest).
+
+    ``busiest_only``: of ranks holding alike stages (the same layers and the same bf16 first/last-layer extras),
+    only the first. Both schedules keep at least as many micro-batches of every chunk in flight on a lower rank
+    (``in_flight_chunks`` does not grow with the rank) and every other term depends on the stages only, so the
+    first of such ranks is the largest of them: the maximum over ranks is the same, from a few ranks of a deep
+    pipeline instead of all of them."""
     p = plan
     layout = p.pipeline.layout
     vp = p.interleaved_vp
@@ -745,8 +751,14 @@ def estimate_ranks(plan: TrainingPlan) -> list[MemoryEstimate]:
     ranks: list[MemoryEstimate] = []
     # the parameter terms depend on the rank's stages only, and most ranks of a deep pipeline hold alike stages
     by_stages: dict[tuple, tuple[float, float, float, float, float]] = {}
+    seen: set[tuple] = set()
     for rank in range(p.pp):
         stages = counts_by_rank[rank]
+        if busiest_only:
+            alike = (stages, tuple(bf16_extra.get((rank, v), 0.0) for v in range(len(stages))))
+            if alike in seen:
+                continue
+            seen.add(alike)
         if stages not in by_stages:
             params = _rank_params(p, stages)
             n_dense = params.dense + params.embedding

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..catalog import GPUSpec, ModelSpec
 from .layout import ResolvedLayout, resolve_layout
@@ -19,6 +20,22 @@ PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8",
 RECOMPUTE = ("none", "selective", "full")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 NETWORKS = ("efa", "ib", "ethernet")
+
+
+class _once:  # noqa: N801 (used as a decorator, like property)
+    """A property computed on first use and kept in the instance (a frozen plan never changes): what
+    functools.cached_property does, without its lock (Python 3.11), as a sweep builds a plan per point."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 
 @dataclass(frozen=True)
@@ -92,47 +109,47 @@ class TrainingPlan:
     # "warn" (say so, run it anyway) or "off" (no memory check). A "tight" point always runs with a warning.
     memory_check: str = "reject"
 
-    @property
+    @_once
     def world_size(self) -> int:
         return self.num_nodes * self.gpus_per_node
 
-    @property
+    @_once
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
 
-    @property
+    @_once
     def dp(self) -> int:
         """Data-parallel size; 0 when the world size is not a multiple of tp·pp·cp (a rule reports that)."""
         mp = self.model_parallel
         return self.world_size // mp if mp and self.world_size % mp == 0 else 0
 
-    @property
+    @_once
     def expert_dp(self) -> int:
         denom = self.etp * self.ep * self.pp
         return self.world_size // denom if denom and self.world_size % denom == 0 else 0
 
-    @property
+    @_once
     def num_microbatches(self) -> int:
         denom = self.mbs * self.dp
         return self.gbs // denom if denom and self.gbs % denom == 0 else 0
 
-    @property
+    @_once
     def experts_per_rank(self) -> int:
         return self.model.num_experts // self.ep if self.ep and self.model.num_experts % self.ep == 0 else 0
 
-    @property
+    @_once
     def effective_mtp_layers(self) -> int | None:
         """MTP layers as Megatron will see them: the explicit override wins over the model's own, and 0 is None
         (payload/train/config.py megatron_mtp_layers hands Megatron None for 0)."""
         mtp = self.mtp_num_layers if self.mtp_num_layers is not None else self.model.mtp_num_layers
         return mtp or None
 
-    @property
+    @_once
     def pipeline(self) -> ResolvedLayout:
         """The pipeline layout Megatron builds for this point (explicit, recipe table, derived for proxies), checked."""
         return resolve_layout(self.model, self.pp, self.vp, self.pipeline_layout, self.effective_mtp_layers)
 
-    @property
+    @_once
     def interleaved_vp(self) -> int:
         """Virtual stages per pipeline rank as the schedule sees them (an explicit layout decides it)."""
         layout = self.pipeline.layout
@@ -140,7 +157,7 @@ class TrainingPlan:
             return layout.vp
         return self.vp if self.vp and self.pp > 1 else 1
 
-    @property
+    @_once
     def shared_expert_overlap(self) -> bool:
         """Megatron's moe_shared_expert_overlap: the recipes turn it on, Bridge's flex backend and the perf
         harness's a2a overlap turn it off again (payload/train/config.py bridge_overrides does the same)."""
@@ -150,29 +167,29 @@ class TrainingPlan:
             return self.moe_shared_expert_overlap
         return self.dispatcher == "alltoall" and not self.moe_a2a_overlap
 
-    @property
+    @_once
     def cpu_offloading(self) -> bool:
         return self.cpu_offloading_num_layers > 0
 
-    @property
+    @_once
     def uses_flex(self) -> bool:
         return self.dispatcher in FLEX_DISPATCHERS
 
-    @property
+    @_once
     def flex_topk(self) -> int:
         """Top-k as the flex dispatcher sees it: the expert-TP-folded ``tp_size * moe_router_topk`` of
         MoEFlexTokenDispatcher (token_dispatcher.py L1792, megatron-core 0.19.2; ``tp_size`` is the expert TP
         group's, L83-L86)."""
         return self.etp * self.model.moe_router_topk
 
-    @property
+    @_once
     def ncclep_tokens_per_rank(self) -> int:
         """_NCCLEPManager._ensure_bootstrap (token_dispatcher.py L1597-L1605, megatron-core 0.19.2): the tokens one
         rank dispatches (its sequence-parallel shard, s*b/(cp*tp)) rounded up to NCCL EP's HT chunk of 64."""
         local = math.ceil(self.seq_length * self.mbs / (self.cp * self.tp))
         return -(-local // 64) * 64
 
-    @property
+    @_once
     def ncclep_recv_capacity(self) -> int | None:
         """The per-rank receive budget the ncclep backend sizes its buffers with (token_dispatcher.py L1606-L1609):
         int(tokens_per_rank x top-k x moe_expert_rank_capacity_factor), before the grouped-GEMM alignment; None

@@ -23,8 +23,11 @@ class Violation:
     fix: str
 
     def __str__(self) -> str:
-        values = ", ".join(f"{k}={show_value(v)}" for k, v in self.fields.items())
-        return f"[{self.rule}] {self.message} ({values}). Fix: {self.fix}"
+        text = self.__dict__.get("_text")
+        if text is None:  # made once: a sweep's table, its CSV and its counts all show it
+            values = ", ".join(f"{k}={show_value(v)}" for k, v in self.fields.items())
+            text = self.__dict__["_text"] = f"[{self.rule}] {self.message} ({values}). Fix: {self.fix}"
+        return text
 
 
 def show_value(value: object) -> str:

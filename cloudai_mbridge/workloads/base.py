@@ -60,6 +60,11 @@ class MBridgeTestDefinition(TestDefinition):
     def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
         """What Megatron / the payload would reject at this (unrolled) sweep point."""
 
+    def checked_plan(self, tr: TestRun, system: System | None) -> tuple[list[Violation], Any]:
+        """:meth:`rule_violations` and the plan they were found on, for a caller that needs both (preflight); a
+        workload that builds its plan inside its rules returns None for it."""
+        return self.rule_violations(tr, system), None
+
     def describe(self, tr: TestRun, system: System | None) -> str | None:
         """A line worth seeing at dry-run for every point (e.g. the memory estimate)."""
         return None
@@ -69,13 +74,16 @@ class MBridgeTestDefinition(TestDefinition):
         logged when the point's job is generated (systems/common.py open_run_dir)."""
         return []
 
-    def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+    def secret_violations(self, system: System | None) -> list[Violation]:
+        """Credentials written in the test or the system (they would land in the job's files)."""
         return [
             *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
             *secret_env_violations(system_env(system), "global_env_vars"),
             *secret_field_violations(self.cmd_args),
-            *self.rule_violations(tr, system),
         ]
+
+    def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        return [*self.secret_violations(system), *self.rule_violations(tr, system)]
 
     def constraint_check(self, tr: TestRun, system: System | None) -> bool:
         found = self.violations(tr, system)

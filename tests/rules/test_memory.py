@@ -16,9 +16,11 @@ from cloudai_mbridge.plan.memory import (
     MemoryEstimate,
     _activations,
     _attention_params,
+    _estimate_memory,
     _rank_params,
     _stage_counts,
     estimate_memory,
+    estimate_ranks,
     in_flight_chunks,
 )
 from cloudai_mbridge.rules import TRAINING_RULES
@@ -291,3 +293,24 @@ def test_ncclep_buffers_follow_the_receive_budget() -> None:
     assert _activations(fp8, "none").moe == _activations(with_(fp8, dispatcher="alltoall"), "none").moe
     # without a factor (a point the rules refuse) the balanced share stands in
     assert ncclep_recv_rows(with_(plan, moe_expert_rank_capacity_factor=None)) == 4096 * k
+
+
+@pytest.mark.parametrize("model", ["kimi_k2", "deepseek_v3"])
+def test_the_busiest_rank_from_a_few_ranks_is_the_maximum_over_all(model: str) -> None:
+    """estimate_memory looks only at the first of ranks holding alike stages (preflight's speed on a 100k grid); on
+    deep pipelines, both schedules, few and many micro-batches, bf16 first/last layers and MTP, it must give the
+    rank and the numbers of the maximum over every rank."""
+    compared = 0
+    for pp, vp in [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2), (16, 1), (16, 2), (32, 1)]:
+        for gbs in (pp, 4 * pp, 1024):
+            for precision in ("bf16", "fp8_tensorwise"):
+                for mtp in (None, 1):
+                    p = seed_plan(model, pp=pp, vp=vp if vp > 1 else None, gbs=gbs, precision=precision,
+                                  mtp_num_layers=mtp)
+                    if not (p.dp and p.expert_dp and p.experts_per_rank):
+                        continue
+                    every = estimate_ranks(p)
+                    assert len(every) == p.pp
+                    assert _estimate_memory(p) == max(every, key=lambda e: e.total), (pp, vp, gbs, precision, mtp)
+                    compared += 1
+    assert compared >= 60

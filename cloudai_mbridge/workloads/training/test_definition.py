@@ -314,12 +314,16 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
         return golden_status(tr)
 
     def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        return self.checked_plan(tr, system)[0]
+
+    def checked_plan(self, tr: TestRun, system: System | None) -> tuple[list[Violation], TrainingPlan | None]:
+        """The rule violations and the plan they were found on (None when the GPU cannot be resolved)."""
         try:
             plan = self.plan(tr, system)
         except ValueError as e:  # the GPU cannot be resolved (resolve_gpu's message says which field and the fix)
             message, _, fix = str(e).partition(". Fix: ")
-            return [Violation("system-gpu", {"gpu": self.cmd_args.gpu}, message, fix or "see the message")]
-        return [*TRAINING_RULES.check(plan), *self._engine_violations(plan)]
+            return [Violation("system-gpu", {"gpu": self.cmd_args.gpu}, message, fix or "see the message")], None
+        return [*TRAINING_RULES.check(plan), *self._engine_violations(plan)], plan
 
     def cautions(self, tr: TestRun, system: System | None) -> list[str]:
         """A Bridge run that will need the Hugging Face hub on the compute nodes (payload/hf_config.py: the model's
