@@ -173,7 +173,7 @@ The DeepEP/UCCL/HybridEP sizes follow their default configs.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .layout import DECODER, EMBEDDING, LOSS, MTP, PipelineLayout, recipe_mtp_layers
@@ -695,10 +695,26 @@ def _step_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards: int
 def estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
     """:func:`_estimate_memory`, remembered per plan: the memory rule, the dry-run note, the caution and preflight's
     table all ask for the same point's estimate (plans and estimates are frozen, so a remembered one is the same)."""
+    known = plan.__dict__.get("_memory_estimate")  # asked again for the same plan (the rule, then the table)
+    if known is not None:
+        return known
     try:
-        return _remembered_estimate(plan)
+        estimate = _remembered_estimate(_memory_key(plan))
     except TypeError:  # a plan with an unhashable field: computed each time
         return _estimate_memory(plan)
+    plan.__dict__["_memory_estimate"] = estimate  # a frozen plan never changes: the answer stays right
+    return estimate
+
+
+def _memory_key(plan: TrainingPlan) -> TrainingPlan:
+    """The plan an estimate is remembered under: the global batch enters the estimate only through the micro-batch
+    count of ``in_flight_chunks``, which no longer changes past ``pp * (vp + 3)`` micro-batches (every rank's
+    warm-up is shorter than that, in full groups of pp), so a sweep over gbs shares one estimate from there on."""
+    m = plan.num_microbatches
+    cap = plan.pp * (plan.interleaved_vp + 3)
+    if m <= cap:
+        return plan
+    return replace(plan, gbs=cap * plan.mbs * plan.dp)
 
 
 def _estimate_memory(plan: TrainingPlan) -> MemoryEstimate:
