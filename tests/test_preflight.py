@@ -218,3 +218,9 @@ def test_a_large_sweep_lists_part_of_its_points_and_counts_all(tmp_path: Path, m
     assert html.count("class='hb'") == 3, "a memory bar for each listed point that would run"
     assert f"36 points, {len(accepted)} would run (5 listed here, every one in preflight.csv)" in html
     assert pf.summary_lines(part) == pf.summary_lines(full)
+    # Two worker processes, a point a chunk: only what the table may still show comes back whole.
+    monkeypatch.setattr(pf, "CHUNK", 1)
+    rows: list[str] = []
+    forked = pf.preflight(system, parsed, sink=rows.append, keep_all=False, workers=2)
+    assert "".join(rows) == "".join(lines)
+    assert pf.render_text(forked) == text

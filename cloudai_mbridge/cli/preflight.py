@@ -140,6 +140,36 @@ class TestTally:
     other_reasons: int = 0  # distinct reasons beyond those kept
 
 
+@dataclass(slots=True)
+class PointTally:
+    """What :meth:`PreflightReport.add` counts of a point."""
+
+    test: str
+    swept: bool
+    ok: bool
+    checked: bool
+    expected: bool
+    gpu_hours: float | None
+    limit_hours: float | None
+    measured: bool
+    tight: bool
+    has_memory: bool
+    memory_top: float | None  # GiB: estimate + band, capacity, Bridge's estimate, the largest of them
+    rules: tuple[str, ...]
+    reasons: tuple[str, ...]  # of a rejected point
+
+    @classmethod
+    def of(cls, p: PointResult) -> PointTally:
+        m, b = p.memory, p.bridge
+        tops = ([(m.total + m.band) / GIB, m.capacity / GIB] if m is not None else []) + \
+            ([b.total / GIB] if b is not None else [])
+        rules = tuple(v.rule for v in p.violations) + (("invalid-point",) if p.error and not p.violations else ())
+        return cls(p.test, p.swept, p.ok, p.checked, p.expected, p.gpu_hours, p.limit_hours,
+                   p.measured_hours is not None, p.ok and m is not None and m.verdict != "fits", m is not None,
+                   max(tops) if tops else None, rules,
+                   () if p.ok else (p.error,) if p.error else tuple(str(v) for v in p.violations))
+
+
 @dataclass
 class PreflightReport:
     """Every point's verdict, counted as the points come (:meth:`add`); ``points`` holds all of them, or, when
@@ -170,46 +200,45 @@ class PreflightReport:
         for p in given:
             self.add(p)
 
-    def add(self, p: PointResult) -> None:
+    def add(self, p: PointResult | PointTally) -> None:
+        """Count a point; keep it when the tables show it (a PointTally, a worker's answer for a point no table
+        shows, is only counted)."""
+        c = p if isinstance(p, PointTally) else PointTally.of(p)
         self.total += 1
-        t = self.tests.setdefault(p.test, TestTally())
+        t = self.tests.setdefault(c.test, TestTally())
         t.points += 1
-        t.swept = t.swept and p.swept
-        if p.ok or not p.checked:
+        t.swept = t.swept and c.swept
+        if c.ok or not c.checked:
             t.runnable += 1
-        if p.ok:
+        if c.ok:
             t.accepted += 1
             self.n_accepted += 1
-            hours = p.gpu_hours
-            self.best_hours += hours or 0.0
-            if p.limit_hours is None:
+            self.best_hours += c.gpu_hours or 0.0
+            if c.limit_hours is None:
                 self.bound_hours = None
             elif self.bound_hours is not None:
-                self.bound_hours += p.limit_hours
-            self.n_measured += p.measured_hours is not None
-            self.any_hours = self.any_hours or hours is not None
-            if p.memory is not None and p.memory.verdict != "fits":
-                self.n_tight += 1
+                self.bound_hours += c.limit_hours
+            self.n_measured += c.measured
+            self.any_hours = self.any_hours or c.gpu_hours is not None
+            self.n_tight += c.tight
         else:
-            if not p.swept and p.test not in self.rejected_unswept:
-                self.rejected_unswept.append(p.test)
-            for reason in [p.error] if p.error else [str(v) for v in p.violations]:
+            if not c.swept and c.test not in self.rejected_unswept:
+                self.rejected_unswept.append(c.test)
+            for reason in c.reasons:
                 if reason in t.reasons:
                     t.reasons[reason] += 1
                 elif len(t.reasons) < REASONS_KEPT:
                     t.reasons[reason] = 1
                 else:
                     t.other_reasons += 1
-        self.n_expected += p.expected
-        for v in p.violations:
-            self.rules[v.rule] = self.rules.get(v.rule, 0) + 1
-        if p.error and not p.violations:
-            self.rules["invalid-point"] = self.rules.get("invalid-point", 0) + 1
-        if p.memory is not None:
-            self.any_memory = True
-            self.memory_top = max(self.memory_top, (p.memory.total + p.memory.band) / GIB, p.memory.capacity / GIB)
-        if p.bridge is not None:
-            self.memory_top = max(self.memory_top, p.bridge.total / GIB)
+        self.n_expected += c.expected
+        for rule in c.rules:
+            self.rules[rule] = self.rules.get(rule, 0) + 1
+        if c.memory_top is not None:
+            self.any_memory = self.any_memory or c.has_memory
+            self.memory_top = max(self.memory_top, c.memory_top)
+        if isinstance(p, PointTally):
+            return
         if self.keep_all or self.total <= SHOWN_ALL:
             self.points.append(p)
             return
@@ -223,6 +252,14 @@ class PreflightReport:
         elif not p.ok and self._shown_bad < SHOWN_REJECTED:
             self._shown_bad += 1
             self.points.append(p)
+
+    def wants(self) -> tuple[int, int]:
+        """How many more accepted and rejected points this report may keep (it keeps fewer as points come)."""
+        if self.keep_all or self.total < SHOWN_ALL:
+            return (1 << 62, 1 << 62)
+        ok = sum(p.ok for p in self.points) if self.total == SHOWN_ALL else self._shown_ok
+        bad = len(self.points) - ok if self.total == SHOWN_ALL else self._shown_bad
+        return max(0, SHOWN_ACCEPTED - ok), max(0, SHOWN_REJECTED - bad)
 
     def shown(self) -> list[PointResult]:
         """The points the terminal table and the page list, in point order: every point of a sweep of up to
@@ -621,24 +658,38 @@ def _worker_start() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def _check_chunk(job: tuple[int, int, int]) -> list[tuple[PointResult, str]]:
-    test, start, stop = job
+def _check_chunk(job: tuple[int, int, int, int, int]) -> tuple[list[PointResult | PointTally], str]:
+    """Points ``start`` to ``stop`` of a test: the first ``want_ok`` accepted and ``want_bad`` rejected ones whole
+    (the parent may still show them), the others as what it counts; and their CSV rows as one text."""
+    test, start, stop, want_ok, want_bad = job
     tr = _WORK["scenario"].test_runs[test]
     space = _space(tr)
     caches = _WORK.setdefault("caches", PointCaches())
     line = _LineWriter()
-    out = []
+    out: list[PointResult | PointTally] = []
+    rows = []
     for index in range(start, stop):
         p = _check(tr, _WORK["system"], index, space, _WORK["result_dir"], _WORK["render"], caches)
-        for v in p.violations:
-            str(v)  # the row's text, made once here and carried back with the point
-        out.append((p, line(p)))
-    return out
+        rows.append(line(p))
+        if p.ok and want_ok > 0:
+            want_ok -= 1
+            out.append(p)
+        elif not p.ok and want_bad > 0:
+            want_bad -= 1
+            out.append(p)
+        else:
+            out.append(PointTally.of(p))
+    return out, "".join(rows)
+
+
+Wants = Callable[[], tuple[int, int]]  # (accepted, rejected) points the report may still keep
 
 
 def iter_points(system: Any, scenario: Any, result_dir: Path | None = None, render: bool = True,
-                workers: int | None = None) -> Iterator[tuple[PointResult, str | None]]:
-    """Every point of every test, in CloudAI's order, with its CSV row when a worker made it (else None)."""
+                workers: int | None = None,
+                wants: Wants | None = None) -> Iterator[tuple[list[PointResult | PointTally], str | None]]:
+    """Every point of every test, in CloudAI's order, in runs: the points (or, from a worker, the tallies of those
+    ``wants`` no longer asks for) with their CSV rows when a worker made them (else None)."""
     caches = PointCaches()
     for test, tr in enumerate(scenario.test_runs):
         size = sweep_size(tr)
@@ -646,24 +697,45 @@ def iter_points(system: Any, scenario: Any, result_dir: Path | None = None, rend
         if n <= 1 or size <= 1:
             space = _space(tr)
             for index in range(size):
-                yield _check(tr, system, index, space, result_dir, render, caches), None
+                yield [_check(tr, system, index, space, result_dir, render, caches)], None
             continue
-        yield from _parallel(test, size, n, system, scenario, result_dir, render)
+        yield from _parallel(test, size, n, system, scenario, result_dir, render, wants)
 
 
 def _parallel(test: int, size: int, workers: int, system: Any, scenario: Any, result_dir: Path | None,
-              render: bool) -> Iterator[tuple[PointResult, str | None]]:
+              render: bool, wants: Wants | None) -> Iterator[tuple[list[PointResult | PointTally], str | None]]:
+    """Chunks of the sweep checked by ``workers`` forked processes, a few chunks ahead of the one the caller takes;
+    each is sent with what the report may still keep then (it only keeps fewer later), so every point the report
+    keeps comes back whole."""
     import multiprocessing
+    from collections import deque
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     _WORK.clear()
     _WORK.update(system=system, scenario=scenario, result_dir=result_dir, render=render)
     chunk = max(1, min(CHUNK, -(-size // (workers * 4))))
-    jobs = [(test, start, min(start + chunk, size)) for start in range(0, size, chunk)]
+    starts = iter(range(0, size, chunk))
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_start)
+    pending: deque = deque()
+
+    def submit() -> None:
+        start = next(starts, None)
+        if start is not None:
+            ok, bad = wants() if wants is not None else (size, size)
+            pending.append(pool.submit(_check_chunk, (test, start, min(start + chunk, size), ok, bad)))
+
     try:
-        for points in pool.map(_check_chunk, jobs):
-            yield from points
+        for _ in range(workers * 3):
+            submit()
+        while pending:
+            try:
+                result = pending.popleft().result()
+            except BrokenProcessPool:
+                raise RuntimeError(f"a worker process checking test {scenario.test_runs[test].name!r} ended "
+                                   "unexpectedly (out of memory?). Fix: free memory and run preflight again") from None
+            submit()
+            yield result
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         _WORK.clear()
@@ -679,10 +751,11 @@ def preflight(system: Any, scenario: Any, result_dir: Path | None = None, render
     line = _LineWriter()
     if sink is not None:
         sink(line.header())
-    for point, row in iter_points(system, scenario, result_dir, render, workers):
-        report.add(point)
+    for points, rows in iter_points(system, scenario, result_dir, render, workers, report.wants):
+        for point in points:
+            report.add(point)
         if sink is not None:
-            sink(row if row is not None else line(point))
+            sink(rows if rows is not None else "".join(line(p) for p in points))
     return report
 
 
