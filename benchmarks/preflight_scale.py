@@ -4,9 +4,11 @@ Method: a scenario whose Kimi-K2 test on 32 x 8 B300 / EFA sweeps the first k of
 two), gbs (256..16384) and seq_length (1024..65536), seven values each: k = 4, 5, 6 gives 2,401, 16,807 and 117,649
 points (the last is the issue's "100k points: six fields of seven values"). Each size runs as a user runs it: a
 fresh ``python -m cloudai_mbridge preflight ... --output-dir`` process (interpreter start, CloudAI import and parsing,
-every point checked, the terminal table, preflight.csv and preflight.html written), wall time by
-``time.perf_counter`` around the child, CPU time (user + system) and peak resident memory from the child's
-``wait4`` rusage, ``--repeats`` times per size. CPU time is printed because a shared machine's load moves wall time.
+every point checked, by forked worker processes from 4,000 points on, one per CPU; the terminal table,
+preflight.csv and preflight.html written), wall time by ``time.perf_counter`` around the child, CPU time (user +
+system, the workers' included) and peak resident memory (of the largest single process: the parent or a worker) from
+the child's ``wait4`` rusage, ``--repeats`` times per size. CPU time is printed because a shared machine's load moves
+wall time. A run counts only when its preflight.csv holds a row for every point.
 Reported per size: median/min/max wall seconds, CPU seconds, ms per point, peak MiB; the growth of the per-point time
 from the smallest to the largest size (1.0 = linear); the RESULT is the largest size's median wall time scaled to
 100,000 points.
@@ -17,6 +19,7 @@ Run: ``python3 benchmarks/preflight_scale.py [--fields 4 5 6] [--repeats 1]``
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import statistics
 import subprocess
@@ -52,8 +55,8 @@ def write_conf(root: Path, fields: int) -> Path:
     return scenario
 
 
-def run_once(scenario: Path, out: Path, cwd: Path) -> tuple[float, float, float, str]:
-    """(wall s, CPU s, peak MiB, the summary line) of one preflight process."""
+def run_once(scenario: Path, out: Path, cwd: Path) -> tuple[float, float, float, str, int]:
+    """(wall s, CPU s, peak MiB, the summary line, rows in preflight.csv) of one preflight process."""
     argv = [sys.executable, "-m", "cloudai_mbridge", "--log-file", str(cwd / "preflight.log"), "preflight",
             "--system-config", str(SYSTEM), "--test-scenario", str(scenario), "--output-dir", str(out)]
     with open(cwd / "stdout.txt", "wb") as so, open(cwd / "stderr.txt", "wb") as se:
@@ -66,7 +69,9 @@ def run_once(scenario: Path, out: Path, cwd: Path) -> tuple[float, float, float,
     if proc.returncode not in (0, 1) or "Traceback" in (cwd / "stderr.txt").read_text(errors="replace"):
         raise SystemExit(f"preflight failed (rc {proc.returncode}):\n{text[-2000:]}")
     summary = next((ln for ln in text.splitlines() if ln.startswith("preflight ")), "")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, summary
+    with open(out / "preflight.csv", newline="") as f:
+        rows = sum(1 for _ in csv.reader(f)) - 1
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, summary, rows
 
 
 def main() -> None:
@@ -74,9 +79,13 @@ def main() -> None:
     ap.add_argument("--fields", type=int, nargs="+", default=[4, 5, 6])
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from cloudai_mbridge.cli.preflight import workers_for
+
     print(f"method: fresh `python -m cloudai_mbridge preflight --output-dir` per size, {args.repeats} repetition(s); "
-          f"wall by perf_counter, CPU and peak RSS by wait4; {os.cpu_count()} CPUs, load average "
-          f"{os.getloadavg()[0]:.1f} at start")
+          f"wall by perf_counter, CPU (workers included) and peak RSS (largest process) by wait4; {os.cpu_count()} "
+          f"CPUs, {workers_for(10**6)} worker process(es) from 4,000 points, load average {os.getloadavg()[0]:.1f} at "
+          "start")
     per_point = {}
     walls = {}
     with tempfile.TemporaryDirectory(prefix="mbridge-preflight-scale-") as tmp:
@@ -85,6 +94,9 @@ def main() -> None:
             case = Path(tmp) / f"k{k}"
             scenario = write_conf(case, k)
             runs = [run_once(scenario, case / f"out{i}", case) for i in range(args.repeats)]
+            short = [r[4] for r in runs if r[4] != points]
+            if short:
+                raise SystemExit(f"preflight.csv of the {points}-point grid holds {short[0]} rows: no number")
             wall = [r[0] for r in runs]
             med = statistics.median(wall)
             walls[points], per_point[points] = med, med / points

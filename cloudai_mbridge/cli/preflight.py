@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import html
 import io
 import math
@@ -373,7 +374,10 @@ def unroll(tr: Any, action: dict[str, Any], step: int) -> Any:
             setattr(obj, attrs[-1], value)
     tdef.cmd_args = args
     tdef.extra_env_vars = env
-    return dataclasses.replace(tr, test=tdef, num_nodes=action.get("NUM_NODES", tr.num_nodes), step=step)
+    point = object.__new__(type(tr))  # dataclasses.replace without its __init__: the same shallow copy, cheaper
+    point.__dict__.update(tr.__dict__)
+    point.test, point.num_nodes, point.step = tdef, action.get("NUM_NODES", tr.num_nodes), step
+    return point
 
 
 def _has_model_validators(model: Any) -> bool:
@@ -460,6 +464,7 @@ def validate(tr: Any) -> str | None:
 # --------------------------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
 def time_limit_hours(limit: str | None) -> float | None:
     """Slurm's formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
     if not limit:
