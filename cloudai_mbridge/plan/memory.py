@@ -490,9 +490,13 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
 
 
 def _activations(p: TrainingPlan, recompute: str) -> _Activations:
-    if p.transformer_impl != "local":
-        return _te_activations(p, recompute)
-    return _local_activations(p, recompute)
+    """Per layer kind, kept on the (frozen) plan: the estimate asks for the same ones from every backward phase."""
+    key = f"_activations_{recompute}"
+    known = p.__dict__.get(key)
+    if known is None:
+        known = _te_activations(p, recompute) if p.transformer_impl != "local" else _local_activations(p, recompute)
+        p.__dict__[key] = known
+    return known
 
 
 def _local_activations(p: TrainingPlan, recompute: str) -> _Activations:
@@ -771,7 +775,8 @@ def estimate_ranks(plan: TrainingPlan, busiest_only: bool = False) -> list[Memor
     for rank in range(p.pp):
         stages = counts_by_rank[rank]
         if busiest_only:
-            alike = (stages, tuple(bf16_extra.get((rank, v), 0.0) for v in range(len(stages))))
+            alike = (stages, tuple(bf16_extra.get((rank, v), 0.0) for v in range(len(stages)))) if bf16_extra \
+                else stages
             if alike in seen:
                 continue
             seen.add(alike)
