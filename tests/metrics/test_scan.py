@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from cloudai_mbridge.metrics import parse_iteration_line, signals
-from cloudai_mbridge.metrics.scan import MAX_SEGMENT, WINDOW_AFTER, WINDOW_BEFORE, Marker, clean_text, scan_file
+from cloudai_mbridge.metrics import scan as scan_mod
+from cloudai_mbridge.metrics.scan import (
+    BLOCK,
+    MAX_SEGMENT,
+    WINDOW_AFTER,
+    WINDOW_BEFORE,
+    Marker,
+    clean_text,
+    scan_file,
+)
 from cloudai_mbridge.metrics.training import ITERATION
 
 CLEAN_TIMES = [5630.1, 5410.6, 5444.9, 5533.8, 5718.6]
@@ -132,3 +143,69 @@ def test_two_carriage_return_segments_of_one_line_are_two_lines(fixtures: Path, 
     path = tmp_path / "cr.log"
     path.write_text(first + "\r" + second + "\n")
     assert times(scan_file(path, [ITERATION])) == [5444.9, 5533.8]
+
+
+# --- the reused buffer and the pair filter (files of several BLOCKs) -----------------------------------------------
+def _offsets(scan, name: str) -> list[int]:
+    return [line.offset for line in scan.lines(name)]
+
+
+def _expected(data: bytes, needle: bytes) -> list[int]:
+    """Offsets of the lines (segments) holding ``needle``, the slow and obvious way."""
+    found: dict[int, None] = {}
+    pos = data.find(needle)
+    while pos != -1:
+        line_start = data.rfind(b"\n", 0, pos) + 1
+        start = max(line_start, data.rfind(b"\r", line_start, pos) + 1)
+        found[start] = None
+        end = data.find(b"\n", pos)
+        pos = -1 if end == -1 else data.find(needle, end + 1)
+    return list(found)
+
+
+QUIET = b"NCCL INFO Channel 00/0 : 3[3] -> 4[4] via P2P/IPC\n"
+
+
+@pytest.mark.parametrize(("noise", "block"), [(QUIET, BLOCK), (QUIET, 4096), (b"error carries rr\n", 4096)])
+def test_short_needles_across_block_edges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, noise: bytes, block: int
+) -> None:
+    """Hits right before, across and right after every block edge, in a quiet log (the filter skips blocks) and in
+    one where the pair is everywhere (the filter turns itself off): the same lines as a plain search."""
+    monkeypatch.setattr(scan_mod, "BLOCK", block)
+    data = bytearray(noise * (12 * block // len(noise) + 1))
+    for i, edge in enumerate(range(block, len(data) - block, block)):
+        at = edge + (-9, -3, -2, -1, 0, 1)[i % 6]  # the needle ends before, spans or starts at the edge
+        data[at - 1] = 0x0A
+        data[at : at + 5] = b"rror\n"
+    data = bytes(data)
+    path = tmp_path / "rank-0.log"
+    path.write_bytes(data)
+    scan = scan_file(path, [Marker("e", (b"rror",)), Marker("rr", (b"rr",))])
+    assert _offsets(scan, "e") == _expected(data, b"rror")
+    assert _offsets(scan, "rr") == _expected(data, b"rr")
+
+
+def test_a_smaller_file_after_a_bigger_one_sees_only_its_own_bytes(tmp_path: Path) -> None:
+    """The thread's buffer still holds the bigger file after the smaller one's end: no hit, newline or line from it."""
+    big, small = tmp_path / "big.log", tmp_path / "small.log"
+    big.write_bytes(b"a" * (3 * BLOCK) + b"\nrror tail\nMARK\n")
+    small.write_bytes(b"a" * (3 * BLOCK) + b"\nrror cut")
+    assert _offsets(scan_file(big, [Marker("m", (b"MARK",))]), "m") == [3 * BLOCK + 11]
+    scan = scan_file(small, [Marker("e", (b"rror",)), Marker("m", (b"MARK",))])
+    assert scan.size == 3 * BLOCK + 9 and scan.truncated
+    (line,) = scan.lines("e")
+    assert line.text == "rror cut" and not line.terminated
+    assert scan.lines("m") == ()
+
+
+def test_a_file_that_grows_past_the_buffer_is_read_to_its_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The buffer is sized from fstat; bytes written after that are still read (the buffer grows)."""
+    path = tmp_path / "rank-0.log"
+    path.write_bytes(b"x\n" * 10)
+    real = scan_mod.os.fstat
+    monkeypatch.setattr(scan_mod, "_LOCAL", threading.local())  # no buffer kept from an earlier test
+    monkeypatch.setattr(scan_mod.os, "fstat", lambda fd: SimpleNamespace(st_size=real(fd).st_size - 15))
+    monkeypatch.setattr(scan_mod, "_capacity", lambda size: size + 1)
+    scan = scan_file(path, [Marker("x", (b"x",))])
+    assert scan.size == 20 and len(scan.lines("x")) == 10
