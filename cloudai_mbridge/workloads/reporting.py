@@ -93,14 +93,31 @@ class MBridgeReport(ReportGenerationStrategy):
 PER_RUN_PLOTS = 32
 
 
+_SWEEP_RUNS: dict[tuple[str, int, int], int] = {}
+
+
+def _sweep_runs(parent: Path) -> int | None:
+    """How many numbered run folders ``parent`` holds (None: it cannot be listed). Counted once per folder state
+    (its inode and modification time, which a new or removed entry changes): every run of a sweep asks, and listing
+    the folder per run made a 1,000-run report quadratic."""
+    try:
+        st = parent.stat()
+        key = (str(parent), st.st_ino, st.st_mtime_ns)
+        if key not in _SWEEP_RUNS:
+            if len(_SWEEP_RUNS) >= 1024:
+                _SWEEP_RUNS.clear()
+            _SWEEP_RUNS[key] = sum(1 for d in parent.iterdir() if d.name.isdecimal())
+        return _SWEEP_RUNS[key]
+    except OSError:
+        return None
+
+
 def plot_skipped(tr: TestRun) -> str | None:
     """Why this run gets no per-run PNG (None: it gets one): its sweep has more than PER_RUN_PLOTS runs."""
     if not tr.step:
         return None
-    parent = tr.output_path.parent
-    try:
-        runs = sum(1 for d in parent.iterdir() if d.name.isdecimal())
-    except OSError:
+    runs = _sweep_runs(tr.output_path.parent)
+    if runs is None:
         return None
     if runs <= PER_RUN_PLOTS:
         return None
