@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGenerationStrategy, TestRun
 
 from ..atomic import write_atomic
-from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_frame, load_layout, parse_run, refit_frame
+from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_csv, load_layout, parse_run, refit_frame
 from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
 from ..reports.common import run_title
 from ..reports.plots import Panel, series_plot, time_panel
@@ -145,8 +145,7 @@ class MBridgeTrainingReport(MBridgeReport):
     def generate_report(self) -> None:
         m = self.parsed()
         out = self.test_run.output_path
-        frame = iterations_frame(m)
-        write_atomic(out / "mbridge_iterations.csv", frame.to_csv(index=False))
+        write_atomic(out / "mbridge_iterations.csv", iterations_csv(m))
         if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format
             write_atomic(out / GOLDEN_FILE, json.dumps(golden_values(m), indent=1) + "\n")
         golden = golden_comparison(self.test_run, m) if m.ok else None
@@ -154,11 +153,11 @@ class MBridgeTrainingReport(MBridgeReport):
         if golden is not None:
             extra["golden"] = golden.to_json()
             write_atomic(out / "mbridge_golden.json", json.dumps(golden.to_json(), indent=2, default=str) + "\n")
-        skipped = plot_skipped(self.test_run) if not frame.empty else None
+        skipped = plot_skipped(self.test_run) if m.iterations else None
         if skipped:
             extra["plot"] = skipped
         self.write_summary(m, **extra)
-        if not frame.empty and not skipped:
+        if m.iterations and not skipped:
             training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
 
 
