@@ -4,8 +4,9 @@
 flushes it to the disk (fsync), gives it the mode open() would have, then renames it over ``path``. A symlink at
 ``path`` is replaced, its target left untouched; an earlier file at ``path`` stays as it was until the rename, so a
 full disk, a file size limit or a signal in the middle leaves the earlier file intact and no temporary file behind.
-``write_together({path: data, ...})`` does the same for files that belong together (preflight.csv and .html): every
-temporary file is written first, then all are renamed; a failure renames none.
+``write_together({path: data, ...})`` does the same for files that belong together (preflight.csv and .html, the
+files of one run's per-test report): every temporary file is written first, then each is synced, then all are
+renamed and their folder synced once; a failure renames none.
 
 A failure of the operating system becomes a :class:`WriteError` whose message names the file, what went wrong in
 words and the fix (:func:`os_problem`); the CLI prints it as one line. Signals that would stop the command
@@ -120,8 +121,9 @@ def normal_mode(path: Path, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
-def _temp(path: Path, data: str | bytes) -> Path:
-    """``data`` in a temporary file beside ``path`` (flushed to the disk, normal mode); removed again on failure."""
+def _temp(path: Path, data: str | bytes, sync: bool = True) -> Path:
+    """``data`` in a temporary file beside ``path`` (normal mode; flushed to the disk unless ``sync`` is False, when
+    the caller syncs it with :func:`_sync_file`); removed again on failure."""
     raw = data.encode() if isinstance(data, str) else data
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:80]}.", suffix=".tmp")
     tmp = Path(name)
@@ -129,12 +131,21 @@ def _temp(path: Path, data: str | bytes) -> Path:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         normal_mode(tmp)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp
+
+
+def _sync_file(tmp: Path) -> None:
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _sync_folder(folder: Path) -> None:
@@ -162,7 +173,12 @@ def write_together(files: Mapping[Path, str | bytes]) -> list[Path]:
                 current = path
                 if path.is_dir() and not path.is_symlink():  # before anything is renamed: all or none
                     raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-                temps[path] = _temp(path, data)
+                temps[path] = _temp(path, data, sync=len(paths) == 1)
+            # Several files: every one written before the first is synced, so one journal commit (ext4, xfs) carries
+            # them all and the syncs after the first find little left to do; each is still synced before any rename.
+            for path in paths if len(paths) > 1 else ():
+                current = path
+                _sync_file(temps[path])
             for path in paths:
                 current = path
                 os.replace(temps.pop(path), path)  # a symlink at ``path`` is replaced, never followed

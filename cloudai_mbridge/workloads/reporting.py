@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGenerationStrategy, TestRun
 
-from ..atomic import write_atomic
+from ..atomic import write_together
 from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_csv, load_layout, parse_run, refit_frame
 from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
 from ..reports.common import run_title
@@ -80,12 +80,13 @@ class MBridgeReport(ReportGenerationStrategy):
         value = fn(m)
         return METRIC_ERROR if value is None else float(value)
 
-    def write_summary(self, m: Metrics, **extra: Any) -> None:
+    def summary_file(self, m: Metrics, **extra: Any) -> tuple[Path, str]:
+        """(path, text) of the run's mbridge_summary.json."""
         summary = m.summary()
         summary["metrics"] = {name: self.get_metric(name) for name in self.metrics}
         summary.update(extra)
         path = self.test_run.output_path / "mbridge_summary.json"
-        write_atomic(path, json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n")
+        return path, json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n"
 
 
 # A sweep of more runs than this gets no per-run PNG: at 1,000 runs the plots took 452 s of a 706 s report. The
@@ -145,18 +146,21 @@ class MBridgeTrainingReport(MBridgeReport):
     def generate_report(self) -> None:
         m = self.parsed()
         out = self.test_run.output_path
-        write_atomic(out / "mbridge_iterations.csv", iterations_csv(m))
+        # the run's files are written together (atomic.write_together): one sync of the folder, not one per file
+        files = {out / "mbridge_iterations.csv": iterations_csv(m)}
         if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format
-            write_atomic(out / GOLDEN_FILE, json.dumps(golden_values(m), indent=1) + "\n")
+            files[out / GOLDEN_FILE] = json.dumps(golden_values(m), indent=1) + "\n"
         golden = golden_comparison(self.test_run, m) if m.ok else None
         extra: dict[str, Any] = {}
         if golden is not None:
             extra["golden"] = golden.to_json()
-            write_atomic(out / "mbridge_golden.json", json.dumps(golden.to_json(), indent=2, default=str) + "\n")
+            files[out / "mbridge_golden.json"] = json.dumps(golden.to_json(), indent=2, default=str) + "\n"
         skipped = plot_skipped(self.test_run) if m.iterations else None
         if skipped:
             extra["plot"] = skipped
-        self.write_summary(m, **extra)
+        path, text = self.summary_file(m, **extra)
+        files[path] = text
+        write_together(files)
         if m.iterations and not skipped:
             training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
 
@@ -212,9 +216,9 @@ class MBridgeRefitReport(MBridgeReport):
     def generate_report(self) -> None:
         m = self.parsed()
         out = self.test_run.output_path
-        write_atomic(out / "mbridge_refit_iterations.csv", refit_frame(m).to_csv(index=False))
         skipped = plot_skipped(self.test_run) if m.iterations else None
-        self.write_summary(m, **({"plot": skipped} if skipped else {}))
+        write_together({out / "mbridge_refit_iterations.csv": refit_frame(m).to_csv(index=False),
+                        **dict([self.summary_file(m, **({"plot": skipped} if skipped else {}))])})
         if m.iterations and not skipped:
             verify = m.verify.status if m.verify else "not verified"
             series_plot(
