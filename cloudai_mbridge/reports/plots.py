@@ -19,6 +19,9 @@ from typing import Any
 from ..atomic import write_atomic
 
 Points = Sequence[tuple[float, float]]
+# Axes titles sit just above their axes (where matplotlib puts them when nothing is drawn above an axes, as in every
+# figure here): a given position spares matplotlib's search for one, a tenth of a figure's drawing time.
+TITLE_Y = 1.0
 
 
 def _pyplot():
@@ -68,7 +71,8 @@ def series_figure(title: str, panels: Sequence[Panel], xlabel: str) -> Any:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, linestyle="--", color="0.4", label=name)
         ax.set_ylabel(panel.ylabel)
-        ax.set_title(panel.ylabel.split(" (")[0] + (f" — {panel.note}" if panel.note else ""), fontsize="small")
+        ax.set_title(panel.ylabel.split(" (")[0] + (f" — {panel.note}" if panel.note else ""), fontsize="small",
+                     y=TITLE_Y)
         ax.grid(True, alpha=0.3)
         if len(panel.series) + len(panel.references) > 1:
             ax.legend(fontsize="small")
@@ -127,7 +131,7 @@ def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: 
     ax.set_ylim(-0.6, n - 0.4)
     ax.set_xlim(0, right * 1.08)
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
+    ax.set_title(title, y=TITLE_Y)
     ax.grid(True, axis="x", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
@@ -188,7 +192,7 @@ def change_figure(title: str, xlabel: str, rows: Sequence[ChangeRow]) -> Any:
     ax.set_ylim(-0.8, n - 0.2)
     ax.set_xlim(-reach, reach)
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
+    ax.set_title(title, y=TITLE_Y)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
