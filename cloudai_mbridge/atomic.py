@@ -15,6 +15,7 @@ words and the fix (:func:`os_problem`); the CLI prints it as one line. Signals t
 
 from __future__ import annotations
 
+import atexit
 import errno
 import os
 import tempfile
@@ -161,9 +162,29 @@ def _sync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def write_together(files: Mapping[Path, str | bytes]) -> list[Path]:
+# Folders renamed into whose sync was deferred (write_together(..., defer_folder_sync=True)); synced by
+# sync_folders(), at the latest when the process exits.
+_unsynced_folders: dict[Path, None] = {}
+
+
+def sync_folders() -> None:
+    """Sync every folder whose sync a write deferred: the renames into them are then on the disk."""
+    while _unsynced_folders:
+        folder = next(iter(_unsynced_folders))
+        del _unsynced_folders[folder]
+        _sync_folder(folder)
+
+
+atexit.register(sync_folders)
+
+
+def write_together(files: Mapping[Path, str | bytes], defer_folder_sync: bool = False) -> list[Path]:
     """Write every file of ``files`` ({path: text or bytes}) atomically, all or none: the temporary files are written
-    first, then renamed. Raises :class:`WriteError` (nothing renamed, no temporary file left) when one cannot be."""
+    first, then renamed. Raises :class:`WriteError` (nothing renamed, no temporary file left) when one cannot be.
+
+    ``defer_folder_sync``: the folders are synced by :func:`sync_folders` (or at exit), not before this returns. The
+    files are as whole either way (each is synced before its rename); only the renames reach the disk later, with
+    the next write's journal commit, so many small reports in many folders cost one commit each instead of two."""
     paths = [Path(p) for p in files]
     temps: dict[Path, Path] = {}
     with interrupts.deferred():
@@ -191,7 +212,11 @@ def write_together(files: Mapping[Path, str | bytes]) -> list[Path]:
                 tmp.unlink(missing_ok=True)
             raise
         for folder in {p.parent for p in paths}:
-            _sync_folder(folder)
+            if defer_folder_sync:
+                _unsynced_folders[folder] = None
+            else:
+                _unsynced_folders.pop(folder, None)
+                _sync_folder(folder)
     return paths
 
 

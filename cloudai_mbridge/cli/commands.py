@@ -326,6 +326,7 @@ def guard_generate_report(command: click.Command) -> click.Command:
         if problem:
             logging.error(f"generate-report: nothing written: {problem}")
             raise SystemExit(1)
+        from ..atomic import sync_folders
         from .session import log_report_failures, report_failures
 
         failed_names = _FailedReports()
@@ -343,6 +344,8 @@ def guard_generate_report(command: click.Command) -> click.Command:
                              hook_dir=hook_dir, result_dir=result_dir)
                 except SystemExit as exc:
                     code = exc.code
+                finally:
+                    sync_folders()  # the per-test reports' renames, whose folder syncs were deferred
         finally:
             logging.getLogger().removeHandler(failed_names)
         if failed.messages():  # the operating system refused a file: what, where, the fix

@@ -146,7 +146,8 @@ class MBridgeTrainingReport(MBridgeReport):
     def generate_report(self) -> None:
         m = self.parsed()
         out = self.test_run.output_path
-        # the run's files are written together (atomic.write_together): one sync of the folder, not one per file
+        # the run's files are written together (atomic.write_together): one sync of the folder, not one per file,
+        # and that one deferred (to the next run's write or the end of the command): one journal commit per run
         files = {out / "mbridge_iterations.csv": iterations_csv(m)}
         if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format
             files[out / GOLDEN_FILE] = json.dumps(golden_values(m), indent=1) + "\n"
@@ -160,7 +161,7 @@ class MBridgeTrainingReport(MBridgeReport):
             extra["plot"] = skipped
         path, text = self.summary_file(m, **extra)
         files[path] = text
-        write_together(files)
+        write_together(files, defer_folder_sync=True)
         if m.iterations and not skipped:
             training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
 
@@ -218,7 +219,8 @@ class MBridgeRefitReport(MBridgeReport):
         out = self.test_run.output_path
         skipped = plot_skipped(self.test_run) if m.iterations else None
         write_together({out / "mbridge_refit_iterations.csv": refit_frame(m).to_csv(index=False),
-                        **dict([self.summary_file(m, **({"plot": skipped} if skipped else {}))])})
+                        **dict([self.summary_file(m, **({"plot": skipped} if skipped else {}))])},
+                       defer_folder_sync=True)
         if m.iterations and not skipped:
             verify = m.verify.status if m.verify else "not verified"
             series_plot(
