@@ -79,6 +79,7 @@ def series_figure(title: str, panels: Sequence[Panel], xlabel: str) -> Any:
     axes[-1, 0].set_xlabel(xlabel)
     fig.suptitle(title)
     fig.tight_layout()
+    fig.set_layout_engine(None)  # else a placeholder engine is left, and savefig lays the figure out again
     return fig
 
 
@@ -138,6 +139,7 @@ def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: 
     if unique:
         ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
+    fig.set_layout_engine(None)  # else a placeholder engine is left, and savefig lays the figure out again
     return fig
 
 
@@ -195,6 +197,7 @@ def change_figure(title: str, xlabel: str, rows: Sequence[ChangeRow]) -> Any:
     ax.set_title(title, y=TITLE_Y)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
+    fig.set_layout_engine(None)  # else a placeholder engine is left, and savefig lays the figure out again
     return fig
 
 
