@@ -4,8 +4,9 @@
 flushes it to the disk (fsync), gives it the mode open() would have, then renames it over ``path``. A symlink at
 ``path`` is replaced, its target left untouched; an earlier file at ``path`` stays as it was until the rename, so a
 full disk, a file size limit or a signal in the middle leaves the earlier file intact and no temporary file behind.
-``write_together({path: data, ...})`` does the same for files that belong together (preflight.csv and .html): every
-temporary file is written first, then all are renamed; a failure renames none.
+``write_together({path: data, ...})`` does the same for files that belong together (preflight.csv and .html, the
+files of one run's per-test report): every temporary file is written first, then each is synced, then all are
+renamed and their folder synced once; a failure renames none.
 
 A failure of the operating system becomes a :class:`WriteError` whose message names the file, what went wrong in
 words and the fix (:func:`os_problem`); the CLI prints it as one line. Signals that would stop the command
@@ -14,6 +15,7 @@ words and the fix (:func:`os_problem`); the CLI prints it as one line. Signals t
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
@@ -121,8 +123,9 @@ def normal_mode(path: Path, directory: bool = False) -> None:
     os.chmod(path, (0o777 if directory else 0o666) & ~_umask())
 
 
-def _temp(path: Path, data: str | bytes) -> Path:
-    """``data`` in a temporary file beside ``path`` (flushed to the disk, normal mode); removed again on failure."""
+def _temp(path: Path, data: str | bytes, sync: bool = True) -> Path:
+    """``data`` in a temporary file beside ``path`` (normal mode; flushed to the disk unless ``sync`` is False, when
+    the caller syncs it with :func:`_sync_file`); removed again on failure."""
     raw = data.encode() if isinstance(data, str) else data
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:80]}.", suffix=".tmp")
     tmp = Path(name)
@@ -130,12 +133,21 @@ def _temp(path: Path, data: str | bytes) -> Path:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         normal_mode(tmp)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return tmp
+
+
+def _sync_file(tmp: Path) -> None:
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _sync_folder(folder: Path) -> None:
@@ -197,12 +209,33 @@ class Staged:
         self.discard()  # placed (tmp None) or not: nothing left behind
 
 
-def write_together(files: Mapping[Path, str | bytes | Staged]) -> list[Path]:
+# Folders renamed into whose sync was deferred (write_together(..., defer_folder_sync=True)); synced by
+# sync_folders(), at the latest when the process exits.
+_unsynced_folders: dict[Path, None] = {}
+
+
+def sync_folders() -> None:
+    """Sync every folder whose sync a write deferred: the renames into them are then on the disk."""
+    while _unsynced_folders:
+        folder = next(iter(_unsynced_folders))
+        del _unsynced_folders[folder]
+        _sync_folder(folder)
+
+
+atexit.register(sync_folders)
+
+
+def write_together(files: Mapping[Path, str | bytes | Staged], defer_folder_sync: bool = False) -> list[Path]:
     """Write every file of ``files`` ({path: text, bytes or a :class:`Staged` file}) atomically, all or none: the
     temporary files are written first, then renamed. Raises :class:`WriteError` (nothing renamed, no temporary file
-    left) when one cannot be."""
+    left) when one cannot be.
+
+    ``defer_folder_sync``: the folders are synced by :func:`sync_folders` (or at exit), not before this returns. The
+    files are as whole either way (each is synced before its rename); only the renames reach the disk later, with
+    the next write's journal commit, so many small reports in many folders cost one commit each instead of two."""
     paths = [Path(p) for p in files]
     temps: dict[Path, Path] = {}
+    staged: set[Path] = set()
     with interrupts.deferred():
         current = paths[0] if paths else Path()
         try:
@@ -211,10 +244,17 @@ def write_together(files: Mapping[Path, str | bytes | Staged]) -> list[Path]:
                 if path.is_dir() and not path.is_symlink():  # before anything is renamed: all or none
                     raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
                 if isinstance(data, Staged):
-                    temps[path] = data.finish()
+                    temps[path] = data.finish()  # synced by finish()
                     data.tmp = None  # ours now: renamed below or removed on failure
+                    staged.add(path)
                 else:
-                    temps[path] = _temp(path, data)
+                    temps[path] = _temp(path, data, sync=len(paths) == 1)
+            # Several files: every one written before the first is synced, so one journal commit (ext4, xfs) carries
+            # them all and the syncs after the first find little left to do; each is still synced before any rename.
+            for path in paths if len(paths) > 1 else ():
+                current = path
+                if path not in staged:
+                    _sync_file(temps[path])
             for path in paths:
                 current = path
                 os.replace(temps.pop(path), path)  # a symlink at ``path`` is replaced, never followed
@@ -227,7 +267,11 @@ def write_together(files: Mapping[Path, str | bytes | Staged]) -> list[Path]:
                 tmp.unlink(missing_ok=True)
             raise
         for folder in {p.parent for p in paths}:
-            _sync_folder(folder)
+            if defer_folder_sync:
+                _unsynced_folders[folder] = None
+            else:
+                _unsynced_folders.pop(folder, None)
+                _sync_folder(folder)
     return paths
 
 

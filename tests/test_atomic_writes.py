@@ -94,3 +94,22 @@ def test_a_signal_during_a_write_waits_for_it(tmp_path: Path) -> None:
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM
     assert _names(tmp_path) == ["big.bin"]
     assert dest.stat().st_size in (7, 256 << 20)
+
+
+def test_a_deferred_folder_sync_still_writes_whole_files_and_syncs_later(tmp_path: Path, monkeypatch) -> None:
+    """The per-test reports defer the sync of their run folder (one journal commit per run, not two): the files are
+    in place at once, the folder is synced by sync_folders() (the command's end, or at exit), once."""
+    from cloudai_mbridge import atomic
+
+    synced: list[Path] = []
+    monkeypatch.setattr(atomic, "_sync_folder", synced.append)
+    run = tmp_path / "run"
+    run.mkdir()
+    write_together({run / "a.csv": "a\n", run / "b.json": "{}\n"}, defer_folder_sync=True)
+    write_together({run / "c.json": "{}\n"}, defer_folder_sync=True)
+    assert (run / "a.csv").read_text() == "a\n" and _names(run) == ["a.csv", "b.json", "c.json"]
+    assert synced == []
+    atomic.sync_folders()
+    assert synced == [run]
+    atomic.sync_folders()
+    assert synced == [run]

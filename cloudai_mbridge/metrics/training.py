@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import signals
-from .frames import frame
+from .frames import csv_text, frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
 from .scan import FileScan, LogLine, Marker, RunScan, scan_run
 from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
@@ -545,6 +545,16 @@ def tokens_per_s(record: IterationRecord, gbs: int | None, seq: int | None) -> f
 
 def iterations_frame(metrics: TrainingRunMetrics) -> pd.DataFrame:
     """One row per logged iteration; ``steady`` marks the rows the statistics use, ``stall`` the slow ones."""
+    return frame(iteration_rows(metrics))
+
+
+def iterations_csv(metrics: TrainingRunMetrics) -> str:
+    """``iterations_frame(metrics).to_csv(index=False)``, the per-test report's CSV, without pandas."""
+    return csv_text(iteration_rows(metrics))
+
+
+def iteration_rows(metrics: TrainingRunMetrics) -> list[dict[str, Any]]:
+    """The rows of :func:`iterations_frame`, one dict per logged iteration."""
     gbs, seq = config_int(metrics.config, "gbs"), config_int(metrics.config, "seq_length")
     steady, stalls = set(metrics.steady_iterations), set(metrics.stall_iterations)
     rows = []
@@ -568,7 +578,7 @@ def iterations_frame(metrics: TrainingRunMetrics) -> pd.DataFrame:
                 **dict(r.losses),
             }
         )
-    return frame(rows)
+    return rows
 
 
 def _fingerprint(run_dir: Path) -> tuple | None:

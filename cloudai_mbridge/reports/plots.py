@@ -19,6 +19,9 @@ from typing import Any
 from ..atomic import write_atomic
 
 Points = Sequence[tuple[float, float]]
+# Axes titles sit just above their axes (where matplotlib puts them when nothing is drawn above an axes, as in every
+# figure here): a given position spares matplotlib's search for one, a tenth of a figure's drawing time.
+TITLE_Y = 1.0
 
 
 def _pyplot():
@@ -68,13 +71,15 @@ def series_figure(title: str, panels: Sequence[Panel], xlabel: str) -> Any:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, linestyle="--", color="0.4", label=name)
         ax.set_ylabel(panel.ylabel)
-        ax.set_title(panel.ylabel.split(" (")[0] + (f" — {panel.note}" if panel.note else ""), fontsize="small")
+        ax.set_title(panel.ylabel.split(" (")[0] + (f" — {panel.note}" if panel.note else ""), fontsize="small",
+                     y=TITLE_Y)
         ax.grid(True, alpha=0.3)
         if len(panel.series) + len(panel.references) > 1:
             ax.legend(fontsize="small")
     axes[-1, 0].set_xlabel(xlabel)
     fig.suptitle(title)
     fig.tight_layout()
+    fig.set_layout_engine(None)  # else a placeholder engine is left, and savefig lays the figure out again
     return fig
 
 
@@ -127,13 +132,14 @@ def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: 
     ax.set_ylim(-0.6, n - 0.4)
     ax.set_xlim(0, right * 1.08)
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
+    ax.set_title(title, y=TITLE_Y)
     ax.grid(True, axis="x", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
     if unique:
         ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
+    fig.set_layout_engine(None)  # else a placeholder engine is left, and savefig lays the figure out again
     return fig
 
 
@@ -188,9 +194,10 @@ def change_figure(title: str, xlabel: str, rows: Sequence[ChangeRow]) -> Any:
     ax.set_ylim(-0.8, n - 0.2)
     ax.set_xlim(-reach, reach)
     ax.set_xlabel(xlabel)
-    ax.set_title(title)
+    ax.set_title(title, y=TITLE_Y)
     ax.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
+    fig.set_layout_engine(None)  # else a placeholder engine is left, and savefig lays the figure out again
     return fig
 
 

@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGenerationStrategy, TestRun
 
-from ..atomic import write_atomic
-from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_frame, load_layout, parse_run, refit_frame
+from ..atomic import write_together
+from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_csv, load_layout, parse_run, refit_frame
 from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
 from ..reports.common import run_title
 from ..reports.plots import Panel, series_plot, time_panel
@@ -80,12 +80,13 @@ class MBridgeReport(ReportGenerationStrategy):
         value = fn(m)
         return METRIC_ERROR if value is None else float(value)
 
-    def write_summary(self, m: Metrics, **extra: Any) -> None:
+    def summary_file(self, m: Metrics, **extra: Any) -> tuple[Path, str]:
+        """(path, text) of the run's mbridge_summary.json."""
         summary = m.summary()
         summary["metrics"] = {name: self.get_metric(name) for name in self.metrics}
         summary.update(extra)
         path = self.test_run.output_path / "mbridge_summary.json"
-        write_atomic(path, json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n")
+        return path, json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n"
 
 
 # A sweep of more runs than this gets no per-run PNG: at 1,000 runs the plots took 452 s of a 706 s report. The
@@ -93,14 +94,31 @@ class MBridgeReport(ReportGenerationStrategy):
 PER_RUN_PLOTS = 32
 
 
+_SWEEP_RUNS: dict[tuple[str, int, int], int] = {}
+
+
+def _sweep_runs(parent: Path) -> int | None:
+    """How many numbered run folders ``parent`` holds (None: it cannot be listed). Counted once per folder state
+    (its inode and modification time, which a new or removed entry changes): every run of a sweep asks, and listing
+    the folder per run made a 1,000-run report quadratic."""
+    try:
+        st = parent.stat()
+        key = (str(parent), st.st_ino, st.st_mtime_ns)
+        if key not in _SWEEP_RUNS:
+            if len(_SWEEP_RUNS) >= 1024:
+                _SWEEP_RUNS.clear()
+            _SWEEP_RUNS[key] = sum(1 for d in parent.iterdir() if d.name.isdecimal())
+        return _SWEEP_RUNS[key]
+    except OSError:
+        return None
+
+
 def plot_skipped(tr: TestRun) -> str | None:
     """Why this run gets no per-run PNG (None: it gets one): its sweep has more than PER_RUN_PLOTS runs."""
     if not tr.step:
         return None
-    parent = tr.output_path.parent
-    try:
-        runs = sum(1 for d in parent.iterdir() if d.name.isdecimal())
-    except OSError:
+    runs = _sweep_runs(tr.output_path.parent)
+    if runs is None:
         return None
     if runs <= PER_RUN_PLOTS:
         return None
@@ -128,20 +146,23 @@ class MBridgeTrainingReport(MBridgeReport):
     def generate_report(self) -> None:
         m = self.parsed()
         out = self.test_run.output_path
-        frame = iterations_frame(m)
-        write_atomic(out / "mbridge_iterations.csv", frame.to_csv(index=False))
+        # the run's files are written together (atomic.write_together): one sync of the folder, not one per file,
+        # and that one deferred (to the next run's write or the end of the command): one journal commit per run
+        files = {out / "mbridge_iterations.csv": iterations_csv(m)}
         if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format
-            write_atomic(out / GOLDEN_FILE, json.dumps(golden_values(m), indent=1) + "\n")
+            files[out / GOLDEN_FILE] = json.dumps(golden_values(m), indent=1) + "\n"
         golden = golden_comparison(self.test_run, m) if m.ok else None
         extra: dict[str, Any] = {}
         if golden is not None:
             extra["golden"] = golden.to_json()
-            write_atomic(out / "mbridge_golden.json", json.dumps(golden.to_json(), indent=2, default=str) + "\n")
-        skipped = plot_skipped(self.test_run) if not frame.empty else None
+            files[out / "mbridge_golden.json"] = json.dumps(golden.to_json(), indent=2, default=str) + "\n"
+        skipped = plot_skipped(self.test_run) if m.iterations else None
         if skipped:
             extra["plot"] = skipped
-        self.write_summary(m, **extra)
-        if not frame.empty and not skipped:
+        path, text = self.summary_file(m, **extra)
+        files[path] = text
+        write_together(files, defer_folder_sync=True)
+        if m.iterations and not skipped:
             training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
 
 
@@ -196,9 +217,10 @@ class MBridgeRefitReport(MBridgeReport):
     def generate_report(self) -> None:
         m = self.parsed()
         out = self.test_run.output_path
-        write_atomic(out / "mbridge_refit_iterations.csv", refit_frame(m).to_csv(index=False))
         skipped = plot_skipped(self.test_run) if m.iterations else None
-        self.write_summary(m, **({"plot": skipped} if skipped else {}))
+        write_together({out / "mbridge_refit_iterations.csv": refit_frame(m).to_csv(index=False),
+                        **dict([self.summary_file(m, **({"plot": skipped} if skipped else {}))])},
+                       defer_folder_sync=True)
         if m.iterations and not skipped:
             verify = m.verify.status if m.verify else "not verified"
             series_plot(
