@@ -196,11 +196,12 @@ class Staged:
         return self.tmp
 
     def discard(self) -> None:
-        if self.tmp is not None:
-            with contextlib.suppress(OSError):
-                self._file.close()
-            self.tmp.unlink(missing_ok=True)
-            self.tmp = None
+        with interrupts.deferred():  # a second signal does not stop the cleanup half-way
+            if self.tmp is not None:
+                with contextlib.suppress(OSError):
+                    self._file.close()
+                self.tmp.unlink(missing_ok=True)
+                self.tmp = None
 
     def __enter__(self) -> Staged:
         return self

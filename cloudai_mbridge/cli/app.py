@@ -235,6 +235,7 @@ def preflight_command(dry_run: Any) -> Any:
                   "that field", file=sys.stderr)
             raise SystemExit(2) from None
         from ..atomic import Staged
+        from . import interrupts
         from .inputs import secret_problems
 
         secret = output_dir is not None and bool(secret_problems(system, scenario))  # the page would show them
@@ -245,8 +246,10 @@ def preflight_command(dry_run: Any) -> Any:
             if write:
                 output_dir.mkdir(parents=True, exist_ok=True)
                 # preflight.csv is written as the points come (a 100k-point sweep is never held in memory), into a
-                # temporary file that becomes preflight.csv with the page, both or neither
-                staged = Staged(output_dir / REPORT_CSV)
+                # temporary file that becomes preflight.csv with the page, both or neither; a signal is held until
+                # ``staged`` names the file, so the cleanup below always finds it
+                with interrupts.deferred():
+                    staged = Staged(output_dir / REPORT_CSV)
             sink = staged.write if staged is not None else None
             with session("dry-run"):  # jobs are rendered in memory to check them: the cluster is not asked
                 # every point is checked once: the refusals come from the same report the table shows
