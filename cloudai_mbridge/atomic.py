@@ -166,7 +166,7 @@ def _sync_folder(folder: Path) -> None:
 class Staged:
     """A file too large to hold in memory (preflight.csv of a 100k-point sweep), written piece by piece into a
     temporary file beside ``path`` and placed by :func:`write_together` with the others, all or none. ``discard()``
-    (also on leaving a ``with`` block by an exception) removes the temporary file; a failure to write is a
+    removes the temporary file (the caller's cleanup when it stops before placing it); a failure to write is a
     :class:`WriteError` naming ``path``."""
 
     def __init__(self, path: Path) -> None:
@@ -202,12 +202,6 @@ class Staged:
                     self._file.close()
                 self.tmp.unlink(missing_ok=True)
                 self.tmp = None
-
-    def __enter__(self) -> Staged:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.discard()  # placed (tmp None) or not: nothing left behind
 
 
 # Folders renamed into whose sync was deferred (write_together(..., defer_folder_sync=True)); synced by

@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import html
 import io
+import itertools
 import math
 import os
 import re
@@ -193,8 +194,8 @@ class PreflightReport:
     rules: dict[str, int] = field(default_factory=dict)
     tests: dict[str, TestTally] = field(default_factory=dict)
     rejected_unswept: list[str] = field(default_factory=list)
-    _shown_ok: int = 0
-    _shown_bad: int = 0
+    _kept_ok: int = field(default=0, init=False, repr=False)  # of ``points``: accepted, rejected
+    _kept_bad: int = field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         given, self.points = self.points, []
@@ -240,27 +241,24 @@ class PreflightReport:
             self.memory_top = max(self.memory_top, c.memory_top)
         if isinstance(p, PointTally):
             return
-        if self.keep_all or self.total <= SHOWN_ALL:
-            self.points.append(p)
-            return
-        if self.total == SHOWN_ALL + 1:  # from here on only what the table shows is kept
-            self.points = self._subset()
-            self._shown_ok = sum(q.ok for q in self.points)
-            self._shown_bad = len(self.points) - self._shown_ok
-        if p.ok and self._shown_ok < SHOWN_ACCEPTED:
-            self._shown_ok += 1
-            self.points.append(p)
-        elif not p.ok and self._shown_bad < SHOWN_REJECTED:
-            self._shown_bad += 1
-            self.points.append(p)
+        if not self.keep_all and self.total > SHOWN_ALL:
+            if self.total == SHOWN_ALL + 1:  # from here on only what the table shows is kept
+                self.points = self._subset()
+                self._kept_ok = sum(q.ok for q in self.points)
+                self._kept_bad = len(self.points) - self._kept_ok
+            if (self._kept_ok >= SHOWN_ACCEPTED) if p.ok else (self._kept_bad >= SHOWN_REJECTED):
+                return
+        self.points.append(p)
+        if p.ok:
+            self._kept_ok += 1
+        else:
+            self._kept_bad += 1
 
     def wants(self) -> tuple[int, int]:
         """How many more accepted and rejected points this report may keep (it keeps fewer as points come)."""
         if self.keep_all or self.total < SHOWN_ALL:
             return (1 << 62, 1 << 62)
-        ok = sum(p.ok for p in self.points) if self.total == SHOWN_ALL else self._shown_ok
-        bad = len(self.points) - ok if self.total == SHOWN_ALL else self._shown_bad
-        return max(0, SHOWN_ACCEPTED - ok), max(0, SHOWN_REJECTED - bad)
+        return max(0, SHOWN_ACCEPTED - self._kept_ok), max(0, SHOWN_REJECTED - self._kept_bad)
 
     def shown(self) -> list[PointResult]:
         """The points the terminal table and the page list, in point order: every point of a sweep of up to
@@ -317,8 +315,13 @@ def _fmt(v: Any) -> str:
 
 
 def sweep_points(tr: Any) -> list[dict[str, Any]]:
-    """The actions of CloudAI's GridSearchAgent for this test run, in its order; [{}] for a test without a sweep."""
-    return [sweep_point(tr, i) for i in range(sweep_size(tr))]
+    """The actions of CloudAI's GridSearchAgent for this test run, in its order; [{}] for a test without a sweep
+    (itertools.product, as the agent enumerates them: the reference :func:`sweep_point` is tested against)."""
+    space = _space(tr)
+    if not space:
+        return [{}]
+    keys = list(space)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*space.values())]
 
 
 def _space(tr: Any) -> dict[str, list[Any]]:
@@ -593,11 +596,11 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
         if res.error:
             return res
     plan = None
+    key = _preview_key(tr, values) if previews is not None else None
     try:
-        if caches is None:
+        if caches is None or key is None:
             res.violations = tdef.violations(tr, system)
         else:
-            key = _preview_key(tr, values)
             if key not in caches.secrets:
                 caches.secrets[key] = tdef.secret_violations(system)
             rules, plan = tdef.checked_plan(tr, system)
@@ -609,7 +612,6 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
         res.error = f"{type(exc).__name__}: {exc}"
         return res
     if render and not res.violations:
-        key = _preview_key(tr, values) if previews is not None else None
         if key is not None and key in previews:
             res.error = previews[key]
         else:
@@ -781,16 +783,6 @@ def blocking_problems(report: PreflightReport, scenario: Any) -> list[str]:
         head = f"test {tr.name!r}: " + ("every point of its sweep is rejected" if t.swept else "rejected")
         problems.append(head + ": " + reason_summary(t.reasons, t.points, t.other_reasons))
     return problems
-
-
-def distinct_reasons(points: list[PointResult], limit: int = 6) -> str:
-    """Each reason of ``points`` once (a rule that rejects several points is named once, with how many), in the
-    order first met."""
-    counts: dict[str, int] = {}
-    for p in points:
-        for reason in [p.error] if p.error else [str(v) for v in p.violations]:
-            counts[reason] = counts.get(reason, 0) + 1
-    return reason_summary(counts, len(points), limit=limit)
 
 
 def reason_summary(counts: dict[str, int], points: int, other: int = 0, limit: int = 6) -> str:
