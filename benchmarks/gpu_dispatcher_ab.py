@@ -63,7 +63,8 @@ from cloudai_mbridge.plan import TrainingPlan  # noqa: E402
 from cloudai_mbridge.rules import TRAINING_RULES  # noqa: E402
 
 BASELINE = "alltoall"
-FLEX_ARMS = ("deepep", "hybridep")
+FLEX_ARMS = ("deepep", "hybridep", "ncclep")
+DEEP_EP_ARMS = ("deepep", "hybridep")  # the arms that import deep_ep (the probe speaks for them)
 MBS_DEFAULT = (1, 4)
 OVERLAPS = (False, True)
 # NVLink multicast stays off in every process we start (the device's rule), unless the caller set these already.
@@ -230,7 +231,7 @@ def print_probe(p: Mapping[str, Any], env_notes: list[str], env: Mapping[str, st
 
 def probe_blocks(arm: str, p: Mapping[str, Any], deepep_impl: str) -> str | None:
     """Why the probe says this arm's runs cannot work here (None: let it run)."""
-    if arm == BASELINE:
+    if arm not in DEEP_EP_ARMS:
         return None
     if not p.get("deep_ep_file"):
         return f"deep_ep does not import: {p.get('deep_ep_error')}"
@@ -259,6 +260,7 @@ class Point:
     mbs: int
     overlap: bool
     plan: TrainingPlan
+    start: int = 0  # which process start of this (point, arm): --starts repeats every run in a fresh process
     rejected: list[dict[str, Any]] = field(default_factory=list)  # rule verdicts (rule, message, fix, fields)
     status: str = "planned"  # planned | rejected | blocked | skipped | ok | failed | <metrics status>
     reason: str | None = None
@@ -266,7 +268,7 @@ class Point:
 
     @property
     def name(self) -> str:
-        return f"{self.point}_{self.arm}"
+        return f"{self.point}_{self.arm}" + (f"_s{self.start}" if self.start else "")
 
 
 def point_name(mbs: int, overlap: bool) -> str:
@@ -278,7 +280,8 @@ def make_plan(args: argparse.Namespace, arm: str, mbs: int, overlap: bool) -> Tr
     return TrainingPlan(
         model=get_model(args.model), gpu=get_gpu(args.gpu), num_nodes=1, gpus_per_node=gpus, tp=1, pp=1, cp=1,
         ep=gpus, etp=1, mbs=mbs, gbs=mbs * gpus * args.microbatches, seq_length=args.seq, train_iters=args.iters,
-        dispatcher=arm, deepep_impl=args.deepep_impl, moe_a2a_overlap=overlap, recompute="none", precision="bf16",
+        dispatcher=arm, deepep_impl=args.deepep_impl, moe_a2a_overlap=overlap, bridge_version=args.bridge_version,
+        moe_expert_rank_capacity_factor=args.capacity_factor, recompute="none", precision="bf16",
         force_balanced_routing=True, sequence_parallel=False, use_distributed_optimizer=True, optimizer="adam",
         transformer_impl="local" if args.engine == "mcore" else "transformer_engine",
         moe_shared_expert_overlap=False if args.shared_expert_overlap == "off" else None,
@@ -305,17 +308,20 @@ def rejections(plan: TrainingPlan, args: argparse.Namespace) -> list[dict[str, A
 
 
 def build_grid(args: argparse.Namespace) -> list[Point]:
+    """Every (mbs, overlap, arm) point, repeated --starts times. Order: start by start, and inside a start point by
+    point with the arms back to back, so that a drift of the host over the campaign falls on every arm alike."""
     points = []
-    for mbs in args.mbs:
-        for overlap in OVERLAPS:
-            for arm in args.arms:
-                plan = make_plan(args, arm, mbs, overlap)
-                p = Point(point_name(mbs, overlap), arm, mbs, overlap, plan)
-                p.rejected = rejections(plan, args)
-                if p.rejected:
-                    p.status = "rejected"
-                    p.reason = "; ".join(f"[{v['rule']}] {v['message']}" for v in p.rejected)
-                points.append(p)
+    for start in range(args.starts):
+        for mbs in args.mbs:
+            for overlap in args.overlaps:
+                for arm in args.arms:
+                    plan = make_plan(args, arm, mbs, overlap)
+                    p = Point(point_name(mbs, overlap), arm, mbs, overlap, plan, start)
+                    p.rejected = rejections(plan, args)
+                    if p.rejected:
+                        p.status = "rejected"
+                        p.reason = "; ".join(f"[{v['rule']}] {v['message']}" for v in p.rejected)
+                    points.append(p)
     return points
 
 
@@ -413,6 +419,8 @@ def measure(folder: Path, warmup: int) -> tuple[dict[str, Any], Any]:
         "tflops_per_gpu_median": m.tflops_per_gpu.median, "tokens_per_s_median": m.tokens_per_s.median,
         "dispatcher_built": d.built, "dispatcher_backend": d.backend, "deep_ep_module": d.deep_ep_module,
         "deep_ep_provider": d.deep_ep_provider, "downgraded": d.downgraded,
+        "iterations_ms": [r.elapsed_ms for r in m.iterations],
+        "iterations_sum_s": round(sum(r.elapsed_ms or 0.0 for r in m.iterations) / 1000.0, 2),
     }, m
 
 
@@ -604,6 +612,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="auto: as the recipes set it (on for alltoall only); off: off in every arm, so the "
                              "arms differ in the dispatcher alone")
     parser.add_argument("--with-hybridep", action="store_true", help="add the flex/HybridEP arm")
+    parser.add_argument("--arms", nargs="+", choices=[BASELINE, *FLEX_ARMS],
+                        help=f"dispatchers to run (default: {BASELINE} deepep [hybridep]); {BASELINE} is the baseline")
+    parser.add_argument("--starts", type=int, default=1, help="process starts per (point, arm), interleaved")
+    parser.add_argument("--overlap", choices=("off", "on", "both"), default="both", help="a2a overlap points")
+    parser.add_argument("--bridge-version", default="0.6", choices=("0.4", "0.5", "0.6"),
+                        help="the Megatron-Bridge release the rules check against (bridge engine)")
+    parser.add_argument("--capacity-factor", type=float, default=1.5,
+                        help="moe_expert_rank_capacity_factor (the ncclep arm's receive budget; others ignore it)")
     parser.add_argument("--uccl-dir", type=Path, help="folder with UCCL's deep_ep/ and lib/ (e.g. .whl/uccl)")
     parser.add_argument("--timeout-s", type=int, default=240, help="per run")
     parser.add_argument("--budget-s", type=float, help="skip runs that would start later than this many seconds")
@@ -617,7 +633,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.warmup = DEFAULT_WARMUP
     if args.report is None and args.iters <= args.warmup:
         parser.error(f"--iters {args.iters} leaves no steady-state iteration after --warmup {args.warmup}")
-    args.arms = [BASELINE, "deepep", *(["hybridep"] if args.with_hybridep else [])]
+    if args.arms is None:
+        args.arms = [BASELINE, "deepep", *(["hybridep"] if args.with_hybridep else [])]
+    elif BASELINE not in args.arms:
+        parser.error(f"--arms must include the baseline {BASELINE}")
+    args.arms = [BASELINE, *[a for a in dict.fromkeys(args.arms) if a != BASELINE]]
+    args.overlaps = {"off": [False], "on": [True], "both": list(OVERLAPS)}[args.overlap]
+    if args.starts < 1:
+        parser.error("--starts must be >= 1")
     return args
 
 
@@ -694,7 +717,7 @@ def main(argv: list[str] | None = None) -> int:
     failed_arm: dict[str, str] = {}
     unexpected = []
     for pt in points:
-        row: dict[str, Any] = {"name": pt.name, "point": pt.point, "arm": pt.arm, "mbs": pt.mbs,
+        row: dict[str, Any] = {"name": pt.name, "point": pt.point, "arm": pt.arm, "start": pt.start, "mbs": pt.mbs,
                                "overlap": pt.overlap, "rejected": pt.rejected, "status": pt.status,
                                "reason": pt.reason}
         result["points"].append(row)
@@ -726,7 +749,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 failed_arm[pt.arm] = f"{pt.point}: {reason}"
         it = row.get("iteration_ms") or {}
+        # What the process spent outside its iterations: imports, init, model build, the first step's set-up is in it
+        row["outside_iterations_s"] = round(row["wall_s"] - row.get("iterations_sum_s", 0.0), 1)
         print(f"[{pt.name}] status={row['status']} rc={row['returncodes']} wall_s={row['wall_s']} "
+              f"outside_iterations_s={row['outside_iterations_s']} "
               f"median_ms={_f(it.get('median'))} deep_ep={row.get('deep_ep_provider')}", flush=True)
         if not ok:
             print(f"  reason: {row['reason'][:600]}", flush=True)

@@ -75,7 +75,18 @@ if [ ! -f "$SITE/.done" ]; then
     --target "$SITE" "$te_core"
   mk=$SITE/megatron/core/datasets/Makefile
   if [ -d "$(dirname "$mk")" ] && [ ! -f "$mk" ]; then printf 'all:\n\t@true\n' > "$mk"; fi
+  # Byte-compile once here (the wheels went in with --no-compile): otherwise every rank of the first run compiles
+  # the same thousands of modules at once.
+  start=$SECONDS
+  "$PY" -m compileall -q -j 0 "$SITE" >/dev/null 2>&1 || true
+  echo "MBRIDGE_STACK compileall $((SECONDS - start)) s"
   touch "$SITE/.done"
+fi
+
+# A library stack (no Megatron in it, e.g. nccl-2.32.3): nothing to build or import-check.
+if [ ! -d "$SITE/megatron" ]; then
+  echo "MBRIDGE_STACK ready stack=$STACK library site=$SITE: $(cd "$SITE" && find . -name '*.so*' | head -5 | xargs)"
+  exit 0
 fi
 
 # Transformer Engine's torch extension: reuse or build.

@@ -1,8 +1,10 @@
 """What a run ran with, printed once by rank 0 so that a report can say it later (reports/provenance.py reads it).
 
 ``MBRIDGE_VERSIONS {json}``: date_utc (when the payload started), host (rank 0's node), python, torch, cuda (torch's
-build), nccl (torch's, when CUDA is up), megatron_core, megatron_bridge, transformer_engine; a package that is not
-installed is left out. The refit payload puts the same dict under "versions" in its REFIT_CONFIG line. Stdlib only;
+build), nccl (the libnccl.so mapped into the process, by its own ncclGetVersion; nccl_library: its path),
+nccl_torch_build (torch.cuda.nccl.version(): torch's build-time NCCL, which is not the one loaded when another
+libnccl.so.2 came first), megatron_core, megatron_bridge, transformer_engine; a package that is not installed is left
+out. The refit payload puts the same dict under "versions" in its REFIT_CONFIG line. Stdlib only;
 torch is asked only when it is already imported or importable.
 """
 
@@ -12,6 +14,8 @@ import json
 import platform
 from datetime import datetime, timezone
 from importlib import metadata
+
+from . import nccl_runtime
 
 TAG = "MBRIDGE_VERSIONS"
 # (key, distribution names to try): the wheel's name differs between releases and builds.
@@ -43,9 +47,16 @@ def software_versions() -> dict[str, str]:
         if torch.version.cuda:
             out["cuda"] = str(torch.version.cuda)
         if torch.cuda.is_available():
-            out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            out["nccl_torch_build"] = ".".join(map(str, torch.cuda.nccl.version()))
     except Exception:
         pass
+    # The NCCL that serves this process, which torch.cuda.nccl.version() does not say (payload/nccl_runtime.py).
+    nccl = nccl_runtime.loaded()
+    if nccl.version is not None:
+        out["nccl"] = nccl_runtime.text(nccl.version)
+        out["nccl_library"] = str(nccl.path)
+    elif "nccl_torch_build" in out:
+        out["nccl"] = f"{out['nccl_torch_build']} (torch's build; the loaded library was not identified)"
     for key, names in DISTRIBUTIONS:
         if found := _dist_version(names):
             out[key] = found

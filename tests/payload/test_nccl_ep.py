@@ -143,3 +143,40 @@ def test_dispatcher_enumeration_has_ncclep():
 
     assert "ncclep" in tc.DISPATCHERS and "ncclep" in FLEX_DISPATCHERS and DISPATCHERS == tc.DISPATCHERS
     assert set(Dispatcher.__args__) == set(DISPATCHERS)
+
+
+# --- torch's custom-op dispatch of mutated arguments left at their defaults -------------------------------------------
+
+
+def test_mutated_default_ops_are_routed_to_their_python_body():
+    """TE 2.20.2's ep.py defines ops like ``prepare_and_dispatch`` whose mutated ``recv_scale_inv`` defaults to None;
+    on torch 2.11 the dispatcher's ADInplaceOrView kernel dies on them (module docstring). The bypass is exercised
+    here on real custom ops: only the op with a mutated default is rerouted, and it then runs with the default."""
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def prep(h, out=None):
+        calls.append(("prep", out))
+
+    def comb(h, res):
+        calls.append(("comb", None))
+
+    te = ModuleType("fake_te_ep")
+    te._prep = torch.library.custom_op("mbridge_test_ep::prep", prep, mutates_args=("out",),
+                                       schema="(Tensor h, Tensor(a!)? out=None) -> ()")
+    te._comb = torch.library.custom_op("mbridge_test_ep::comb", comb, mutates_args=("res",),
+                                       schema="(Tensor h, Tensor(a!) res) -> ()")
+    assert nccl_ep.bypass_mutated_default_ops(torch, te) == ["prep"]
+    assert torch.ops.mbridge_test_ep.prep is prep
+    assert torch.ops.mbridge_test_ep.comb is not comb  # still the dispatcher's
+    torch.ops.mbridge_test_ep.prep(torch.zeros(1))
+    torch.ops.mbridge_test_ep.comb(torch.zeros(1), torch.zeros(1))
+    assert calls == [("prep", None), ("comb", None)]
+
+
+def test_a_torch_that_fills_defaults_gets_no_shim():
+    torch = pytest.importorskip("torch")
+    fills = hasattr(getattr(torch._library, "utils", None), "fill_defaults")
+    assert nccl_ep.torch_drops_mutated_defaults(torch) is (not fills)
+    if fills:
+        assert nccl_ep.torch_op_shim(torch, ModuleType("no_ops")) == "none"

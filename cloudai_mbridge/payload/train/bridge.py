@@ -22,7 +22,7 @@ import os
 import tempfile
 from typing import Any
 
-from .. import dist_env, hf_config
+from .. import dist_env, hf_config, nccl_runtime
 from .config import (
     BRIDGE_PRECISION_RECIPES,
     FUSION_NEEDS,
@@ -37,6 +37,7 @@ from .config import (
     trust_remote_code,
 )
 from .log import (
+    DispatcherError,
     built_backend,
     check_deep_ep,
     check_dispatcher,
@@ -46,7 +47,8 @@ from .log import (
     first_dispatcher_class,
     import_deep_ep,
 )
-from .nccl_ep import EP_MODULE, bootstrap_compat, check_te_ep, nccl_ep_line, nccl_ep_topk
+from .nccl_ep import EP_MODULE, bootstrap_compat, check_te_ep, nccl_ep_line, nccl_ep_topk, torch_op_shim
+from .routing import RoutingHash, routing_line
 
 KIMI_RECIPE = "megatron.bridge.recipes.kimi.kimi_k2"
 # DeepSeek-V3 recipe settings that are not architecture: kept when Kimi-K2's AutoBridge provider replaces the model.
@@ -321,6 +323,23 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
                 print(dispatcher_line(cfg["dispatcher"], built, backend), flush=True)
                 print(deep_ep_line(deep_ep), flush=True)
             check_dispatcher(cfg["dispatcher"], built, backend)
+            train = context.state.cfg.train
+            if dist.rank == 0:
+                print(gc_line(train), flush=True)
+
+    class RoutingReport(Callback):
+        """MBRIDGE_ROUTING per rank and iteration (payload/train/routing.py): the A/B's same-routing gate."""
+
+        def __init__(self) -> None:
+            self.hash = RoutingHash()
+
+        def on_train_start(self, context) -> None:
+            self.hash.attach(list(context.model))
+
+        def on_train_step_end(self, context) -> None:
+            calls, digest = self.hash.take()
+            # Bridge fires this before it counts the step (training/train.py): the step that ended is step + 1.
+            print(routing_line(dist.rank, context.state.train_state.step + 1, calls, digest), flush=True)
 
     class MemoryReport(Callback):
         """MBRIDGE_MEMORY_BREAKDOWN after iteration 2 (what the recipe really allocated, by owner and dtype) and
@@ -338,7 +357,7 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
         def on_train_step_end(self, context) -> None:
             import torch
 
-            iteration = context.state.train_state.step
+            iteration = context.state.train_state.step + 1  # Bridge counts the step after this callback
             if iteration == 2:
                 try:
                     parts = memory_breakdown(context.model, context.optimizer)
@@ -353,10 +372,21 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
                       f"end={torch.cuda.memory_allocated()}", flush=True)
 
     callbacks = [DispatcherReport()]
+    if os.environ.get("MBRIDGE_ROUTING_HASH", "1") != "0":
+        callbacks.append(RoutingReport())
     if os.environ.get("MBRIDGE_MEMORY_BREAKDOWN") == "1":
         callbacks.append(MemoryReport())
     entry = finetune if cfg["task"] == "sft" else pretrain
     entry(container, forward_step, callbacks=callbacks)
+
+
+def gc_line(train: Any) -> str:
+    """What Bridge's loop does between steps that shows up as slow iterations: maybe_run_manual_gc runs gc.collect()
+    after every step that is a multiple of manual_gc_interval (training/train.py), so the NEXT iteration's elapsed time
+    carries it: iterations k * interval + 1 (6, 11, 16, ... for the DeepSeek-V3 recipe's interval 5)."""
+    enabled = bool(getattr(train, "manual_gc", False))
+    interval = int(getattr(train, "manual_gc_interval", 0) or 0)
+    return f"MBRIDGE_GC manual_gc={enabled} interval={interval if enabled else 0}"
 
 
 def _prepare_nccl_ep(cfg: dict[str, Any]) -> str:
@@ -367,10 +397,19 @@ def _prepare_nccl_ep(cfg: dict[str, Any]) -> str:
     except Exception as e:  # a TE without NCCL EP fails with anything from ImportError to an OSError on the library
         te_ep, error = None, f"{type(e).__name__}: {e}"
     check_te_ep(te_ep, error)
+    import torch
     from megatron.core.transformer.moe import fused_a2a
 
     te_version = getattr(importlib.import_module("transformer_engine"), "__version__", "")
-    return nccl_ep_line(te_ep, te_version, bootstrap_compat(te_ep, fused_a2a, nccl_ep_topk(cfg)))
+    nccl = nccl_runtime.loaded()
+    headers = nccl_runtime.nccl_ep_headers(nccl, os.environ)  # os.environ: NCCL EP reads it at bootstrap
+    capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    problems = nccl_runtime.nccl_ep_problems(nccl, te_version, dict(os.environ), capability)
+    if problems:
+        raise DispatcherError("dispatcher = 'ncclep' cannot bootstrap NCCL EP here: " + "; ".join(problems))
+    line = nccl_ep_line(te_ep, te_version, bootstrap_compat(te_ep, fused_a2a, nccl_ep_topk(cfg)))
+    return (f"{line} nccl={nccl_runtime.text(nccl.version)} nccl_lib={nccl.path} headers={headers or 'given'} "
+            f"torch_op_shim={torch_op_shim(torch, te_ep)}")
 
 
 def _chained(opt: Any) -> list[Any] | None:

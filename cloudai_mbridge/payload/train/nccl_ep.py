@@ -16,14 +16,25 @@ What the run needs, from the code (megatron-core 0.19.2 = core_v0.19.0 for these
   any core_r0.19 release). :func:`bootstrap_compat` detects exactly that pair and fills ``num_topk`` with the value
   main passes (the flex dispatcher's expert-TP-folded top-k), and says so in the ``MBRIDGE_NCCL_EP`` line; with a
   Megatron-Core that passes ``num_topk`` itself, or a TE that does not take it, nothing is changed.
-- What the run cannot check before it starts and TE checks at bootstrap: NCCL >= 2.30.4 at run time (ep.py L49,
-  L52-L73) and compute capability >= 9.0 (``NCCL EP requires SM_90+``, libtransformer_engine.so).
+- What TE checks at bootstrap (the NCCL it runs with, the headers of that NCCL, nvcc, SM 9.0+) the payload checks
+  first: payload/nccl_runtime.py.
+- torch 2.11 and TE 2.20.2's custom ops. Three of TE's ``transformer_engine_ep`` ops mutate an ``Optional[Tensor] =
+  None`` argument (``dispatch``, ``prepare_and_dispatch``: ``recv_scale_inv``; ``combine_bwd``:
+  ``grad_expert_out_scale_inv``), None on the bf16 path. torch hands a Python kernel its positional arguments without
+  the trailing ones left at their defaults, and torch 2.11's ADInplaceOrView kernel for custom ops indexes them by the
+  schema's position (torch/_library/custom_ops.py ``increment_version(args[idx])``): the first bf16 dispatch dies in
+  ``IndexError: tuple index out of range`` (seen on 4 x H100, 2026-11-27, every rank). torch 2.13 fills the defaults in
+  first (``utils.fill_defaults``). :func:`torch_drops_mutated_defaults` probes the installed torch with a custom op of
+  that shape; where it fails, :func:`bypass_mutated_default_ops` has ``torch.ops.transformer_engine_ep.<op>`` call the
+  op's own Python body (what the op runs anyway, minus the version-counter bump of buffers the op allocated itself).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import itertools
+import os
 from types import ModuleType
 from typing import Any
 
@@ -86,3 +97,50 @@ def bootstrap_compat(te_ep: ModuleType, fused_a2a: ModuleType, num_topk: int) ->
 def nccl_ep_line(module: ModuleType | None, te_version: str, bootstrap: str) -> str:
     path = getattr(module, "__file__", None) if module is not None else None
     return f"MBRIDGE_NCCL_EP module={path or 'none'} te={te_version or 'unknown'} bootstrap={bootstrap}"
+
+
+_probe_ids = itertools.count()
+
+
+def torch_drops_mutated_defaults(torch: ModuleType) -> bool:
+    """True when the installed torch's custom-op ADInplaceOrView kernel fails on a mutated argument left at its default
+    (see the module docstring): a one-off CPU custom op with schema ``(Tensor x, Tensor(a!)? out=None) -> ()`` is
+    called with ``out`` left out."""
+    name = f"mbridge_probe{os.getpid()}_{next(_probe_ids)}::mutated_default"
+
+    def body(x: Any, out: Any = None) -> None:
+        return None
+
+    op = torch.library.custom_op(name, body, mutates_args=("out",), schema="(Tensor x, Tensor(a!)? out=None) -> ()")
+    try:
+        op(torch.zeros(1))
+    except IndexError:
+        return True
+    return False
+
+
+def _mutated_with_default(op_def: Any) -> bool:
+    schema = op_def._opoverload._schema
+    return any(a.alias_info is not None and a.alias_info.is_write and a.has_default_value() for a in schema.arguments)
+
+
+def bypass_mutated_default_ops(torch: ModuleType, te_ep: ModuleType) -> list[str]:
+    """Point ``torch.ops.<namespace>.<op>`` at the op's Python body for every custom op defined in ``te_ep`` that
+    mutates an argument with a default (see the module docstring); returns their names, sorted. Idempotent."""
+    from torch._library.custom_ops import CustomOpDef
+
+    done = []
+    for value in vars(te_ep).values():
+        if not isinstance(value, CustomOpDef) or not _mutated_with_default(value):
+            continue
+        namespace = getattr(torch.ops, value._namespace)
+        setattr(namespace, value._name, value._init_fn)
+        done.append(value._name)
+    return sorted(done)
+
+
+def torch_op_shim(torch: ModuleType, te_ep: ModuleType) -> str:
+    """The custom-op workaround where this torch needs it; returns what was done for the MBRIDGE_NCCL_EP line."""
+    if not torch_drops_mutated_defaults(torch):
+        return "none"
+    return ",".join(bypass_mutated_default_ops(torch, te_ep)) or "none"

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The dispatcher A/B on the real Megatron-Bridge stack, as one device command: alltoall against the flex arms (ncclep
+# through Transformer Engine's NCCL EP; deepep through UCCL-EP's drop-in deep_ep) on every GPU of the host, each run a
+# fresh process start, by benchmarks/gpu_dispatcher_ab.py --engine bridge.
+#
+# usage (repository root, GPU host): bash benchmarks/gpu_ab_bridge_run.sh <budget_s> [gpu_dispatcher_ab.py options...]
+# Needs, from earlier calls of benchmarks/gpu_setup.sh: the stack bridge-0.6.2 (Megatron-Bridge 0.6.2, Megatron-Core
+# 0.19.2, Transformer Engine 2.20.2) and the library stack nccl-2.32.3. Optional: .whl/uccl (carried; made by
+# benchmarks/gpu_uccl_prepare.sh) for the deepep arm.
+# Every arm runs with the same NCCL: 2.32.3 by LD_PRELOAD (NCCL EP needs >= the NCCL its library was built with; the
+# payload's MBRIDGE_VERSIONS line records the loaded one). NCCL EP's kernel cache is shared by the starts
+# (NCCL_EP_JIT_CACHE_DIR): only the first ncclep start compiles. NVLink multicast stays off (the device's rule).
+# Results in $OUT (default /tmp/gpu_out): ab.log (everything printed), gpu_dispatcher_ab.json, ab_runs.tgz (run folders:
+# config + rank logs; `python3 benchmarks/gpu_dispatcher_ab.py --report <unpacked>` redoes metrics and the A/B).
+set -u -o pipefail
+BUDGET=${1:?usage: gpu_ab_bridge_run.sh <budget_s> [options]}
+shift
+OUT=${OUT:-/tmp/gpu_out}
+WORK=/tmp/gpu_work/ab_bridge
+mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# shellcheck disable=SC1091
+source /tmp/mbridge_stack/bridge-0.6.2/env.sh || { echo "error: run benchmarks/gpu_setup.sh bridge-0.6.2 first"; exit 2; }
+NCCL_LIB=/tmp/mbridge_stack/nccl-2.32.3/site/nvidia/nccl/lib/libnccl.so.2
+PRELOAD=""
+if [ -f "$NCCL_LIB" ]; then PRELOAD=$NCCL_LIB; else echo "warning: $NCCL_LIB missing: torch's own NCCL (ncclep cannot run)"; fi
+export NCCL_EP_JIT_CACHE_DIR=/tmp/nccl_ep_jit_cache CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+mkdir -p "$NCCL_EP_JIT_CACHE_DIR"
+UCCL=()
+if [ -f .whl/uccl/deep_ep/__init__.py ]; then
+  rm -rf /tmp/uccl_site
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/uccl_site \
+    .whl/uccl/uccl-*.whl .whl/uccl/nvidia_cuda_runtime_cu12-*.whl || echo "warning: the uccl wheels did not install"
+  export PYTHONPATH=$PYTHONPATH:/tmp/uccl_site
+  UCCL=(--uccl-dir .whl/uccl)
+fi
+date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvidia-smi topo -m 2>&1 | head -6
+T=$((BUDGET - SECONDS - 25))
+echo "=== gpu_dispatcher_ab --engine bridge (timeout ${T}s, t+${SECONDS}s) LD_PRELOAD=$PRELOAD"
+LD_PRELOAD=$PRELOAD timeout -k 10 "$T" python3 benchmarks/gpu_dispatcher_ab.py --out "$WORK" --engine bridge \
+  --budget-s $((T - 20)) ${UCCL[@]+"${UCCL[@]}"} "$@" 2>&1 \
+  | grep -v -E "UserWarning|warnings.warn|^  return func|^\s*$" | tee "$OUT/ab.log"
+echo "=== gpu_dispatcher_ab: exit ${PIPESTATUS[0]} at t+${SECONDS}s"
+cp "$WORK"/gpu_dispatcher_ab.json "$OUT/" 2>/dev/null
+ls "$NCCL_EP_JIT_CACHE_DIR" 2>/dev/null | head -3 | sed 's/^/nccl_ep_jit_cache: /'
+tar czf "$OUT/ab_runs.tgz" -C "$WORK" --exclude='*.pt' --exclude='hf_cache' . && ls -la "$OUT"
