@@ -581,6 +581,11 @@ def finish(result: dict[str, Any], out: Path, warmup: int, rerun_hint: str) -> t
     provider = ",".join(payload_providers) or result.get("probe", {}).get("provider") or "none"
     print(f"RESULT deep_ep_provider={provider}")
     print(f"RESULT ab_points_run={len(ran)} count")
+    compared = [a for a in pairs if a.get("arm") is not None
+                and not str(a.get("verdict")).startswith(("invalid", "different", "work not"))]
+    full = [a for a in compared if min(a.get("base_starts", 1), a.get("arm_starts", 1)) >= 3]
+    print(f"RESULT ab_cells_compared={len(compared)} count")
+    print(f"RESULT ab_bridge_cells={len(full)} count (compared cells with >= 3 starts per arm)")
     return len(ran), pairs
 
 

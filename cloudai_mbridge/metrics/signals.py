@@ -352,6 +352,40 @@ def engine_line(contract_lines: Iterable[LogLine]) -> dict[str, str]:
     return {}
 
 
+_ROUTING_RE = re.compile(
+    r"MBRIDGE_ROUTING rank=(?P<rank>\d{1,6}) iteration=(?P<it>\d{1,9}) calls=\d{1,9} "
+    r"hash=(?P<hash>[0-9a-f]{16}|none)\s*$"
+)
+_GC_RE = re.compile(r"MBRIDGE_GC manual_gc=(?P<on>True|False) interval=(?P<interval>\d{1,9})\s*$")
+
+
+def routing_hashes(contract_lines: Iterable[LogLine]) -> dict[tuple[int, int], str]:
+    """``MBRIDGE_ROUTING rank=<r> iteration=<i> calls=<n> hash=<16 hex>`` (payload/train/routing.py): the fingerprint
+    of the routers' expert choices per (rank, iteration). A rank/iteration seen twice with two hashes keeps neither
+    (a log of two runs cannot prove anything); ``none`` (no router ran) is kept as such."""
+    out: dict[tuple[int, int], str] = {}
+    bad: set[tuple[int, int]] = set()
+    for line in contract_lines:
+        match = _ROUTING_RE.search(line.text)
+        if not match or not line.terminated:
+            continue
+        key = (int(match.group("rank")), int(match.group("it")))
+        if key in out and out[key] != match.group("hash"):
+            bad.add(key)
+        out[key] = match.group("hash")
+    return {k: v for k, v in out.items() if k not in bad}
+
+
+def gc_interval(contract_lines: Iterable[LogLine]) -> int | None:
+    """``MBRIDGE_GC manual_gc=<bool> interval=<n>``: Bridge's manual garbage collection every n steps (0: none), None
+    when the run did not say."""
+    for line in contract_lines:
+        match = _GC_RE.search(line.text)
+        if match and line.terminated:
+            return int(match.group("interval")) if match.group("on") == "True" else 0
+    return None
+
+
 def _rank_of(rank: int | None, line: LogLine) -> int | None:
     return rank if rank is not None else line.label_rank
 

@@ -282,6 +282,14 @@ class TrainingRunMetrics:
     engine_requested: str | None = None
     engine_selected: str | None = None
     time_errors: tuple[str, ...] = ()
+    # The payload's MBRIDGE_ROUTING hashes of rank 0 and the last rank, by (rank, iteration): the A/B's routing gate.
+    routing: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    # Bridge's manual GC period (MBRIDGE_GC; None: not said) and the steady iterations whose time carries a collection
+    # (gc.collect() runs after every step that is a multiple of the period, inside the next iteration's time).
+    gc_interval: int | None = None
+    gc_iterations: tuple[int, ...] = ()
+    # The steady state without those iterations: what the dispatcher itself costs per step.
+    iteration_time_ms_no_gc: Stats = field(default_factory=lambda: Stats(n=0))
 
     @property
     def ok(self) -> bool:
@@ -657,6 +665,8 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     bridge_lines += run.labelled(signals.BRIDGE_SKIP.name, (None, 0))
     dispatcher = signals.dispatcher_report(contract_lines, bridge_lines, signals.config_str(config, "dispatcher"))
     engine = signals.engine_line(contract_lines)
+    routing = signals.routing_hashes(contract_lines)
+    gc_every = signals.gc_interval(contract_lines)
 
     nan_iters, bad_grad, nan_details = _nan_evidence(records)
     skipped = sum(r.skipped_iterations or 0 for r in records)
@@ -708,6 +718,8 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         problems.append("no_steady_state")
     timed = [r for r in steady if r.elapsed_ms is not None and math.isfinite(r.elapsed_ms)]
     stalls = tuple(timed[p].iteration for p in iteration_time.stall_positions)
+    gc_its = tuple(r.iteration for r in steady if gc_every and r.iteration > 1 and (r.iteration - 1) % gc_every == 0)
+    no_gc = steady_state([r.elapsed_ms for r in steady if r.iteration not in gc_its], 0, stall_factor)
     gbs, seq = config_int(config, "gbs"), config_int(config, "seq_length")
     if records and seq is None:
         problems.append("missing_seq_length")
@@ -742,4 +754,8 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         engine_requested=engine.get("requested"),
         engine_selected=engine.get("selected"),
         time_errors=time_errors,
+        routing=routing,
+        gc_interval=gc_every,
+        gc_iterations=gc_its,
+        iteration_time_ms_no_gc=no_gc,
     )

@@ -27,6 +27,7 @@ from pydantic import Field, field_validator
 
 from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
+from . import ab_starts
 from .common import (
     TolerantLoading,
     html_page,
@@ -107,7 +108,8 @@ class Arm:
 @dataclass
 class Cell:
     label: str
-    arms: dict[str, Arm] = field(default_factory=dict)
+    arms: dict[str, Arm] = field(default_factory=dict)  # the first start of each arm
+    starts: dict[str, list[Arm]] = field(default_factory=dict)  # every start (repeated runs of one config)
 
 
 def _cell_key(config: dict[str, Any], pair_field: str) -> str:
@@ -143,6 +145,11 @@ HEADERS = {
     "gpu_hours": "GPU-hours (iterations)",
     "peak_mem_gb": "peak memory allocated (GB)",
     "golden": "golden values",
+    "base_starts": "baseline starts",
+    "arm_starts": "arm starts",
+    "routing": "same routing (router hashes)",
+    "work": "same work (loss envelope)",
+    "gc_iterations_left_out": "manual-GC iterations left out",
 }
 
 
@@ -239,12 +246,9 @@ class MBridgeABReport(TolerantLoading, Reporter):
                                            failed_rank=first.rank if first is not None else None))
             cell = cells.setdefault(_cell_key(config, cfg.field), Cell(_label(config, varying)))
             value = str(config.get(cfg.field))
-            if value in cell.arms:
-                logging.warning(
-                    "mbridge_ab: two runs of %s=%s in cell %s; keeping the first", cfg.field, value, cell.label
-                )
-                continue
-            cell.arms[value] = Arm(value, tr.output_path, config, metrics)
+            arm = Arm(value, tr.output_path, config, metrics)
+            cell.starts.setdefault(value, []).append(arm)
+            cell.arms.setdefault(value, arm)
         rows = [row for cell in sorted(cells.values(), key=lambda c: c.label) for row in self._rows(cell)]
         if rows or self._runs:
             self._write(rows, cells)
@@ -265,6 +269,8 @@ class MBridgeABReport(TolerantLoading, Reporter):
                     "base_time_s": _sec(mean_time_ms(arm.metrics)),
                 }
             ]
+        if any(len(runs) > 1 for runs in cell.starts.values()):
+            return self._rows_of_starts(cell)
         base = cell.arms[self._baseline(cell)]
         rows = []
         for value, arm in sorted(cell.arms.items()):
@@ -314,6 +320,70 @@ class MBridgeABReport(TolerantLoading, Reporter):
             )
         return rows
 
+    def _rows_of_starts(self, cell: Cell) -> list[dict[str, Any]]:
+        """A cell whose arms ran more than once: the A/B over starts (reports/ab_starts.py)."""
+        cfg = self.config
+        base_value = self._baseline(cell)
+        base_runs = cell.starts[base_value]
+        rows = []
+        for value, runs in sorted(cell.starts.items()):
+            if value == base_value:
+                continue
+            gates = [f"{a.value} {a.run_dir.name}: {g}" for a in (*base_runs, *runs) for g in a.gates()]
+            base_series, arm_series = [_series(a.metrics) for a in base_runs], [_series(a.metrics) for a in runs]
+            boot = None if gates else ab_starts.bootstrap_delta(base_series, arm_series)
+            routing = ab_starts.same_routing([(f"{a.value} {a.run_dir.name}", a.metrics.routing)
+                                              for a in (*base_runs, *runs)])
+            work = ab_starts.loss_envelope([a.metrics.loss_curve for a in base_runs],
+                                           [a.metrics.loss_curve for a in runs], cfg.loss_rtol)
+            if work.state == "unknown":  # one baseline start: each arm start against it, as for a single pair
+                worst, n = max((loss_equivalence(base_runs[0].metrics.loss_curve, a.metrics.loss_curve,
+                                                 first_k=cfg.loss_first_k) for a in runs), default=(math.nan, 0))
+                ok = n > 0 and math.isfinite(worst) and worst <= cfg.loss_rtol
+                work = ab_starts.Gate("pass" if ok else "fail" if n else "unknown",
+                                      f"max relative loss difference {worst:.2g} over the first {n} iterations")
+            if gates:
+                verdict = "invalid: " + "; ".join(gates)
+            elif routing.state == "fail":
+                verdict = "different routing"
+            elif work.state != "pass":
+                verdict = "different work" if work.state == "fail" else "work not proven (no loss to compare)"
+            elif boot is None:
+                verdict = "invalid: no steady-state time"
+            elif boot[1] <= 0.0 <= boot[2]:
+                verdict = "within noise"
+            else:
+                verdict = f"{value} faster" if boot[0] < 0 else f"{base_value} faster" if boot[0] > 0 else "tie"
+            gc = sorted({i for a in (*base_runs, *runs) for i in a.metrics.gc_iterations})
+            rows.append({
+                "cell": cell.label,
+                "baseline": base_value,
+                "arm": value,
+                "base_starts": len(base_runs),
+                "arm_starts": len(runs),
+                "base_time_s": _sec(ab_starts.arm_time(base_series)),
+                "arm_time_s": _sec(ab_starts.arm_time(arm_series)),
+                "delta_pct": None if boot is None else boot[0],
+                "delta_ci95_pct": None if boot is None else f"{boot[1]:+.1f}..{boot[2]:+.1f}",
+                "interval_method": (f"bootstrap over starts and iterations ({ab_starts.RESAMPLES} draws)"
+                                    if min(len(base_runs), len(runs)) > 1 else
+                                    "bootstrap; one start on a side: its start-to-start noise is not in the interval"),
+                "verdict": verdict,
+                "routing": routing.detail,
+                "work": work.detail,
+                "gc_iterations_left_out": " ".join(map(str, gc)) or None,
+                "base_start_means_ms": " ".join(f"{sum(x) / len(x):.1f}" for x in base_series if x),
+                "arm_start_means_ms": " ".join(f"{sum(x) / len(x):.1f}" for x in arm_series if x),
+                "base_n": sum(map(len, base_series)),
+                "arm_n": sum(map(len, arm_series)),
+                "base_tflops_per_gpu": base_runs[0].metrics.tflops_per_gpu.mean,
+                "arm_tflops_per_gpu": runs[0].metrics.tflops_per_gpu.mean,
+                "arm_deep_ep_provider": runs[0].metrics.validity.dispatcher.deep_ep_provider,
+                "base_run": str(base_runs[0].run_dir),
+                "arm_run": str(runs[0].run_dir),
+            })
+        return rows
+
     def _write(self, rows: list[dict[str, Any]], cells: dict[str, Cell]) -> None:
         import pandas as pd
 
@@ -347,6 +417,14 @@ class MBridgeABReport(TolerantLoading, Reporter):
             f"excludes 0. Work-equivalence: max relative lm-loss difference over the first {cfg.loss_first_k} "
             f"iterations, flagged above {cfg.loss_rtol:g}.</p>"
         )
+        if any("arm_starts" in r for r in rows):
+            sections.append(
+                "<p class='note'>Cells run more than once (a fresh process per start): an arm's time is the mean of "
+                "its starts' steady-state means, without the iterations that carry Bridge's manual garbage "
+                "collection; the 95 % interval is a bootstrap over starts, then iterations within each start. Same "
+                "routing: the routers' per-step hashes agree in every run of the cell. Same work: every start's lm "
+                "loss stays inside the baseline starts' envelope (the baseline against itself is the yardstick).</p>"
+            )
         columns = [
             "cell",
             "baseline",
@@ -362,6 +440,8 @@ class MBridgeABReport(TolerantLoading, Reporter):
             "arm_stalls",
             "loss_max_rel_diff",
         ]
+        if any("arm_starts" in r for r in rows):
+            columns += ["base_starts", "arm_starts", "routing", "work", "gc_iterations_left_out"]
         classes = ["bad" if str(r["verdict"]).startswith(("invalid", "different", "work not")) else "" for r in rows]
         sections.append(html_table(columns, ([r.get(c) for c in columns] for r in rows), classes, HEADERS))
         plotted = 0
@@ -466,11 +546,28 @@ class MBridgeABReport(TolerantLoading, Reporter):
         green; an arm whose gates fail shows why instead of a bar (its time measures something else)."""
         cfg = self.config
         plotted = []
+        repeated = False
         for c in pairs:
             verdicts = [str(r["verdict"]) for r in rows if r["cell"] == c.label]
             for value, arm in sorted(c.arms.items(), key=lambda kv: kv[0] != self._baseline(c)):
                 m = arm.metrics
                 label = f"{c.label}\n{cfg.field}={value}" + (" (baseline)" if value == self._baseline(c) else "")
+                starts = c.starts.get(value, [arm])
+                if any(len(v) > 1 for v in c.starts.values()):
+                    repeated = True
+                    gates = [g for a in starts for g in a.gates()]
+                    series = [_series(a.metrics) for a in starts]
+                    mean = _sec(ab_starts.arm_time(series))
+                    if gates or mean is None:
+                        plotted.append(RangeRow(label, None, note="not compared: " + "; ".join(gates or ["no time"]),
+                                                group=c.label))
+                        continue
+                    iv = ab_starts.bootstrap_mean(series)
+                    plotted.append(RangeRow(f"{label}\n{len(starts)} starts", mean,
+                                            None if iv is None else (iv[0] / 1000.0, iv[1] / 1000.0),
+                                            [t / 1000.0 for x in series for t in x],
+                                            best=f"{value} faster" in verdicts, group=c.label))
+                    continue
                 gates = arm.gates()
                 mean = _sec(mean_time_ms(m))
                 if gates or mean is None:
@@ -482,9 +579,13 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 points = [r.elapsed_ms / 1000.0 for r in m.iterations if r.iteration in steady and r.elapsed_ms]
                 plotted.append(RangeRow(label, mean, None if iv is None else (iv[0] / 1000.0, iv[1] / 1000.0),
                                         points, best=f"{value} faster" in verdicts, group=c.label))
+        title = (f"Steady-state time per iteration by {cfg.field}\n(bar: mean after {cfg.warmup} warm-up iterations; "
+                 "whisker: its 95 % interval; ticks: each iteration)")
+        if repeated:
+            title = (f"Steady-state time per iteration by {cfg.field}\n(bar: mean of the starts' means, manual-GC "
+                     "iterations left out;\nwhisker: 95 % bootstrap interval; ticks: each iteration of every start)")
         return range_figure(
-            f"Steady-state time per iteration by {cfg.field}\n(bar: mean after {cfg.warmup} warm-up iterations; "
-            "whisker: its 95 % interval; ticks: each iteration)",
+            title,
             "time per iteration (s)",
             plotted,
             best_label="winner (interval of the change excludes 0)",
@@ -532,6 +633,15 @@ def delta_interval(base: Stats, arm: Stats) -> tuple[float, float] | None:
     half = _t975(df) * se
     diff = arm.mean - base.mean
     return (diff - half) / base.mean * 100.0, (diff + half) / base.mean * 100.0
+
+
+def _series(m: TrainingRunMetrics) -> list[float]:
+    """A start's steady-state times (ms) for the A/B over starts: the manual-GC iterations left out; none when the
+    log carried a damaged time."""
+    if m.time_errors:
+        return []
+    return ab_starts.start_times([(r.iteration, r.elapsed_ms) for r in m.iterations], set(m.steady_iterations),
+                                 set(m.gc_iterations))
 
 
 def _sec(ms: float | None) -> float | None:

@@ -473,7 +473,12 @@ def _ncclep_limits(p: TrainingPlan) -> Iterator[Violation]:
 
     NCCL EP moves bfloat16 tokens only (te:transformer_engine/pytorch/ep.py L885-L891, L1045): every precision here
     keeps bf16 activations (FP8 quantises inside the GEMMs; megatron-core 0.19.2 sets no dispatch quantisation), so
-    that limit cannot fail. NCCL >= 2.30.4 at run time (ep.py L49) is the container's, checked by TE at bootstrap."""
+    that limit cannot fail. What the container must bring is not in the plan, and the payload checks it before the
+    model is built (payload/nccl_runtime.py, a one-line MBRIDGE_DISPATCHER_ERROR naming what is missing): a runtime
+    NCCL at least as new as the one TE's libnccl_ep.so was built with (2.32.3 for TE 2.20.2: "build NCCL 2.32.3 and
+    runtime NCCL 2.31.2 are incompatible" on 4 x H100, 2026-11-27; TE's own ep.py check, 2.30.4, is too loose), that
+    NCCL's nccl.h through NCCL_EP_JIT_BUILD_INCLUDE_DIR or NCCL_HOME (NCCL EP compiles its kernels with nvcc at
+    bootstrap), nvcc, and SM 9.0+."""
     if p.dispatcher != "ncclep" or not p.ep:
         return
     h, topk = p.model.hidden_size, p.flex_topk

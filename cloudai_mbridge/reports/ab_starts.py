@@ -1,0 +1,142 @@
+"""The A/B over repeated process starts: what ``reports/ab.py`` uses when an arm of a cell ran more than once.
+
+One run per arm measures the noise inside a run; a dispatcher A/B on real hosts moves more between starts (the same
+alltoall configuration gave 608-744 ms medians over six starts on one 4 x H100 host, 2026-11-27). With several starts:
+
+- **time of an arm**: the mean over its starts of each start's steady-state mean, the iterations that carry Bridge's
+  manual garbage collection left out where the run said its period (``MBRIDGE_GC``; they are reported apart);
+- **delta**: (arm - baseline) / baseline x 100 of those;
+- **95 % interval**: a two-level bootstrap (starts drawn with replacement within each arm, then iterations with
+  replacement within each drawn start; :data:`RESAMPLES` draws, fixed seed, percentile interval). With one start on
+  a side only that side's iteration noise enters: the interval is then narrower than the truth, and says so;
+- **same routing**: every run of the cell (both arms, every start) carries the same ``MBRIDGE_ROUTING`` hash at every
+  (rank, iteration) they share; a dispatcher must not change which expert a token goes to;
+- **same work**: every start of the arm has its lm loss inside the baseline starts' envelope at every shared iteration
+  (the envelope [min, max] over the baseline starts, widened on each side by its own width, at least ``rtol`` of the
+  loss): the baseline repeated against itself is the yardstick, since bf16 training with atomics is not bitwise
+  repeatable (the lm loss at iteration 20 of six alltoall starts spread 6.81-7.46 on that host).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+RESAMPLES = 2000
+SEED = 20261127
+
+
+def start_times(iterations: Sequence[tuple[int, float | None]], steady: set[int], gc: set[int]) -> list[float]:
+    """A start's steady-state iteration times (ms) without the garbage-collection iterations."""
+    return [t for i, t in iterations if i in steady and i not in gc and t is not None and math.isfinite(t)]
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
+
+
+def arm_time(starts: Sequence[Sequence[float]]) -> float | None:
+    """Mean over starts of each start's mean (each start weighs the same)."""
+    means = [_mean(s) for s in starts if s]
+    return _mean(means) if means else None
+
+
+def bootstrap_delta(base: Sequence[Sequence[float]], arm: Sequence[Sequence[float]], resamples: int = RESAMPLES,
+                    seed: int = SEED) -> tuple[float, float, float] | None:
+    """(delta %, 2.5th percentile, 97.5th percentile) of (arm - base) / base x 100 under the two-level bootstrap;
+    None when a side has no iteration."""
+    base = [list(s) for s in base if s]
+    arm = [list(s) for s in arm if s]
+    b, a = arm_time(base), arm_time(arm)
+    if b is None or a is None or b == 0.0:
+        return None
+    rng = random.Random(seed)
+
+    def draw(starts: list[list[float]]) -> float:
+        picked = [starts[rng.randrange(len(starts))] for _ in starts]
+        return _mean([_mean([s[rng.randrange(len(s))] for _ in s]) for s in picked])
+
+    deltas = []
+    for _ in range(resamples):
+        bb = draw(base)
+        deltas.append((draw(arm) - bb) / bb * 100.0)
+    deltas.sort()
+    lo = deltas[int(0.025 * (resamples - 1))]
+    hi = deltas[math.ceil(0.975 * (resamples - 1))]
+    return (a - b) / b * 100.0, lo, hi
+
+
+def bootstrap_mean(starts: Sequence[Sequence[float]], resamples: int = RESAMPLES,
+                   seed: int = SEED) -> tuple[float, float] | None:
+    """95 % percentile interval of an arm's time (mean of start means) under the same two-level bootstrap."""
+    starts = [list(s) for s in starts if s]
+    if not starts:
+        return None
+    rng = random.Random(seed)
+    draws = sorted(
+        _mean([_mean([s[rng.randrange(len(s))] for _ in s]) for s in (starts[rng.randrange(len(starts))]
+                                                                       for _ in starts)])
+        for _ in range(resamples)
+    )
+    return draws[int(0.025 * (resamples - 1))], draws[math.ceil(0.975 * (resamples - 1))]
+
+
+@dataclass(frozen=True)
+class Gate:
+    state: str  # "pass" | "fail" | "unknown"
+    detail: str
+
+
+def same_routing(runs: Sequence[tuple[str, Mapping[tuple[int, int], str]]]) -> Gate:
+    """Every run's routing hashes agree on the (rank, iteration) keys they share; ``runs``: (name, hashes)."""
+    recorded = [(name, h) for name, h in runs if h]
+    missing = [name for name, h in runs if not h]
+    if len(recorded) < 2:
+        return Gate("unknown", "routing not recorded" + (f" ({', '.join(missing)})" if missing else ""))
+    ref_name, ref = recorded[0]
+    compared = set(ref)
+    for name, hashes in recorded[1:]:
+        common = set(ref) & set(hashes)
+        compared &= set(hashes)
+        diff = sorted(k for k in common if ref[k] != hashes[k])
+        if diff:
+            rank, it = diff[0]
+            return Gate("fail", f"routing differs: {name} vs {ref_name} at rank {rank} iteration {it} "
+                                f"({len(diff)} of {len(common)} hashes)")
+    note = f"; not recorded in {', '.join(missing)}" if missing else ""
+    if not compared:
+        return Gate("unknown", "routing hashes share no (rank, iteration)" + note)
+    return Gate("pass" if not missing else "unknown",
+                f"same routing in {len(recorded)} runs ({len(compared)} (rank, iteration) hashes each){note}")
+
+
+def loss_envelope(base: Sequence[Mapping[int, float]], arm: Sequence[Mapping[int, float]], rtol: float) -> Gate:
+    """Every arm start's loss inside the baseline starts' widened envelope (module docstring)."""
+    base = [c for c in base if c]
+    arm = [c for c in arm if c]
+    if len(base) < 2 or not arm:
+        return Gate("unknown", "needs two baseline starts and an arm start with losses")
+    common = set.intersection(*(set(c) for c in base))
+    worst: tuple[float, int, float, float, float] | None = None
+    n = 0
+    for curve in arm:
+        for it in sorted(common & set(curve)):
+            values = [c[it] for c in base]
+            x = curve[it]
+            if not all(math.isfinite(v) for v in (*values, x)):
+                return Gate("fail", f"non-finite loss at iteration {it}")
+            lo, hi = min(values), max(values)
+            w = max(hi - lo, rtol * max(abs(lo), abs(hi)))
+            n += 1
+            out = max(lo - w - x, x - hi - w, 0.0)
+            if out > 0.0 and (worst is None or out > worst[0]):
+                worst = (out, it, x, lo - w, hi + w)
+    if n == 0:
+        return Gate("unknown", "no iteration with a loss in every start")
+    if worst is not None:
+        _, it, x, lo, hi = worst
+        return Gate("fail", f"lm loss {x:.4g} at iteration {it} is outside the baseline starts' envelope "
+                            f"[{lo:.4g}, {hi:.4g}]")
+    return Gate("pass", f"lm loss inside the baseline envelope ({len(base)} starts) at all {n} compared points")

@@ -1,0 +1,136 @@
+"""The dispatcher A/B over repeated process starts (reports/ab_starts.py, used by reports/ab.py when an arm ran more
+than once): the interval widens with start-to-start noise, a changed routing or a loss outside the baseline's own
+envelope voids the verdict, and Bridge's manual-GC iterations are left out of the times.
+
+The recorded cell is the real one: benchmarks/results/bridge_ab_4gpu/dsv3_mbs1 (4 x H100, Megatron-Bridge 0.6.2,
+2026-11-27; six alltoall starts, two UCCL-EP deepep starts, one ncclep start that died at its first dispatch)."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cloudai_mbridge.reports import ab_starts
+
+ROOT = Path(__file__).resolve().parent.parent
+CELL = ROOT / "benchmarks" / "results" / "bridge_ab_4gpu" / "dsv3_mbs1" / "runs"
+
+
+def starts(means: list[float], n: int = 16, noise: float = 5.0, seed: int = 0) -> list[list[float]]:
+    rng = random.Random(seed)
+    return [[m + rng.gauss(0.0, noise) for _ in range(n)] for m in means]
+
+
+def test_a_real_difference_with_steady_starts_is_found():
+    base = starts([600.0, 602.0, 598.0], seed=1)
+    arm = starts([540.0, 541.0, 539.0], seed=2)
+    delta, lo, hi = ab_starts.bootstrap_delta(base, arm)
+    assert delta == pytest.approx(-10.0, abs=0.5)
+    assert lo < delta < hi < 0.0
+
+
+def test_start_to_start_noise_widens_the_interval_past_what_the_iterations_say():
+    """The same 3 % gap: clear with steady starts, within noise when starts move by +-10 % (as they did on the
+    H100 host); pooled iterations alone would call both a win."""
+    steady = ab_starts.bootstrap_delta(starts([600.0] * 3, seed=3), starts([582.0] * 3, seed=4))
+    moving = ab_starts.bootstrap_delta(starts([540.0, 600.0, 660.0], seed=3), starts([520.0, 582.0, 644.0], seed=4))
+    assert steady[2] < 0.0
+    assert moving[1] < 0.0 < moving[2]
+    assert moving[2] - moving[1] > 3 * (steady[2] - steady[1])
+
+
+def test_the_bootstrap_is_repeatable_and_equal_arms_straddle_zero():
+    base = starts([600.0, 610.0], seed=5)
+    assert ab_starts.bootstrap_delta(base, base) == ab_starts.bootstrap_delta(base, base)
+    delta, lo, hi = ab_starts.bootstrap_delta(base, base)
+    assert delta == 0.0 and lo < 0.0 < hi
+    assert ab_starts.bootstrap_delta([], base) is None
+    lo, hi = ab_starts.bootstrap_mean(base)
+    assert lo < ab_starts.arm_time(base) < hi
+
+
+def test_gc_iterations_are_left_out_of_a_starts_times():
+    its = [(i, 1400.0 if i in (6, 11, 16) else 600.0) for i in range(1, 21)]
+    kept = ab_starts.start_times(its, set(range(5, 21)), {6, 11, 16})
+    assert kept == [600.0] * 13
+
+
+def test_routing_gate():
+    same = {(0, 1): "a" * 16, (0, 2): "b" * 16}
+    assert ab_starts.same_routing([("x", same), ("y", dict(same))]).state == "pass"
+    moved = {**same, (0, 2): "c" * 16}
+    gate = ab_starts.same_routing([("x", same), ("y", moved)])
+    assert gate.state == "fail" and "rank 0 iteration 2" in gate.detail
+    assert ab_starts.same_routing([("x", same), ("y", {})]).state == "unknown"
+
+
+def test_loss_envelope_gate():
+    base = [{1: 10.0, 2: 8.0}, {1: 10.0, 2: 8.4}]
+    assert ab_starts.loss_envelope(base, [{1: 10.0, 2: 8.7}], 1e-3).state == "pass"  # inside 8.0-0.4 .. 8.4+0.4
+    gate = ab_starts.loss_envelope(base, [{1: 10.0, 2: 9.0}], 1e-3)
+    assert gate.state == "fail" and "iteration 2" in gate.detail
+    assert ab_starts.loss_envelope(base[:1], [{1: 10.0}], 1e-3).state == "unknown"
+    assert ab_starts.loss_envelope(base, [{1: float("nan")}], 1e-3).state == "fail"
+
+
+# --- the recorded 4 x H100 cell through reports/ab.py -------------------------------------------------------------
+
+
+def _report(tmp_path: Path, runs: Path) -> dict[str, dict]:
+    pytest.importorskip("cloudai")
+    from cloudai_mbridge.reports.folders import ab_report
+
+    out = tmp_path / "out"
+    out.mkdir()
+    rows = ab_report(sorted(p for p in runs.iterdir() if (p / "mbridge_config.json").is_file()), out, warmup=4)
+    assert (out / "mbridge_ab.html").is_file()
+    return {r["arm"]: r for r in rows}
+
+
+def test_the_recorded_cell_is_within_noise_with_same_routing_and_work(tmp_path):
+    rows = _report(tmp_path, CELL)
+    deepep = rows["deepep"]
+    assert (deepep["base_starts"], deepep["arm_starts"]) == (6, 2)
+    assert deepep["verdict"] == "within noise"
+    assert deepep["routing"].startswith("same routing in 8 runs")
+    assert deepep["work"].startswith("lm loss inside the baseline envelope (6 starts)")
+    assert deepep["gc_iterations_left_out"] == "6 11 16"
+    lo, hi = map(float, deepep["delta_ci95_pct"].split(".."))
+    assert lo < 0.0 < hi
+    assert rows["ncclep"]["verdict"].startswith("invalid:") and "IndexError" in rows["ncclep"]["verdict"]
+
+
+def _copy(tmp_path: Path) -> Path:
+    runs = tmp_path / "runs"
+    shutil.copytree(CELL, runs)
+    shutil.rmtree(runs / "w3_ncclep_s0")
+    return runs
+
+
+def _edit(path: Path, pattern: str, replacement: str) -> None:
+    text = path.read_text()
+    new, n = re.subn(pattern, replacement, text)
+    assert n, pattern
+    path.write_text(new)
+
+
+def test_a_start_that_routed_differently_gets_no_verdict(tmp_path):
+    runs = _copy(tmp_path)
+    _edit(runs / "w1_deepep_s1" / "logs" / "rank-0.log",
+          r"(MBRIDGE_ROUTING rank=0 iteration=12 calls=\d+ hash=)[0-9a-f]{16}", r"\g<1>0123456789abcdef")
+    row = _report(tmp_path, runs)["deepep"]
+    assert row["verdict"] == "different routing"
+    assert "rank 0 iteration 12" in row["routing"]
+
+
+def test_a_start_whose_loss_leaves_the_baseline_envelope_did_other_work(tmp_path):
+    runs = _copy(tmp_path)
+    last = sorted((runs / "w1_deepep_s0" / "logs").glob("rank-*.log"))[-1]
+    _edit(last, r"(iteration\s+10/\s+20 \|.*?lm loss: )[0-9.E+-]+", r"\g<1>1.300000E+01")
+    row = _report(tmp_path, runs)["deepep"]
+    assert row["verdict"] == "different work"
+    assert "iteration 10" in row["work"]
