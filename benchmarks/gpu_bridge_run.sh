@@ -6,6 +6,7 @@
 #   part "heldout":  gpu_memory.py te_dsv3_s2048 te_k2_s1024 (memory, held out)
 #   part "sft":      gpu_sft.py (build, convert, finetune 40 iterations)
 #   part "breakdown": gpu_memory.py te_dsv3_bf16 te_k2_bf16 (the memory by owner/dtype and per-iteration peaks)
+#   part "overhead": payload_overhead.py (the payload against Bridge's own pretrain(), 1 GPU, 3 alternating starts)
 # Results in $OUT (default /tmp/gpu_out): <part>.json, <part>.log, <part>_runs.tgz (run folders: config + rank logs;
 # model weights and checkpoints left out).
 set -u -o pipefail
@@ -24,13 +25,15 @@ case "$PART" in
   heldout) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_s2048 te_k2_s1024 --timeout-s 150 ;;
   sft) set -- python3 benchmarks/gpu_sft.py --out "$WORK" --timeout-s 240 ;;
   breakdown) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_bf16 te_k2_bf16 --timeout-s 150 ;;
-  *) echo "error: part $PART is not smoke, train, heldout, sft or breakdown"; exit 2 ;;
+  overhead) set -- env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/payload_overhead.py --out "$WORK" --starts 3 \
+              --budget-s 540 ;;
+  *) echo "error: part $PART is not smoke, train, heldout, sft, breakdown or overhead"; exit 2 ;;
 esac
 echo "MBRIDGE_STACK $STACK; $*"
 "$@" 2>&1 | grep -v -E "UserWarning|warnings.warn|^\s*$" | tee "$OUT/$PART.log"
 rc=${PIPESTATUS[0]}
 cp "$WORK"/*.json "$OUT/" 2>/dev/null
-for j in "$OUT"/gpu_memory.json "$OUT"/gpu_sft.json; do [ -f "$j" ] && mv "$j" "$OUT/${PART}.json"; done
+for j in "$OUT"/gpu_memory.json "$OUT"/gpu_sft.json "$OUT"/payload_overhead.json; do [ -f "$j" ] && mv "$j" "$OUT/${PART}.json"; done
 tar czf "$OUT/${PART}_runs.tgz" -C "$WORK" --exclude='*.safetensors' --exclude='*.distcp' --exclude='*.pt' \
   --exclude='hf_model/*.bin' . 2>/dev/null
 echo "part $PART exit $rc"
