@@ -182,3 +182,24 @@ def test_timeout_ends_every_rank():
     result = launch(config({"tp": 1}, {"tp": 1}, timeout_s=1), 2, timeout=60)
     assert result.returncodes == [4, 4], result.describe()
     assert "refit_error" in result.parsed and 'message="timed out after 1 s"' in result.out, result.out
+
+
+def test_a_copy_service_that_sends_stale_weights_fails_at_the_refit_where_it_happens():
+    """Between refits the source moves to a new version of its weights; a copy service that keeps sending the first
+    refit's slices (the class of Megatron-LM #6823's stale local copies) leaves no NaN and the right bytes in the
+    right places for the weights it kept: only the per-refit check against the latest version catches it."""
+    result = run(config({"tp": 2, "ep": 1}, {"tp": 1, "ep": 2}, _stale_copy_service=True, coalesce_mib=1))
+    assert all(rc == 1 for rc in result.returncodes), result.describe()
+    verdict = result.parsed["refit_verify"]
+    assert verdict["status"] == "fail", result.out
+    assert "each-refit" in verdict["detail"] and "stale-after-iter=0" in verdict["detail"], verdict
+    assert "nan-after-iter" not in verdict["detail"]
+    assert result.parsed["refit_result"]["refit_time_ms"] is None
+
+
+def test_the_same_layout_with_the_real_coalescing_service_sends_every_new_version():
+    result = run(config({"tp": 2, "ep": 1}, {"tp": 1, "ep": 2}, coalesce_mib=1))
+    assert all(rc == 0 for rc in result.returncodes), result.describe()
+    verdict = result.parsed["refit_verify"]
+    assert verdict["status"] == "pass" and "each-refit" in verdict["detail"], verdict
+    assert "stale" not in verdict["detail"]

@@ -207,19 +207,30 @@ def _install_adapter(cfg: RefitConfig, src: SideLayout, dst: SideLayout) -> str:
         ) from exc
 
 
-def _timed_refits(cfg: RefitConfig, src_model, dst_model, dst_shards) -> tuple[list[float], list[int]]:
+def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
+                  dst_shards) -> tuple[list[float], list[int], list[int], int]:
+    """Warm-up and timed refits. Before each one the source moves to a new version of its weights (outside the timed
+    window, as an optimizer step would between two RL refits) and the destination is poisoned with NaN; after each
+    timed one (outside the window, verify on) every destination shard is checked against the version just sent, so
+    a copy service that hands over an earlier version (NeMo-RL / Megatron-LM #6823's stale local copies) fails the
+    run at the refit where it happens. Returns (times ms, refits with NaN left, refits with stale or wrong weights,
+    the last version sent)."""
     import torch.distributed as dist
     from megatron.core.resharding import swap_model_weights
 
-    from .verify import any_nan, poison
+    from .verify import any_nan, fill_reference, poison, shard_mismatches
 
     method = cfg.transport
-    if cfg.coalesce_mib:
+    if cfg.coalesce_mib or cfg._stale_copy_service:
         from .coalesce import make_service
 
-        method = make_service(cfg.coalesce_mib << 20)
+        method = make_service(max(cfg.coalesce_mib, 1) << 20, stale=cfg._stale_copy_service)
+    version = 0
 
     def once() -> float:
+        nonlocal version
+        version += 1
+        fill_reference(src_shards, version)
         poison(dst_shards)
         _sync(cfg)
         dist.barrier()
@@ -238,17 +249,20 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, dst_shards) -> tuple[l
         _emit(f"REFIT_COALESCE bucket_mib={cfg.coalesce_mib} rounds={stats['rounds'] // cfg.warmup} "
               f"messages={stats['messages'] // cfg.warmup} per refit on rank 0")
     _state["phase"] = "timed"
-    times_ms, nan_iters = [], []
+    times_ms, nan_iters, stale_iters = [], [], []
     for i in range(cfg.iterations):
         elapsed = once()
-        slowest, nan_left = _reduce([elapsed, float(any_nan(dst_shards))], "max", cfg)
+        wrong = float(bool(shard_mismatches(dst_shards, version))) if cfg.verify else 0.0
+        slowest, nan_left, wrong_any = _reduce([elapsed, float(any_nan(dst_shards)), wrong], "max", cfg)
         times_ms.append(slowest * 1e3)
         if nan_left:
             nan_iters.append(i)
+        elif wrong_any:
+            stale_iters.append(i)
     if os.environ.get(PROFILE_ENV) == "1":
         _state["phase"] = "profile"
         _profile(once, cuda=cfg.device == "cuda")
-    return times_ms, nan_iters
+    return times_ms, nan_iters, stale_iters, version
 
 
 PROFILE_ENV = "MBRIDGE_REFIT_PROFILE"
@@ -284,7 +298,7 @@ def _profile(once, *, cuda: bool) -> None:
     print(table, file=sys.stderr, flush=True)
 
 
-def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes) -> dict:
+def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes, stale_iters=(), version=0) -> dict:
     import torch.distributed as dist
 
     from .verify import gather_check, shard_mismatches
@@ -298,19 +312,22 @@ def _verify(cfg: RefitConfig, src_shards, dst_shards, nan_iters, model_bytes) ->
             return {"status": "fail", "params": checked, "mismatched": 0,
                     "detail": f"verify-disabled;nan-after-iter={','.join(map(str, nan_iters))}"}
         return {"status": "skipped", "params": 0, "mismatched": 0, "detail": "verify-disabled;nan-each-iter"}
-    bad = shard_mismatches(dst_shards) + [f"src:{n}" for n in shard_mismatches(src_shards)]
+    bad = shard_mismatches(dst_shards, version) + [f"src:{n}" for n in shard_mismatches(src_shards, version)]
     dist.all_gather_object(everyone, bad)
     bad_names = {n for names in everyone for n in names}
     checks = ["nan-each-iter", "shard-ref"]
     if model_bytes <= cfg.verify_gather_max_bytes:
-        bad_names.update(gather_check(src_shards + dst_shards))
+        bad_names.update(gather_check(src_shards + dst_shards, version))
         checks.append("gather")
+    checks.append("each-refit")
     detail = "+".join(checks)
     if nan_iters:
         detail += f";nan-after-iter={','.join(map(str, nan_iters))}"
+    if stale_iters:
+        detail += f";stale-after-iter={','.join(map(str, stale_iters))}"
     if bad_names:
         detail += f";first={sorted(bad_names)[0]}"
-    status = "fail" if (bad_names or nan_iters) else "pass"
+    status = "fail" if (bad_names or nan_iters or stale_iters) else "pass"
     # one result per checked tensor: the report recomputes the verdict from these, not from the summary line
     tensors = {n: "ok" for n in checked_names} | {n: "mismatch" for n in bad_names}
     return {"status": status, "params": checked, "mismatched": len(bad_names), "detail": detail, "tensors": tensors}
@@ -414,7 +431,7 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv, digest: str | None = None) -> i
     experts = cfg.model.num_experts
     src_shards = describe(src_model, "src", src_pg, experts) if has_src else []
     dst_shards = describe(dst_model, "dst", dst_pg, experts) if has_dst else []
-    fill_reference(src_shards)
+    fill_reference(src_shards)  # version 0; every refit sends a new one (_timed_refits)
     full_bytes = model_bytes(src_shards)
     held = _reduce([sum(s.param.numel() * s.param.element_size() for s in shards)
                     for shards in (src_shards, dst_shards)], "sum", cfg)
@@ -423,14 +440,14 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv, digest: str | None = None) -> i
         print(f"[refit] models built: {full_bytes} bytes per full copy; adapter={header['adapter']}", file=sys.stderr,
               flush=True)
 
-    times_ms, nan_iters = _timed_refits(cfg, src_model, dst_model, dst_shards)
+    times_ms, nan_iters, stale_iters, version = _timed_refits(cfg, src_model, dst_model, src_shards, dst_shards)
     _state["phase"] = "stats"
     stats = _plan_stats(cfg, dst_model)
 
     _state["phase"] = "verify"
     if cfg._corrupt_after_refit and has_dst and env.rank == dst.ranks[-1]:
         print(f"[refit] testing hook: corrupted {corrupt_one(dst_shards)}", file=sys.stderr, flush=True)
-    verdict = _verify(cfg, src_shards, dst_shards, nan_iters, full_bytes)
+    verdict = _verify(cfg, src_shards, dst_shards, nan_iters, full_bytes, stale_iters, version)
     verdict["logits"] = _logits_check(cfg, src, dst, src_model, src_pg, dst_model, dst_pg, verdict)
     if cfg.dump_shards:
         _dump_shards(cfg.dump_shards, env.rank, src_shards + dst_shards)

@@ -51,12 +51,14 @@ def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
     return out
 
 
-def make_service(bucket_bytes: int, group=None):
+def make_service(bucket_bytes: int, group=None, stale: bool = False):
     """A CoalescingCopyService that is also a megatron-core ``CopyService`` (0.16.x checks ``isinstance``; 0.17.x
-    accepts any object with its methods)."""
+    accepts any object with its methods). ``stale``: the testing hook :class:`StaleCopyService`."""
     from megatron.core.resharding.copy_services.base import CopyService
 
-    class _Service(CoalescingCopyService, CopyService):
+    base = StaleCopyService if stale else CoalescingCopyService
+
+    class _Service(base, CopyService):
         pass
 
     return _Service(bucket_bytes, group)
@@ -170,3 +172,24 @@ class CoalescingCopyService:
         for t in targets:
             t.copy_(buf[offset:offset + t.nbytes].view(t.dtype).view(t.shape))
             offset += _aligned(t.nbytes)
+
+
+class StaleCopyService(CoalescingCopyService):
+    """Testing hook (refit config ``_stale_copy_service``): the bug class of Megatron-LM #6823, where a transport's
+    local copies left the destination with earlier weights. The first refit's source slices are kept, and every
+    later refit sends those instead of the current ones; bytes, messages and timing stay as they were. A refit check
+    that only looks for NaN, or compares against weights that never change, passes it."""
+
+    def __init__(self, bucket_bytes: int, group=None):
+        super().__init__(bucket_bytes, group)
+        self._kept: list = []
+        self._refit = 0
+
+    def run(self) -> None:
+        if self._refit == 0:
+            self._kept = [op.tensor.detach().clone() for op in self.sends]
+        else:
+            for op, kept in zip(self.sends, self._kept, strict=False):
+                op.tensor = kept
+        self._refit += 1
+        super().run()

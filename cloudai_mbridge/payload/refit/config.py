@@ -88,6 +88,8 @@ class RefitConfig:
     run_id: str | None = None
     # Testing only: corrupt one destination element after the last refit (verification must fail).
     _corrupt_after_refit: bool = False
+    # Testing hook: a copy service that sends the first refit's weights every time (payload/refit/coalesce.py).
+    _stale_copy_service: bool = False
     # Testing only: run megatron-core unpatched (no local-expert adapter) to reproduce its planner bug.
     _no_adapter: bool = False
 
@@ -260,7 +262,7 @@ def validate(cfg: RefitConfig) -> None:
     if cfg.coalesce_mib and cfg.transport == "nvshmem":
         raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport='nvshmem': packing applies to the "
                           "send/recv transports only; set coalesce_mib to 0 or transport to 'nccl'")
-    for name in ("verify", "_corrupt_after_refit", "_no_adapter"):
+    for name in ("verify", "_corrupt_after_refit", "_stale_copy_service", "_no_adapter"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r}: must be true or false")
     if cfg.device == "cpu" and cfg.transport != "gloo":

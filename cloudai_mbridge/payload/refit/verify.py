@@ -4,10 +4,13 @@ Every parameter gets a canonical global name and a shard geometry derived from t
 numbers, the EP rank of the expert groups, the TP attributes Megatron stamps on its weights) -- never from the
 planner's metadata. Then:
 
-1. fill: each source shard is set from a deterministic function of (crc32(global name), global element index), so
-   any rank can compute the expected value of any element of any layout without materialising full tensors;
+1. fill: each source shard is set from a deterministic function of (crc32(global name), version, global element
+   index), so any rank can compute the expected value of any element of any layout without materialising full
+   tensors. The version moves before every refit (warm-up and timed), as an optimizer step moves the weights between
+   two RL refits;
 2. poison: every destination parameter is set to NaN before every refit (warm-up and timed);
-3. after every timed refit: no destination element may still be NaN (all ranks, cheap);
+3. after every timed refit: no destination element may still be NaN, and (verify on) every destination shard equals
+   the version just sent ("each-refit": a transport that hands over an earlier refit's weights fails at that refit);
 4. after the last refit, two checks, both bit-exact (integer views, so -0.0 and NaN payloads count):
    a) shard-ref: every destination shard (and every source shard, which refit must not touch) equals the
       reference function at its global coordinates -- on every rank, scales to any model;
@@ -117,9 +120,12 @@ def _hash_values(seed: int, flat_index: torch.Tensor) -> torch.Tensor:
     return ((h % 512) - 256).to(torch.float32) / 256.0
 
 
-def reference(shard: Shard, local_shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
-    """Expected contents of this shard: the reference function at each element's global coordinates."""
-    seed = zlib.crc32(shard.name.encode())
+def reference(shard: Shard, local_shape: tuple[int, ...], dtype: torch.dtype, device,
+              version: int = 0) -> torch.Tensor:
+    """Expected contents of this shard: the reference function at each element's global coordinates, for the
+    source weights' ``version`` (the payload moves the source to a new version before every refit, as an optimizer
+    step would, so that a destination holding an earlier refit's weights is caught: payload/refit/__main__.py)."""
+    seed = (zlib.crc32(shard.name.encode()) + version * 1_000_003) % _PRIME
     out = torch.empty(local_shape, dtype=dtype, device=device)
     if not local_shape:
         out.fill_(_hash_values(seed, torch.zeros((), dtype=torch.int64)).item())
@@ -153,9 +159,9 @@ def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @torch.no_grad()
-def fill_reference(shards: list[Shard]) -> None:
+def fill_reference(shards: list[Shard], version: int = 0) -> None:
     for s in shards:
-        s.param.data.copy_(reference(s, tuple(s.param.shape), s.param.dtype, s.param.device))
+        s.param.data.copy_(reference(s, tuple(s.param.shape), s.param.dtype, s.param.device, version))
 
 
 @torch.no_grad()
@@ -176,10 +182,10 @@ def corrupt_one(shards: list[Shard]) -> str:
     return s.name
 
 
-def shard_mismatches(shards: list[Shard]) -> list[str]:
-    """Names of shards on this rank that differ from the reference (bit-exact)."""
+def shard_mismatches(shards: list[Shard], version: int = 0) -> list[str]:
+    """Names of shards on this rank that differ from the reference of ``version`` (bit-exact)."""
     return [s.name for s in shards if not bit_equal(s.param.data, reference(s, tuple(s.param.shape), s.param.dtype,
-                                                                             s.param.device))]
+                                                                             s.param.device, version))]
 
 
 def model_bytes(local: list[Shard]) -> int:
@@ -228,7 +234,7 @@ def _unshard(pieces: list[tuple[dict, torch.Tensor]]) -> tuple[torch.Tensor | No
     return full, ""
 
 
-def gather_check(local: list[Shard]) -> list[str]:
+def gather_check(local: list[Shard], version: int = 0) -> list[str]:
     """Rank 0 un-shards both sides name by name and compares; returns mismatching names (rank 0 only)."""
     rank = dist.get_rank()
     names_by_rank = [None] * dist.get_world_size()
@@ -251,7 +257,7 @@ def gather_check(local: list[Shard]) -> list[str]:
             bad.append(name)
             continue
         full = Shard("", name, "", tuple(src.shape), None, 0, 1, 1)
-        if not bit_equal(src, reference(full, tuple(src.shape), src.dtype, "cpu")):
+        if not bit_equal(src, reference(full, tuple(src.shape), src.dtype, "cpu", version)):
             bad.append(name)
     return bad
 
