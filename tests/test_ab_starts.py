@@ -111,7 +111,7 @@ def _copy(tmp_path: Path) -> Path:
     return runs
 
 
-def _edit(path: Path, pattern: str, replacement: str) -> None:
+def _edit(path: Path, pattern: str, replacement) -> None:
     text = path.read_text()
     new, n = re.subn(pattern, replacement, text)
     assert n, pattern
@@ -134,3 +134,49 @@ def test_a_start_whose_loss_leaves_the_baseline_envelope_did_other_work(tmp_path
     row = _report(tmp_path, runs)["deepep"]
     assert row["verdict"] == "different work"
     assert "iteration 10" in row["work"]
+
+
+# --- a single pair: no verdict from a log that lost its iterations -------------------------------------------------
+
+
+def _pair(tmp_path: Path) -> Path:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for name in ("w1_alltoall_s0", "w1_deepep_s0"):
+        shutil.copytree(CELL / name, runs / name)
+    return runs
+
+
+def _drop_iteration_lines(log: Path, keep) -> None:
+    lines = log.read_text().splitlines(keepends=True)
+    out = []
+    for line in lines:
+        m = re.search(r"iteration\s+(\d+)/\s+20 \|", line)
+        if m is None or keep(int(m.group(1))):
+            out.append(line)
+    log.write_text("".join(out))
+
+
+def test_the_intact_pair_gets_a_verdict(tmp_path):
+    row = _report(tmp_path, _pair(tmp_path))["deepep"]
+    assert not row["verdict"].startswith("invalid"), row["verdict"]
+
+
+@pytest.mark.parametrize("keep", [lambda i: i <= 4 or i == 20, lambda i: i % 3 == 0 or i == 20])
+def test_a_log_that_lost_iterations_gets_no_winner(tmp_path, keep):
+    runs = _pair(tmp_path)
+    _drop_iteration_lines(sorted((runs / "w1_deepep_s0" / "logs").glob("rank-*.log"))[-1], keep)
+    row = _report(tmp_path, runs)["deepep"]
+    assert row["verdict"].startswith("invalid") and "iterations" in row["verdict"], row["verdict"]
+
+
+def test_iteration_times_in_other_digits_are_not_a_quiet_gap(tmp_path):
+    """Arabic-Indic digits in one elapsed time: the line cannot be read as a number, and the run is not compared as
+    if that iteration never happened."""
+    runs = _pair(tmp_path)
+    last = sorted((runs / "w1_deepep_s0" / "logs").glob("rank-*.log"))[-1]
+    digits = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
+    _edit(last, r"(iteration\s+9/\s+20 \|.*?elapsed time per iteration \(ms\): )([0-9.]+)",
+          lambda m: m.group(1) + m.group(2).translate(digits))
+    row = _report(tmp_path, runs)["deepep"]
+    assert row["verdict"].startswith("invalid"), row["verdict"]

@@ -102,7 +102,37 @@ class Arm:
             problems.append("NaN/Inf loss or grad norm")
         if m.validity.skipped_iterations:
             problems.append(f"{m.validity.skipped_iterations} skipped iterations")
+        missing = missing_iterations(m)
+        if missing:
+            problems.append(f"log holds {missing[1] - missing[0]} of {missing[1]} iterations (lines missing or "
+                            "unreadable: the steady state is not what ran)")
+        elif m.iteration_time_ms.n_invalid:
+            problems.append(f"{m.iteration_time_ms.n_invalid} steady-state iterations carry no readable time")
+        elif m.ok and m.iteration_time_ms.n < MIN_STEADY:
+            problems.append(f"{m.iteration_time_ms.n} steady-state iterations (< {MIN_STEADY}: no interval worth "
+                            "a verdict)")
         return problems
+
+
+# An arm with fewer steady-state iterations than this gets no verdict: its interval would rest on too few values.
+MIN_STEADY = 5
+
+
+def missing_iterations(m: TrainingRunMetrics) -> tuple[int, int] | None:
+    """(missing, expected) when the log's iteration lines do not cover 1..N of the run's own ``N`` (the iteration
+    lines' ``/ N``, else the config's train_iters); None when they do or nothing says N."""
+    total = max((r.train_iters for r in m.iterations), default=None) or signals_int(m.config, "train_iters")
+    if not total or not m.iterations:
+        return None
+    last = max(r.iteration for r in m.iterations)
+    expected = min(total, last) if m.status != "ok" else total
+    seen = len({r.iteration for r in m.iterations if 1 <= r.iteration <= expected})
+    return (expected - seen, expected) if seen < expected else None
+
+
+def signals_int(config: Any, key: str) -> int | None:
+    value = config.get(key) if isinstance(config, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 @dataclass
@@ -287,7 +317,9 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 verdict = "invalid: " + "; ".join(gates)
             elif not equal_work:
                 verdict = "different work" if n else "work not proven (no loss to compare)"
-            elif interval is not None and interval[0] <= 0.0 <= interval[1]:
+            elif interval is None:
+                verdict = "invalid: no interval (too few steady-state iterations)"
+            elif interval[0] <= 0.0 <= interval[1]:
                 verdict = "within noise"
             else:
                 verdict = f"{value} faster" if at < bt else f"{base.value} faster" if bt < at else "tie"
