@@ -136,6 +136,13 @@ def redact(text: str) -> str:
     return _BY_NAME_SHOWN.sub(_by_name, text)
 
 
+def redact_report(text: str) -> str:
+    """A report file's whole text (CSV, HTML page, summary JSON) as written: ``redact``, so that a secret a log line
+    carried (a failure line, a warning, an error) never lands in a file that is shared, whatever column, cell or key
+    took it there (issue 32). The writers also redact each log line where it is read (metrics/signals.py)."""
+    return redact(text)
+
+
 def text_secret_problem(text: Any) -> str | None:
     """Why free text (srun arguments, a mount, a description, a name) holds a secret (None if it does not): a token's
     shape, a URL with a password, or NAME=value where NAME says credential."""
