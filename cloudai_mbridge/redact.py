@@ -48,7 +48,9 @@ TOKEN_SHAPES = re.compile(
     r"|wandb_v\d+_[A-Za-z0-9_]{20,}"
 )
 # scheme://user:password@host: the password is a secret wherever the URL appears.
-URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:)(?P<password>[^\s/@'\"]+)(?=@)")
+# Anchored on "://" (the scheme before it stays outside the match): a scheme pattern in front would be tried at every
+# word start of a long hyphenated text, each try scanning to its end (quadratic).
+URL_PASSWORD = re.compile(r"(?P<head>://[^\s/@:'\"]*:)(?P<password>[^\s/@'\"]+)(?=@)")
 # W&B's API key shape; alone it is also a git commit id, so generated files refuse it only under a key-like name.
 WANDB_SHAPE = re.compile(r"\b(?:local-)?[0-9a-f]{40}\b")
 _KEYLIKE_NAME = re.compile(r"(WANDB|KEY)", re.IGNORECASE)
@@ -56,10 +58,21 @@ _KEYLIKE_NAME = re.compile(r"(WANDB|KEY)", re.IGNORECASE)
 # NAME <sep> VALUE where NAME says credential: HF_TOKEN=x, "HF_TOKEN": "x", 'HF_TOKEN': 'x', HF_TOKEN = "x"; what is
 # shown (not what is refused) also hides the value of a ...CREDENTIALS setting (the Kubernetes one names Secrets, but a
 # raw token pasted there must not be echoed).
+# Linear time on any text (issue 32): the name starts only where a run of name characters starts (the lookbehind), so
+# one long run (a 100,000-character name, "ab-ab-ab-...") is tried once, not from each of its word starts; the name's
+# prefix is one character class, not nested repeats; a quoted value is [^quote\\] or an escape, never both, and its
+# closing quote is optional, so a value that never closes (a line of '"' or '\\') matches to where it stops instead
+# of failing after a scan and being tried again from the next name.
+_NAME_CHARS = "A-Za-z0-9_-"
+
+
 def _by_name_pattern(words: str) -> re.Pattern[str]:
     return re.compile(
-        rf"""(?P<key>\b(?:[A-Za-z0-9]+[_-])*{words})(?![A-Za-z0-9_])(?P<sep>['"]?[ \t]*(?::|=)[ \t]*)"""
-        r"""(?:(?P<q>['"])(?P<qval>(?:\\.|(?!(?P=q)).)*)(?P=q)|(?P<val>[^\s,'"}\])]+))""",
+        rf"""(?<![{_NAME_CHARS}])(?P<key>(?:[{_NAME_CHARS}]*[_-])?{words})(?![A-Za-z0-9_])"""
+        r"""(?P<sep>['"]?[ \t]*[:=][ \t]*)"""
+        r"""(?:(?P<q>")(?P<dq>(?:[^"\\\n]|\\.)*)(?P<dclose>"?)"""
+        r"""|(?P<sq>')(?P<sqv>(?:[^'\\\n]|\\.)*)(?P<sclose>'?)"""
+        r"""|(?P<val>[^\s,'"}\])]+))""",
         re.IGNORECASE,
     )
 
@@ -85,8 +98,14 @@ def _env_secrets() -> list[str]:
     return sorted(values | _REMEMBERED, key=len, reverse=True)
 
 
+def _quote(m: re.Match[str]) -> str:
+    return m.group("q") or m.group("sq") or ""
+
+
 def _named_value(m: re.Match[str]) -> str:
-    return m.group("qval") if m.group("q") else m.group("val")
+    if m.group("q"):
+        return m.group("dq")
+    return m.group("sqv") if m.group("sq") else m.group("val")
 
 
 def _is_value(value: str) -> bool:
@@ -98,8 +117,9 @@ def _is_value(value: str) -> bool:
 def _by_name(m: re.Match[str]) -> str:
     if not _is_value(_named_value(m)):
         return m.group(0)
-    if m.group("q"):
-        return f"{m.group('key')}{m.group('sep')}{m.group('q')}{REDACTED}{m.group('q')}"
+    if quote := _quote(m):
+        close = m.group("dclose") if m.group("q") else m.group("sclose")
+        return f"{m.group('key')}{m.group('sep')}{quote}{REDACTED}{close}"
     return f"{m.group('key')}{m.group('sep')}{REDACTED}"
 
 
@@ -114,6 +134,13 @@ def redact(text: str) -> str:
     text = WANDB_SHAPE.sub(REDACTED, text)
     text = URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
     return _BY_NAME_SHOWN.sub(_by_name, text)
+
+
+def redact_report(text: str) -> str:
+    """A report file's whole text (CSV, HTML page, summary JSON) as written: ``redact``, so that a secret a log line
+    carried (a failure line, a warning, an error) never lands in a file that is shared, whatever column, cell or key
+    took it there (issue 32). The writers also redact each log line where it is read (metrics/signals.py)."""
+    return redact(text)
 
 
 def text_secret_problem(text: Any) -> str | None:

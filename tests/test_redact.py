@@ -135,3 +135,54 @@ def test_stream_and_log_handlers_redact() -> None:
     text = buf.getvalue()
     assert "s3cr3t-value" not in text and HF not in text
     assert text.count(REDACTED) >= 2 and "ValueError" in text
+
+
+# Issue 32: inputs that made the credential-by-name and URL patterns backtrack (25 s for "ab-" * 16000, 30-60 s for
+# a 100,000-character name or a 24 KB hyphenated description). Each is ~1 MB here; a linear pattern takes well under
+# a second, a quadratic one minutes. The bound is a guard against that blow-up, not a benchmark: it is the best of
+# two tries (a busy CI machine can stall one) and 4 s for 1 MB.
+_PATHOLOGICAL = {
+    "hyphenated-words": "ab-" * 350_000,
+    "one-long-name": "a" * 1_000_000,
+    "underscored-credential-words": "x_TOKEN-" * 130_000,
+    "names-without-separator": "HF_TOKEN " * 115_000,
+    "separators-without-value": "API_KEY=," * 115_000,
+    "unclosed-double-quotes": 'TOKEN="' * 150_000,
+    "unclosed-single-quotes": "SECRET='" * 130_000,
+    "backslashes-in-a-quote": 'HF_TOKEN="' + "\\" * 1_000_000,
+    "spaces-after-a-name": "PASSWORD" + " " * 1_000_000,
+    "dotted-schemes": "a.b" * 350_000 + "://",
+    "url-without-at": "x://u:" + "p:" * 500_000,
+    "many-schemes": "http://" * 150_000,
+    "colons": "ab:" * 350_000,
+    "hf-prefixes": "hf_" * 350_000,
+    "hex-runs": ("0" * 39 + "-") * 25_000,
+}
+
+
+@pytest.mark.parametrize("text", list(_PATHOLOGICAL.values()), ids=list(_PATHOLOGICAL))
+def test_redaction_takes_linear_time_on_pathological_text(text: str) -> None:
+    import time
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(2):
+            start = time.process_time()
+            fn(text)
+            times.append(time.process_time() - start)
+        return min(times)
+
+    assert best(redact) < 4.0
+    assert best(text_secret_problem) < 4.0
+    assert best(lambda t: secret_value_problem("MY_SETTING", t, environment=True)) < 4.0
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('HF_TOKEN="abc\\"def', 'HF_TOKEN="' + REDACTED),  # a quote that never closes: hidden to the line's end
+    ("x AWS_SECRET_ACCESS_KEY='s3cr3t\nnext line", "x AWS_SECRET_ACCESS_KEY='" + REDACTED + "\nnext line"),
+    ("a-b-c-HF_TOKEN=abcdef123", "a-b-c-HF_TOKEN=" + REDACTED),
+    ("1.https://user:Pa55w0rd@host/x", "1.https://user:" + REDACTED + "@host/x"),
+])
+def test_unusual_spellings_are_still_redacted(text: str, shown: str) -> None:
+    assert redact(text) == shown
+    assert text_secret_problem(text) is not None

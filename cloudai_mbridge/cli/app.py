@@ -69,7 +69,8 @@ def toml_problems(args: list[str]) -> list[str]:
         values.append(str(HOOK_ROOT))
     for value in values:
         path = Path(value)
-        files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.is_file() else [])
+        # anything there but a folder is checked: a FIFO or a device is refused before CloudAI opens it (issue 32)
+        files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.exists() else [])
     problems = []
     for option in ("--system-config", "--test-scenario"):
         for value in _option_values(args, (option,)):

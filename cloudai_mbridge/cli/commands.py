@@ -13,6 +13,8 @@ from typing import Any
 import click
 from cloudai.cli import handlers
 
+from ..safe_read import MAX_TOML_BYTES, read_text
+
 PLUGIN_TEMPLATES = ("MBridgeTraining", "MBridgeRefit")
 
 
@@ -72,7 +74,7 @@ def explain_failures(kinds: dict[str, list[Path]], tests_dir: Path | None) -> li
             root.handlers = saved
 
     for path in kinds["system"]:
-        if 'scheduler = "kubernetes"' in path.read_text():
+        if 'scheduler = "kubernetes"' in read_text(path, MAX_TOML_BYTES, "this TOML file", errors="replace"):
             continue  # CloudAI needs a kubeconfig to parse these; its own check covers them
         attempt(path, lambda p=path: Parser.parse_system(p))
     tp = TestParser([], None)  # type: ignore[arg-type]
@@ -315,6 +317,15 @@ def guard_generate_report(command: click.Command) -> click.Command:
                 for problem in problems:
                     logging.error(f"generate-report: {problem}")
                 raise SystemExit(2)
+        from ..safe_read import results_problems
+
+        # a FIFO, a device or a huge file where a run's log, config or test-run.toml belongs: refused before CloudAI
+        # or the reports open it (one would wait forever, the next read until memory runs out; issue 32)
+        unreadable = results_problems(result_dir)
+        if unreadable:
+            for problem in unreadable:
+                logging.error(f"generate-report: nothing written: {problem}")
+            raise SystemExit(1)
         try:
             _, _, scenario = Parser(system_cfg, hook_dir or HOOK_ROOT).parse(tests_dir, scenario_cfg)
         except SystemExit:

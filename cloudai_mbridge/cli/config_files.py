@@ -51,8 +51,12 @@ def toml_file_problem(path: Path) -> str | None:
     """Why ``path`` cannot be read as a TOML file (None when it can): unreadable, not UTF-8, not TOML, or nested
     deeper than MAX_TOML_DEPTH (whatever the shape: [a.a.a] headers, a.a.a dotted keys, arrays of arrays, inline
     tables). The message names the file, the place and the fix."""
+    from ..safe_read import MAX_TOML_BYTES, InputFileError, read_bytes
+
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, MAX_TOML_BYTES, "this TOML file")
+    except InputFileError as e:  # a FIFO, a device, a huge file: never read (issue 32)
+        return str(e)
     except OSError as e:
         return f"{path}: cannot be read ({e.strerror}). Fix: check the file's permissions"
     try:
@@ -77,9 +81,11 @@ def _int(value: Any) -> bool:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
+    from ..safe_read import MAX_TOML_BYTES, InputFileError, read_text
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        data = tomllib.loads(read_text(path, MAX_TOML_BYTES, "this TOML file"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError, InputFileError):
         return None  # the CLI's file check names these
     return data if nesting_depth(data)[0] <= MAX_TOML_DEPTH else None
 

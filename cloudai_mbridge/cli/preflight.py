@@ -497,9 +497,11 @@ def measured_step_seconds(result_dir: Path, tr_name: str, point: int, values: di
     config_path = run / "mbridge_config.json"
     if not config_path.is_file():
         return None
+    from ..safe_read import MAX_JSON_BYTES, InputFileError, read_bytes
+
     try:
-        config = safejson.loads(config_path.read_bytes())
-    except (OSError, ValueError):
+        config = safejson.loads(read_bytes(config_path, MAX_JSON_BYTES, "the run's config"))
+    except (OSError, ValueError, InputFileError):
         return None
     for key, value in values.items():
         name = key.split(".")[-1]

@@ -697,14 +697,15 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
     import tempfile
 
     from ..atomic import normal_mode
+    from ..safe_read import MAX_TOML_BYTES, InputFileError, read_text
     from .config_files import tomllib
 
     if system_config is None or test_scenario is None:
         return
     scenario = Path(test_scenario)
     try:
-        names = {t.get("test_name") for t in tomllib.loads(scenario.read_text()).get("Tests", [])}
-    except (OSError, ValueError):
+        names = {t.get("test_name") for t in tomllib.loads(read_text(scenario, MAX_TOML_BYTES)).get("Tests", [])}
+    except (OSError, ValueError, InputFileError):
         return  # CloudAI read it already; nothing to keep if it cannot be read again
     staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{INPUTS}."))
     try:
@@ -714,8 +715,8 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
         (staging / "test").mkdir()
         for src in sorted(Path(tests_dir).glob("*.toml")) if tests_dir else []:
             try:
-                name = tomllib.loads(src.read_text()).get("name")
-            except (OSError, ValueError):
+                name = tomllib.loads(read_text(src, MAX_TOML_BYTES)).get("name")
+            except (OSError, ValueError, InputFileError):
                 continue
             if name in names:
                 shutil.copyfile(src, staging / "test" / src.name)

@@ -92,11 +92,13 @@ def config_problem(config: dict[str, Any]) -> str | None:
 
 def _read_config(run_dir: Path) -> tuple[dict[str, Any], str]:
     path = run_dir / CONFIG_NAME
+    from ..safe_read import MAX_JSON_BYTES, InputFileError, read_bytes
+
     try:
-        data = safejson.loads(path.read_bytes())
+        data = safejson.loads(read_bytes(path, MAX_JSON_BYTES, "the run's config"))
     except FileNotFoundError:
         return {}, "missing"
-    except (OSError, ValueError):
+    except (OSError, ValueError, InputFileError):  # a FIFO / device / huge file is never read (issue 32)
         return {}, "invalid"
     if not isinstance(data, dict) or config_problem(data):
         return {}, "invalid"

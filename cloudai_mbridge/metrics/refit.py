@@ -410,8 +410,11 @@ def config_file_digest(run_dir: Path) -> str | None:
     """``sha256:<hex>`` of the run folder's mbridge_config.json as it is now (the payload prints the same of the
     file it read)."""
     try:
-        return "sha256:" + hashlib.sha256((run_dir / CONFIG_NAME).read_bytes()).hexdigest()
-    except OSError:
+        from ..safe_read import MAX_JSON_BYTES, InputFileError, read_bytes
+
+        data = read_bytes(run_dir / CONFIG_NAME, MAX_JSON_BYTES, "the run's config")
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+    except (OSError, InputFileError):
         return None
 
 

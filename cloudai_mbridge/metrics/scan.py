@@ -40,6 +40,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..safe_read import InputFileError
 from .layout import RunLayout
 
 MAX_SEGMENT = 1 << 20
@@ -180,6 +181,11 @@ def _read(fh: BinaryIO) -> tuple[_Buffer, int]:
     n = 0
     while True:
         if n == buf.capacity:  # the file grew while it was read
+            from ..safe_read import MAX_LOG_BYTES, mode_problem
+
+            if n > MAX_LOG_BYTES:
+                raise InputFileError(mode_problem(getattr(fh, "name", "?"), 0o100644, n, MAX_LOG_BYTES, "a log")
+                                     or "too large")
             bigger = _Buffer(_capacity(2 * n))
             bigger.map[:n] = buf.map[:n]
             buf = bigger
@@ -304,11 +310,29 @@ def _find_lines(data: mmap.mmap, size: int, marker: Marker, find: Callable[[byte
             pos = find(needle, resume) if resume < size else -1
 
 
+def _open_log(path: Path) -> BinaryIO:
+    """``path`` opened for an unbuffered read when it is a regular file within MAX_LOG_BYTES: opened without blocking
+    (a FIFO would wait for a writer forever), checked on the descriptor (a device is never read); InputFileError."""
+    from ..safe_read import MAX_LOG_BYTES, mode_problem
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        problem = mode_problem(path, st.st_mode, st.st_size, MAX_LOG_BYTES, "a log")
+        if problem:
+            raise InputFileError(problem)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb", buffering=0)  # type: ignore[return-value]
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
     """Search one file for every marker of the plan (in order, honouring ``requires``)."""
     path = Path(path)
     try:
-        with open(path, "rb", buffering=0) as fh:  # unbuffered: the reads go straight into the buffer
+        with _open_log(path) as fh:  # unbuffered: the reads go straight into the buffer
             buf, size = _read(fh)  # what the file holds now, even if it shrinks or grows meanwhile (no SIGBUS)
         if size == 0:
             return FileScan(path=path, size=0, status="empty")
@@ -324,6 +348,8 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
             hits[marker.name] = tuple(_find_lines(data, size, marker, find))
     except FileNotFoundError:
         return FileScan(path=path, size=0, status="missing")
+    except InputFileError as exc:  # a FIFO, a device, a log above the limit: never read (issue 32)
+        return FileScan(path=path, size=0, status="unreadable", error=str(exc))
     except (OSError, ValueError) as exc:
         return FileScan(path=path, size=0, status="unreadable", error=f"{type(exc).__name__}: {exc}")
     return FileScan(path=path, size=size, status="ok", truncated=truncated, hits=hits, searched=frozenset(hits))

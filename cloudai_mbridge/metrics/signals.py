@@ -54,6 +54,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from ..redact import redact
 from .scan import FileScan, LogLine, Marker
 
 # --- line patterns ---------------------------------------------------------------------------------------------------
@@ -326,7 +327,7 @@ def dispatcher_report(
             values[key] = next(iter(found), None)
     if config_requested and values["requested"] and values["requested"] != config_requested:
         problems.append("config_contract_mismatch")
-    warnings = tuple(line.text.strip() for line in bridge_lines if _BRIDGE_SKIP_RE.search(line.text))
+    warnings = tuple(redact(line.text.strip()) for line in bridge_lines if _BRIDGE_SKIP_RE.search(line.text))
     return DispatcherReport(
         config_requested=config_requested,
         requested=values["requested"],
@@ -481,7 +482,9 @@ def failure_findings(
                 counts[key] = counts.get(key, 0) + 1
                 if key not in first:
                     first[key] = FailureFinding(
-                        kind=kind, detail=line.text.strip()[:_DETAIL_CHARS], source=source, rank=key[1]
+                        # redacted here: the line goes into summaries, CSVs and pages (issue 32); cut after redacting
+                        # so that a cut never leaves the head of a token whole enough to read
+                        kind=kind, detail=redact(line.text.strip())[:_DETAIL_CHARS], source=source, rank=key[1]
                     )
         findings.extend(replace(f, count=counts[k]) for k, f in first.items())
     return findings

@@ -27,6 +27,7 @@ from pydantic import Field, field_validator
 
 from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
+from ..redact import redact_report
 from . import ab_starts
 from .common import (
     TolerantLoading,
@@ -421,8 +422,8 @@ class MBridgeABReport(TolerantLoading, Reporter):
 
         cfg = self.config
         root = self.results_root
-        write_atomic(root / "mbridge_ab.csv", pd.DataFrame(rows).to_csv(index=False))
-        write_atomic(root / "mbridge_runs.csv", pd.DataFrame(self._runs).to_csv(index=False))
+        write_atomic(root / "mbridge_ab.csv", redact_report(pd.DataFrame(rows).to_csv(index=False)))
+        write_atomic(root / "mbridge_runs.csv", redact_report(pd.DataFrame(self._runs).to_csv(index=False)))
         paired = [r for r in rows if r.get("arm") is not None]
         ordered = sorted(cells.values(), key=lambda c: c.label)
         pairs = [c for c in ordered if len(c.arms) >= 2]
@@ -514,7 +515,7 @@ class MBridgeABReport(TolerantLoading, Reporter):
         prov = collect(root, self._sources, system=self.system.name, scenario=self.test_scenario.name,
                        elsewhere=self.provenance_elsewhere, elsewhere_source=self.provenance_source)
         page = html_page(f"A/B by {cfg.field}: {self.test_scenario.name}", sections, prov, kind="A/B report")
-        write_atomic(root / "mbridge_ab.html", page)
+        write_atomic(root / "mbridge_ab.html", redact_report(page))
         logging.info("mbridge_ab: %d pair(s) written to %s", len(paired), root / "mbridge_ab.html")
 
     def _headline(self, rows: list[dict[str, Any]]) -> str:

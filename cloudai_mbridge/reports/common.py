@@ -52,7 +52,10 @@ def load_test_runs(reporter: Reporter) -> None:
                 dump = step / "test-run.toml"
                 if dse and dump.is_file():
                     try:
-                        tr.test = tr.test.model_validate(toml.load(dump)["test_definition"])
+                        from ..safe_read import MAX_TOML_BYTES, read_text
+
+                        text = read_text(dump, MAX_TOML_BYTES, "CloudAI's test-run.toml")
+                        tr.test = tr.test.model_validate(toml.loads(text)["test_definition"])
                     except Exception as exc:
                         logging.warning("%s: unreadable (%s); the scenario's test definition is used", dump,
                                         type(exc).__name__)
@@ -71,9 +74,11 @@ def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str
         if not config_path.is_file():
             logging.warning("%s: no mbridge_config.json; the run is left out of the scenario report", tr.output_path)
             continue
+        from ..safe_read import MAX_JSON_BYTES, InputFileError, read_bytes
+
         try:
-            config = safejson.loads(config_path.read_bytes())
-        except (OSError, ValueError):
+            config = safejson.loads(read_bytes(config_path, MAX_JSON_BYTES, "the run's config"))
+        except (OSError, ValueError, InputFileError):
             config = None
         problem = config_problem(config) if isinstance(config, dict) else "not a JSON object"
         if problem:

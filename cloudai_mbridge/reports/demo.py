@@ -33,8 +33,10 @@ SYSTEM = "nvidia-h200-x2 (recorded GPU runs)"
 def recorded_provenance(record: Path) -> dict[str, str]:
     """What the device command recorded about itself (provenance.py of benchmarks/): GPUs, driver, versions."""
     try:
-        prov = json.loads(record.read_text()).get("provenance") or {}
-    except (OSError, ValueError):
+        from ..safe_read import MAX_JSON_BYTES, InputFileError, read_text
+
+        prov = json.loads(read_text(record, MAX_JSON_BYTES, "the device record")).get("provenance") or {}
+    except (OSError, ValueError, InputFileError):
         return {}
     out: dict[str, str] = {}
     gpus = prov.get("gpus")

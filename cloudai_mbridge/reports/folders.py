@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..safe_read import MAX_JSON_BYTES, read_text
+
 
 def ab_report(run_dirs: Sequence[Path], out: Path, warmup: int, name: str = "gpu_dispatcher_ab",
               system: str = "local", elsewhere: Mapping[str, str] | None = None,
@@ -38,7 +40,7 @@ def ab_report(run_dirs: Sequence[Path], out: Path, warmup: int, name: str = "gpu
 
     test_runs = []
     for folder in run_dirs:
-        c = json.loads((folder / "mbridge_config.json").read_text())
+        c = json.loads(read_text(folder / "mbridge_config.json", MAX_JSON_BYTES, "the run's config"))
         args = {k: c[k] for k in ("ep", "mbs", "gbs", "seq_length", "train_iters", "dispatcher", "moe_a2a_overlap",
                                   "force_balanced_routing", "engine", "seed") if k in c}
         if c.get("deepep_impl"):
@@ -69,7 +71,7 @@ def refit_report(run_dirs: Sequence[Path], out: Path, name: str, system: str = "
 
     rows, sources = [], []
     for folder in run_dirs:
-        config = json.loads((folder / "mbridge_config.json").read_text())
+        config = json.loads(read_text(folder / "mbridge_config.json", MAX_JSON_BYTES, "the run's config"))
         m = parse_refit_run(folder)
         rows.append(refit_row(folder.name, 0, config, m, str(folder)))
         first = m.failure.first

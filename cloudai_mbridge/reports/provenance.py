@@ -44,9 +44,10 @@ BRIDGE_UNUSED = {"mcore": "not used (engine mcore)", "refit": "not used (refit: 
 def recorded_versions(run_dir: Path) -> dict[str, str]:
     """The software a run recorded in its rank-0 log (empty when it recorded none or the line is damaged)."""
     try:
-        with (run_dir / "logs" / "rank-0.log").open("rb") as f:
-            head = f.read(HEAD_BYTES)
-    except OSError:
+        from ..safe_read import MAX_LOG_BYTES, InputFileError, read_head
+
+        head = read_head(run_dir / "logs" / "rank-0.log", HEAD_BYTES, MAX_LOG_BYTES, "a log")
+    except (OSError, InputFileError):
         return {}
     for raw in head.splitlines():
         line = raw.decode("utf-8", "replace")

@@ -20,6 +20,7 @@ from cloudai.core import Reporter
 
 from ..atomic import write_atomic
 from ..metrics import parse_refit_run
+from ..redact import redact_report
 from .common import (
     TolerantLoading,
     html_page,
@@ -184,7 +185,7 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
     csv_rows = [{k: v for k, v in r.items() if k not in ("spread", "range", "vs_fastest", "times_ms")} for r in rows]
     frame = pd.DataFrame(csv_rows)
     frame["ranks"] = frame["ranks"].astype("Int64")
-    write_atomic(root / "mbridge_refit.csv", frame.to_csv(index=False))
+    write_atomic(root / "mbridge_refit.csv", redact_report(frame.to_csv(index=False)))
 
     sections = [scenario_facts([{"model": r["model"], "precision": r["precision"]} for r in rows],
                                ["model", "precision"])]
@@ -219,7 +220,7 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
     sections.append(html_table(COLUMNS, ([r[c] for c in COLUMNS] for r in ordered), classes, HEADERS))
     if skipped:  # the sweep points a rule rejected, with the rule (after the results, before the provenance)
         sections.append(skipped)
-    write_atomic(root / "mbridge_refit.html", html_page(title, sections, prov, kind="refit report"))
+    write_atomic(root / "mbridge_refit.html", redact_report(html_page(title, sections, prov, kind="refit report")))
     logging.info("mbridge_refit: %d row(s) written to %s", len(rows), root / "mbridge_refit.html")
 
 

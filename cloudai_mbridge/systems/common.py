@@ -14,7 +14,16 @@ from ..atomic import write_atomic
 from ..catalog import get_gpu
 from ..catalog.gpus import GPU_ENV
 from ..launch.payload import UnsafeOutputPathError, claim_run_dir
-from ..redact import REDACTED, SECRET_NAME, remember, secret_value_problem, string_leaves
+from ..redact import (
+    REDACTED,
+    SECRET_NAME,
+    WANDB_SHAPE,
+    looks_random,
+    remember,
+    secret_value_problem,
+    string_leaves,
+    text_secret_problem,
+)
 from ..rules import PointRejectedError, Violation
 
 # Environment variables whose names say credential (redact.SECRET_NAME) must come from the submitting shell's
@@ -46,6 +55,19 @@ def _json_strings(raw: Any) -> list[str]:
     return [v for v in data.values() if isinstance(v, str)] if isinstance(data, dict) else [str(raw)]
 
 
+def name_secret_problem(name: str) -> str | None:
+    """Why an environment variable's NAME is a secret (None when it is not): a token's shape or a credential
+    assignment in it, a W&B key's shape, or a long random string."""
+    why = text_secret_problem(name)
+    if why:
+        return why
+    if WANDB_SHAPE.search(name):
+        return "has the shape of a W&B API key"
+    if looks_random(name):
+        return "looks like a generated key or token (a long random string)"
+    return None
+
+
 def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
     for key, value in env.items():
         if SECRET_NAME.search(str(key)):
@@ -60,6 +82,17 @@ def secret_env_violations(env: dict[str, Any], where: str) -> list[Violation]:
         for key in env
         if SECRET_NAME.search(str(key))
     ]
+    for key in env:  # a NAME that is itself a token (hf_..., AKIA..., a W&B key): it would be an export in the script
+        if why := name_secret_problem(str(key)):
+            remember(str(key))
+            found.append(Violation(
+                "no-secrets-in-toml",
+                {f"{where}.<redacted name>": "<redacted>"},
+                f"the name of a variable {why} (the TOML file is copied into the results and the name is exported "
+                "in the job's script)",
+                "remove that variable; a variable's name is an upper-case word (HF_TOKEN), its value comes from the "
+                "environment of the shell that runs cloudai",
+            ))
     for key, value in env.items():
         if key == CREDENTIALS_KNOB:  # names Kubernetes Secrets ({"HF_TOKEN": "hf-token:token"}): check what it names
             value = " ".join(_json_strings(value))

@@ -12,6 +12,7 @@ from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGener
 from ..atomic import write_together
 from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_csv, load_layout, parse_run, refit_frame
 from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
+from ..redact import redact_report
 from ..reports.common import run_title
 from ..reports.plots import Panel, series_plot, time_panel
 
@@ -86,7 +87,7 @@ class MBridgeReport(ReportGenerationStrategy):
         summary["metrics"] = {name: self.get_metric(name) for name in self.metrics}
         summary.update(extra)
         path = self.test_run.output_path / "mbridge_summary.json"
-        return path, json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n"
+        return path, redact_report(json.dumps(summary, indent=2, default=str, sort_keys=True) + "\n")
 
 
 # A sweep of more runs than this gets no per-run PNG: at 1,000 runs the plots took 452 s of a 706 s report. The
@@ -155,7 +156,8 @@ class MBridgeTrainingReport(MBridgeReport):
         extra: dict[str, Any] = {}
         if golden is not None:
             extra["golden"] = golden.to_json()
-            files[out / "mbridge_golden.json"] = json.dumps(golden.to_json(), indent=2, default=str) + "\n"
+            text = json.dumps(golden.to_json(), indent=2, default=str) + "\n"
+            files[out / "mbridge_golden.json"] = redact_report(text)
         skipped = plot_skipped(self.test_run) if m.iterations else None
         if skipped:
             extra["plot"] = skipped

@@ -395,12 +395,78 @@ def _also_run(cases: list[Case]) -> list[Case]:
     return [dataclasses.replace(c, verbs=(*c.verbs, "run")) for c in cases]
 
 
+# Issue 32: inputs that hang or eat memory (a FIFO, a device, a huge sparse file where a config or a results file
+# belongs: refused before CloudAI or the reports open it, naming the file and what it is); a variable whose NAME is a
+# token; pathological lengths that made the redaction backtrack for minutes (valid: accepted, in seconds).
+def _config_path_rows() -> list[Case]:
+    rows = []
+    kinds = {"fifo": (FIFO, "FIFO"), "sparse-20mb": (Sparse(20 << 20), "too large")}
+    for verb in ("dry-run", "preflight", "run"):
+        out = ("--output-dir", "{out}") if verb != "preflight" else ()
+        for label, (content, what) in kinds.items():
+            rows.append(Case(f"file-system-{label}-{verb}", "sft", argv=(
+                verb, "--system-config", "{work}/system.toml", "--test-scenario", "{scenario}", *out),
+                expect=("system.toml", what), files={"system.toml": content}, verbs=(verb,)))
+            rows.append(Case(f"file-scenario-{label}-{verb}", "sft", argv=(
+                verb, "--system-config", "{system}", "--test-scenario", "{work}/scenario.toml", *out),
+                expect=("scenario.toml", what), files={"scenario.toml": content}, verbs=(verb,)))
+            rows.append(Case(f"file-test-{label}-{verb}", "sft", argv=(
+                verb, "--system-config", "{system}", "--test-scenario", "{scenario}", "--tests-dir", "{work}/tests",
+                *out), expect=("t.toml", what), files={"tests/t.toml": content}, verbs=(verb,)))
+        rows.append(Case(f"file-system-dev-zero-{verb}", "sft", argv=(
+            verb, "--system-config", "/dev/zero", "--test-scenario", "{scenario}", *out),
+            expect=("/dev/zero", "character device"), verbs=(verb,)))
+        rows.append(Case(f"file-scenario-link-to-dev-zero-{verb}", "sft", argv=(
+            verb, "--system-config", "{system}", "--test-scenario", "{work}/scenario.toml", *out),
+            expect=("scenario.toml", "character device"), files={"scenario.toml": Link("/dev/zero")}, verbs=(verb,)))
+    for label, (content, what) in kinds.items():
+        rows.append(Case(f"file-verify-folder-{label}", "sft", argv=("verify-configs", "{work}/configs"),
+                         expect=("x.toml", what), files={"configs/x.toml": content}, verbs=("verify-configs",)))
+    return rows
+
+
+def _results_rows() -> list[Case]:
+    """generate-report on a results folder holding a FIFO / device / huge file where the reports read."""
+    run = "res/kimi_k2_sft/0/"
+    files = {"rank-log-fifo": ("logs/rank-0.log", FIFO, "FIFO"),
+             "rank-log-dev-zero": ("logs/rank-0.log", Link("/dev/zero"), "character device"),
+             "rank-log-sparse-9gb": ("logs/rank-3.log", Sparse(9 << 30), "too large"),
+             "config-fifo": ("mbridge_config.json", FIFO, "FIFO"),
+             "config-dev-zero": ("mbridge_config.json", Link("/dev/zero"), "character device"),
+             "config-sparse-100mb": ("mbridge_config.json", Sparse(100 << 20), "too large"),
+             "test-run-toml-fifo": ("test-run.toml", FIFO, "FIFO"),
+             "test-run-toml-sparse-100mb": ("test-run.toml", Sparse(100 << 20), "too large"),
+             "stdout-fifo": ("stdout.txt", FIFO, "FIFO")}
+    return [Case(f"results-{label}", "sft", argv=("generate-report", "--system-config", "{system}", "--test-scenario",
+                                                 "{scenario}", "--result-dir", "{work}/res"),
+                 expect=(rel.split("/")[-1], what), files={run + rel: content, run + "keep.txt": b"x\n"},
+                 verbs=("generate-report",))
+            for label, (rel, content, what) in files.items()]
+
+
+ISSUE_32 = [
+    *_config_path_rows(),
+    *_results_rows(),
+    Case("sys-env-name-hf-token", "sft", {ENV + HF: "1"}, ("global_env_vars",), secret=HF),
+    Case("sys-env-name-aws-key-id", "sft", {ENV + "AKIAQ7ZXW3RT5YUV2MNB": "1"}, ("global_env_vars",),
+         secret="AKIAQ7ZXW3RT5YUV2MNB"),
+    Case("sys-env-name-wandb-key", "sft", {ENV + WANDB: "1"}, ("global_env_vars",), secret=WANDB),
+    Case("test-env-name-hf-token", "sft", {"test.extra_env_vars": {HF: "1"}}, ("extra_env_vars",), secret=HF),
+    Case("scn-env-name-hf-token", "sft", {S0 + "extra_env_vars": {HF: "1"}}, ("extra_env_vars",), secret=HF),
+]
+VALID += [
+    Case("valid-description-24kb-hyphenated", "sft", {"test.description": "ab-" * 8000}, ok=True),
+    Case("valid-test-name-100k", "sft", {"test.name": "n" * 100_000, S0 + "test_name": "n" * 100_000}, ok=True),
+    Case("valid-scenario-name-hyphenated", "sft", {"scenario.name": "kimi-" * 40}, ok=True),
+]
+
+
 # The table by class of input (summary.py prints each class's counts).
 CLASSES: dict[str, list[Case]] = {
     "training ints": _train_ints(), "refit ints": _refit_ints(), "choices and fields": CHOICES,
     "sweeps": _also_run(SWEEPS), "scenarios": _also_run(SCENARIOS), "dependency cycles": _also_run(CYCLES),
     "systems": _also_run(SYSTEMS), "kubernetes": K8S, "files": FILES, "deep TOML": DEEP_TOML,
     "secrets in free text": _also_run(FREE_TEXT_SECRETS), "golden files": GOLDEN, "model config folders": MODEL_CONFIG,
-    "limits": LIMITS, "command lines": COMMAND_LINES,
+    "limits": LIMITS, "command lines": COMMAND_LINES, "unreadable files, names that are tokens (issue 32)": ISSUE_32,
 }
 CASES = [c for rows in CLASSES.values() for c in rows]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -205,7 +206,22 @@ def test_a_file_that_grows_past_the_buffer_is_read_to_its_end(tmp_path: Path, mo
     path.write_bytes(b"x\n" * 10)
     real = scan_mod.os.fstat
     monkeypatch.setattr(scan_mod, "_LOCAL", threading.local())  # no buffer kept from an earlier test
-    monkeypatch.setattr(scan_mod.os, "fstat", lambda fd: SimpleNamespace(st_size=real(fd).st_size - 15))
+    # a regular file (the reader checks that on the descriptor first) that fstat says is 15 bytes shorter
+    monkeypatch.setattr(scan_mod.os, "fstat", lambda fd: SimpleNamespace(st_size=real(fd).st_size - 15,
+                                                                         st_mode=real(fd).st_mode))
     monkeypatch.setattr(scan_mod, "_capacity", lambda size: size + 1)
     scan = scan_file(path, [Marker("x", (b"x",))])
     assert scan.size == 20 and len(scan.lines("x")) == 10
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_fifo_or_a_device_is_never_read(tmp_path: Path, kind: str) -> None:
+    """Issue 32: a FIFO would block the open forever, /dev/zero fill memory: unreadable, said what it is, at once."""
+    path = tmp_path / "rank-0.log"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    scan = scan_file(path, [Marker("x", (b"x",))])
+    assert scan.status == "unreadable"
+    assert ("FIFO" if kind == "fifo" else "character device") in scan.error and str(path) in scan.error
