@@ -62,6 +62,12 @@ _RESERVED_LONG = ("--output", "--error", "--input", "--chdir", "--job-name", "--
                   "--ntasks-per-node", "--partition", "--account", "--time", "--wrap", "--array")
 _RESERVED_SHORT = set("oeiDJNwxpAta")
 _SHORT_WITH_ARG = set("ABcCdDeFGiJLmMnNopPqStUwx")
+# sbatch's long options that take no value (or an optional one, given only with '='); every other one takes a value,
+# which sbatch would take from the next word, i.e. the next #SBATCH line: such an option must carry it with '='
+_LONG_NO_VALUE = ("--contiguous", "--exclusive", "--hold", "--ignore-pbs", "--no-kill", "--no-requeue",
+                  "--overcommit", "--oversubscribe", "--parsable", "--quiet", "--reboot", "--requeue", "--spread-job",
+                  "--test-only", "--use-min-nodes", "--verbose", "--wait", "--get-user-env", "--propagate",
+                  "--nice")
 _LONG_NAME = re.compile(r"--[A-Za-z][A-Za-z0-9-]*\Z")
 
 
@@ -87,6 +93,10 @@ def extra_sbatch_directive(arg: str) -> str:
         if any(r.startswith(name) for r in _RESERVED_LONG):
             raise SbatchFieldError(f"{what} {text!r} would override {name!r}, which the generated script sets. "
                                    f"Fix: {fix}")
+        if "=" not in text and text not in _LONG_NO_VALUE:
+            raise SbatchFieldError(
+                f"{what} {text!r} has no '=value': sbatch would take the next #SBATCH word as its value. Fix: {fix}"
+            )
     else:
         for ch in text[1:]:
             if ch in _RESERVED_SHORT:
@@ -95,6 +105,11 @@ def extra_sbatch_directive(arg: str) -> str:
             if not ch.isalpha():
                 raise SbatchFieldError(f"{what} {text!r} is not one sbatch option. Fix: {fix}")
             if ch in _SHORT_WITH_ARG:
+                if text.endswith(ch):
+                    raise SbatchFieldError(
+                        f"{what} {text!r} has no value attached: sbatch would take the next #SBATCH word as its value. "
+                        f"Fix: {fix}"
+                    )
                 break
     return directive_word(text, what)
 
