@@ -1130,9 +1130,10 @@ def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]
 
 def scenario_check(system: Any, scenario: Any, source: str = "", result_dir: Path | None = None,
                    sink: Callable[[str], None] | None = None,
-                   keep_all: bool = True) -> tuple[list[str], PreflightReport | None]:
+                   keep_all: bool = True, output_dir: Path | None = None) -> tuple[list[str], PreflightReport | None]:
     """scenario_refusals and the preflight report of every point (None when the scenario fails before one);
-    ``sink`` and ``keep_all`` as :func:`preflight` takes them."""
+    ``sink`` and ``keep_all`` as :func:`preflight` takes them; ``output_dir``: the command's --output-dir (None: the
+    system's output_path), checked with the names as the results folders of a Slurm job."""
     from ..launch.payload import UnsafeOutputPathError, check_folder_name
 
     where = f"{source}: " if source else ""
@@ -1143,6 +1144,17 @@ def scenario_check(system: Any, scenario: Any, source: str = "", result_dir: Pat
             check_folder_name("test id", tr.name, f"test scenario {scenario.name!r}")
     except UnsafeOutputPathError as exc:
         return [f"{where}{exc}"], None
+    from cloudai.systems.slurm import SlurmSystem
+
+    if isinstance(system, SlurmSystem):
+        from ..launch.slurm import results_path_problems
+
+        base = output_dir if output_dir is not None else getattr(system, "output_path", None)
+        container = any(getattr(tr.test, "docker_image", None) is not None for tr in scenario.test_runs)
+        bad_paths = results_path_problems(Path(base).absolute() if base is not None else Path("."),
+                                          str(scenario.name), [str(tr.name) for tr in scenario.test_runs], container)
+        if bad_paths:
+            return [f"{where}{p}" for p in bad_paths], None
     from .inputs import input_problems
 
     blocked = input_problems(system, scenario)  # secrets in free text, the files the tests name (inputs.py)

@@ -46,6 +46,7 @@ class Session:
     rejected: list[str] = field(default_factory=list)
     refused: bool = False  # the whole scenario was refused before anything was written
     files: str = ""  # the scenario and system files of the command, for messages
+    output_dir: Path | None = None  # --output-dir of the command (None: the system's output_path)
     inputs: dict[str, Any] = field(default_factory=dict)  # system_config, test_scenario, tests_dir of the command
     report: Any = None  # preflight.PreflightReport of every sweep point, from the checking parser
     stop_signal: int | None = None  # SIGINT / SIGTERM / SIGHUP received: the sweep stops before its next point
@@ -204,7 +205,7 @@ def replace_parser(p: Patches, s: Session) -> None:
             if scenario is not None:
                 from .preflight import scenario_check
 
-                problems, s.report = scenario_check(system, scenario, s.files)
+                problems, s.report = scenario_check(system, scenario, s.files, output_dir=s.output_dir)
                 if problems:
                     raise ScenarioRefusedError(problems)
             return result
@@ -226,6 +227,7 @@ def replace_setup(p: Patches, s: Session) -> None:
 
     def checked_setup(args: Any) -> Any:
         s.files = f"{getattr(args, 'test_scenario', '')} (system {getattr(args, 'system_config', '')})"
+        s.output_dir = getattr(args, "output_dir", None)
         s.inputs = {k: getattr(args, k, None) for k in ("system_config", "test_scenario", "tests_dir")}
         from .config_files import file_problems
 

@@ -268,6 +268,16 @@ VALID = [
          files={"hfc/config.json": _CONFIG, "hfc/modeling_x.py": b"# custom code\n"}),
     Case("valid-refit-seq-length-default", "refit", {T + "seq_length": DELETE}, ok=True),
     Case("valid-srun-env-reference", "sft", {S0 + "extra_srun_args": "--export=ALL,HF_TOKEN=$HF_TOKEN"}, ok=True),
+    # issue 32: what the script can carry is carried (quoted), not refused
+    Case("valid-scenario-name-space", "sft", {"scenario.name": "kimi k2 sft"}, ok=True),
+    Case("valid-test-id-space", "sft", {S0 + "id": "sft run"}, ok=True),
+    Case("valid-sbatch-comment-words", "sft", {SYS + "extra_sbatch_args": ['--comment=two words, "quoted" #1']},
+         ok=True),
+    Case("valid-sbatch-exclusive", "sft", {SYS + "extra_sbatch_args": ["--exclusive", "-Cgpu", "--constraint=gpu"]},
+         ok=True),
+    Case("valid-env-value-shell-characters", "sft", {ENV + "MY_FLAGS": "a b $(rm -rf /) `x` 'y' \\ ;"}, ok=True),
+    Case("valid-nodes-list", "sft", {S0 + "nodes": ["node[001-032]"]}, ok=True),
+    Case("valid-exclude-nodes", "sft", {S0 + "exclude_nodes": ["node[001-002]"]}, ok=True),
 ]
 
 
@@ -390,6 +400,87 @@ LIMITS = [
 ]
 
 
+_SYSTEM_B300 = (CONF / "system" / "slurm_b300_efa.toml").read_bytes()
+
+
+def _env_raw(escaped: bytes) -> bytes:
+    """The b300 system with one more global environment value, written as a TOML escape by hand (the toml package
+    turns "\x00" into "x00")."""
+    assert b"[global_env_vars]\n" in _SYSTEM_B300
+    return _SYSTEM_B300.replace(b"[global_env_vars]\n", b'[global_env_vars]\nMY_SETTING = "' + escaped + b'"\n', 1)
+
+
+_OUT_ARGV = ("dry-run", "--system-config", "{system}", "--test-scenario", "{scenario}", "--output-dir")
+
+# Issue 32: every field that reaches an #SBATCH line or the script body, by the way sbatch (or the shell) would read
+# it otherwise. sbatch splits an #SBATCH line into words at whitespace, drops quotes and '\', ends it at '#', starts
+# a heterogeneous-job component at "hetjob"/"packjob" (src/sbatch/opt.c); --output is a filename pattern ('%j',
+# '%x', '%t'; a '\' turns the patterns off). Each value is refused at dry-run, naming the field and the value.
+SBATCH_DIRECTIVES = [
+    Case("sys-account-injected-options", "sft", {SYS + "account": "acct --output=/tmp/x.txt --chdir=/etc"},
+         ("account", "acct --output=/tmp/x.txt --chdir=/etc")),
+    Case("sys-account-quoted", "sft", {SYS + "account": 'acct" --chdir="/etc'}, ("account",)),
+    Case("sys-account-hash", "sft", {SYS + "account": "acct#x"}, ("account", "acct#x")),
+    Case("sys-partition-injected-options", "sft", {SYS + "default_partition": "b300 --chdir=/etc",
+                                                   "system.partitions.0.name": "b300 --chdir=/etc"}, ("partition",)),
+    Case("scn-time-limit-injected-option", "sft", {S0 + "time_limit": "01:00:00 --chdir=/etc"}, ("time_limit",)),
+    Case("sys-sbatch-two-words", "sft", {SYS + "extra_sbatch_args": ["hello world"]},
+         ("extra_sbatch_args", "hello world")),
+    Case("sys-sbatch-value-separate", "sft", {SYS + "extra_sbatch_args": ["--constraint gpu"]},
+         ("extra_sbatch_args", "--constraint gpu")),
+    Case("sys-sbatch-output-override", "sft", {SYS + "extra_sbatch_args": ["--output=/tmp/x.txt"]},
+         ("extra_sbatch_args", "--output")),
+    Case("sys-sbatch-output-abbreviated", "sft", {SYS + "extra_sbatch_args": ["--outp=/tmp/x.txt"]},
+         ("extra_sbatch_args", "--outp")),
+    Case("sys-sbatch-chdir-short", "sft", {SYS + "extra_sbatch_args": ["-D/etc"]}, ("extra_sbatch_args", "-D")),
+    Case("sys-sbatch-chdir-cluster", "sft", {SYS + "extra_sbatch_args": ["-HD/etc"]}, ("extra_sbatch_args",)),
+    Case("sys-sbatch-het-separator", "sft", {SYS + "extra_sbatch_args": ["--comment=a-HetJob-b"]},
+         ("extra_sbatch_args", "HetJob")),
+    Case("sys-sbatch-value-in-next-element", "sft", {SYS + "extra_sbatch_args": ["--comment", "--exclusive"]},
+         ("extra_sbatch_args", "--comment")),
+    Case("sys-sbatch-short-value-in-next-element", "sft", {SYS + "extra_sbatch_args": ["-C", "gpu"]},
+         ("extra_sbatch_args", "-C")),
+    Case("sys-sbatch-not-an-option", "sft", {SYS + "extra_sbatch_args": ["exclusive"]}, ("extra_sbatch_args",)),
+]
+
+FILENAME_PATTERNS = [
+    Case("scn-name-percent-j", "sft", {"scenario.name": "bench-%j"}, ("scenario name", "bench-%j")),
+    Case("scn-name-percent-x", "sft", {"scenario.name": "a%xb"}, ("scenario name", "%")),
+    Case("scn-id-percent-t", "sft", {S0 + "id": "run%t"}, ("test id", "run%t")),
+    Case("scn-name-backslash", "sft", {"scenario.name": "a\\b"}, ("scenario name",)),
+    Case("cli-output-dir-percent", "sft", argv=(*_OUT_ARGV, "{work}/out-%j"), expect=("--output-dir", "%"),
+         verbs=("dry-run",)),
+    Case("cli-output-dir-percent-space", "sft", argv=(*_OUT_ARGV, "{work}/out %x"), expect=("--output-dir", "%"),
+         verbs=("dry-run",)),
+    Case("cli-output-dir-backslash", "sft", argv=(*_OUT_ARGV, "{work}/out\\dir"), expect=("--output-dir", "\\\\"),
+         verbs=("dry-run",)),
+    Case("cli-output-dir-het-separator", "sft", argv=(*_OUT_ARGV, "{work}/hetjob-results"),
+         expect=("--output-dir", "hetjob"), verbs=("dry-run",)),
+    Case("cli-output-dir-comma-container", "sft", argv=(*_OUT_ARGV, "{work}/a,b"), expect=("--output-dir", "','"),
+         verbs=("dry-run",)),
+]
+
+CONTROL_CHARACTERS = [
+    Case("sys-env-cr", "sft", {ENV + "MY_SETTING": "a\rb"}, ("MY_SETTING",)),
+    Case("sys-env-nul", "sft", raw={"system": _env_raw(b"a\\u0000b")}, expect=("MY_SETTING",)),
+    Case("train-env-cr", "sft", {"test.extra_env_vars": {"MY_SETTING": "x\ry"}}, ("MY_SETTING",)),
+    Case("sys-account-cr", "sft", {SYS + "account": "acct\r--chdir=/etc"}, ("account",)),
+    Case("sys-account-tab", "sft", {SYS + "account": "acct\t--chdir=/etc"}, ("account",)),
+    Case("sys-sbatch-cr", "sft", {SYS + "extra_sbatch_args": ["--comment=a\rb"]}, ("extra_sbatch_args",)),
+    Case("scn-id-tab", "sft", {S0 + "id": "a\tb"}, ("test id",)),
+    Case("scn-name-cr", "sft", {"scenario.name": "a\rb"}, ("scenario name",)),
+    Case("cli-output-dir-cr", "sft", argv=(*_OUT_ARGV, "{work}/out\rdir"), expect=("--output-dir",),
+         verbs=("dry-run",)),
+]
+
+NODE_LISTS = [
+    Case("scn-nodes-injected-option", "sft", {S0 + "nodes": ["node1 --chdir=/etc"]}, ("nodes",)),
+    Case("scn-nodes-hash", "sft", {S0 + "nodes": ["node#1"]}, ("nodes",)),
+    Case("scn-exclude-injected-option", "sft", {S0 + "exclude_nodes": ["node1 --chdir=/etc"]}, ("exclude_nodes",)),
+    Case("scn-exclude-quote", "sft", {S0 + "exclude_nodes": ['node"1']}, ("exclude_nodes",)),
+]
+
+
 def _also_run(cases: list[Case]) -> list[Case]:
     """``run`` too: its refusal must come before CloudAI asks the cluster (sinfo), installs or submits anything."""
     return [dataclasses.replace(c, verbs=(*c.verbs, "run")) for c in cases]
@@ -468,5 +559,7 @@ CLASSES: dict[str, list[Case]] = {
     "systems": _also_run(SYSTEMS), "kubernetes": K8S, "files": FILES, "deep TOML": DEEP_TOML,
     "secrets in free text": _also_run(FREE_TEXT_SECRETS), "golden files": GOLDEN, "model config folders": MODEL_CONFIG,
     "limits": LIMITS, "command lines": COMMAND_LINES, "unreadable files, names that are tokens (issue 32)": ISSUE_32,
+    "sbatch directives": _also_run(SBATCH_DIRECTIVES), "filename patterns": FILENAME_PATTERNS,
+    "control characters": CONTROL_CHARACTERS, "node lists": NODE_LISTS,
 }
 CASES = [c for rows in CLASSES.values() for c in rows]

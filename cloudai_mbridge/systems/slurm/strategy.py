@@ -78,7 +78,7 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
 
     def sbatch_spec(self) -> SbatchSpec:
         out = self.test_run.output_path.absolute()
-        num_nodes, _ = self.get_cached_nodes_spec()
+        num_nodes, node_list = self.get_cached_nodes_spec()
         image = self.image_url()
         mounts = [f"{out}:{out}", *self.test_run.test.extra_container_mounts, *self.extra_mounts()] if image else []
         return SbatchSpec(
@@ -91,6 +91,9 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
             gpus_per_node=self.system.gpus_per_node if self.system.supports_gpu_directives else None,
             time_limit=self.test_run.time_limit,
             extra_sbatch_args=tuple(self.system.extra_sbatch_args),
+            # CloudAI's own rule: a resolved node list pins the nodes; exclude_nodes applies only without one
+            nodelist=tuple(node_list),
+            exclude=tuple(self.test_run.exclude_nodes or ()) if not node_list else (),
             mpi=self.system.mpi,
             container_image=image,
             container_mounts=tuple(mounts),
