@@ -206,6 +206,10 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
             time_limit_s=time_limit_seconds(self.test_run.time_limit),
             labels={TEST_LABEL: test_label} if test_label else {},
             annotations={"cloudai-mbridge/generated-by": generated_by()},
+            env_origin={
+                **{k: f"global_env_vars.{k} of the system file ({self.system.name})" for k in system_vars},
+                **{k: f"extra_env_vars.{k} of the test file ({self.test_run.test.name})" for k in test_vars},
+            },
         )
 
     def _render(self, payload_dir: Path, config_json: str) -> list[dict[str, Any]]:
