@@ -480,6 +480,67 @@ NODE_LISTS = [
     Case("scn-exclude-quote", "sft", {S0 + "exclude_nodes": ['node"1']}, ("exclude_nodes",)),
 ]
 
+# Issue 32: values beyond what the Kubernetes API server (or the container's execve) takes, refused at dry-run in one
+# line that names the field, shows the value (cut, with its size, when long) and the fix.
+KT = ENV + "CLOUDAI_MBRIDGE_K8S_"
+_TOL = KT + "TOLERATIONS"
+_BIG = "x" * (2 << 20)  # 2 MiB
+
+
+def _tol_seconds(seconds: int, effect: str = "NoExecute") -> str:
+    return f'[{{"key": "k", "operator": "Exists", "effect": "{effect}", "tolerationSeconds": {seconds}}}]'
+
+
+K8S_LIMITS = [
+    Case("k8s-env-value-2mib", "k8s", {ENV + "BIG": _BIG}, ("global_env_vars.BIG", "2097152 bytes", "E2BIG")),
+    Case("k8s-test-env-value-200k", "k8s", {"test.extra_env_vars": {"BIG_T": "y" * 200_000}},
+         ("extra_env_vars.BIG_T", "200000 bytes", "E2BIG")),
+    Case("k8s-env-values-over-etcd", "k8s", {ENV + f"V{i}": "x" * 120_000 for i in range(13)},
+         ("Job", "etcd", "global_env_vars")),
+    Case("k8s-env-name-dotdot", "k8s", {"test.extra_env_vars": {"..x": "1"}}, ("..x", "environment variable name")),
+    Case("k8s-toleration-seconds-2pow63", "k8s", {_TOL: _tol_seconds(2**63)},
+         ("tolerationSeconds", "9223372036854775808", "int64")),
+    Case("k8s-toleration-seconds-below-int64", "k8s", {_TOL: _tol_seconds(-(2**63) - 1)},
+         ("tolerationSeconds", "int64")),
+    Case("k8s-toleration-seconds-not-noexecute", "k8s", {_TOL: _tol_seconds(30, "NoSchedule")},
+         ("tolerationSeconds", "NoExecute")),
+    Case("k8s-toleration-value-64", "k8s", {_TOL: '[{"key": "k", "value": "' + "v" * 64 + '"}]'},
+         ("TOLERATIONS[0].value", "63")),
+    Case("k8s-toleration-key-bad", "k8s", {_TOL: '[{"key": "y y", "operator": "Exists"}]'}, ("TOLERATIONS[0].key",)),
+    Case("k8s-toleration-no-key-equal", "k8s", {_TOL: '[{"operator": "Equal", "value": "N"}]'},
+         ("TOLERATIONS[0].operator", "Exists")),
+    Case("k8s-namespace-64", "k8s", {SYS + "default_namespace": "a" * 64}, ("namespace",)),
+    Case("k8s-pvc-254", "k8s", {KT + "RESULTS_PVC": "a" * 254}, ("RESULTS_PVC",)),
+    Case("k8s-node-selector-value-64", "k8s", {KT + "NODE_SELECTOR": '{"y": "' + "v" * 64 + '"}'},
+         ("NODE_SELECTOR",)),
+    Case("k8s-time-limit-beyond-int64", "k8s", {S0 + "time_limit": "9" * 30}, ("time_limit",)),
+]
+
+# Issue 32: values a plain YAML 1.1 scalar would type (kubectl's go-yaml v2 reads y / N / on / ~ / 0777 / 1_000 / 1e3 /
+# .inf / 2001-12-14 as booleans, null, numbers, timestamps): accepted, and every manifest must read back as
+# objects.json says (test_hostile_inputs.manifest_mismatches; summary.py counts the rows where it does not).
+_TYPED = ["y", "Y", "n", "N", "yes", "No", "ON", "off", "True", "FALSE", "~", "null", "NULL", "", "1e3", "0777",
+          "0o17", "0x1F", "1_000", "-1", ".5", ".inf", "-.Inf", ".nan", "1:20", "2001-12-14", "2001-12-14 21:59:43.10",
+          "2001-12-14t21:59:43.10-05:00", "<<", "=", "9223372036854775808", "0b101"]
+_TYPED_NAMES = {
+    SYS + "default_namespace": "y", KT + "RESULTS_PVC": "on", KT + "MOUNTS": '{"/fsx": "0777"}',
+    KT + "SERVICE_ACCOUNT": "no", KT + "SCHEDULER_NAME": "true", KT + "PRIORITY_CLASS": "null",
+    KT + "CREDENTIALS": '{"HF_TOKEN": "y:n"}', KT + "NODE_SELECTOR": '{"y": "N", "on": "1_000", "n": "2001-12-14"}',
+    KT + "TOLERATIONS": '[{"key": "y", "operator": "Equal", "value": "N", "effect": "NoSchedule"}, '
+                        '{"key": "off", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 0}]',
+    KT + "SHM_SIZE": "1000",
+}
+K8S_YAML = [
+    Case("valid-k8s-env-values-yaml11", "k8s", {ENV + f"V_{i}": v for i, v in enumerate(_TYPED)}, ok=True),
+    Case("valid-k8s-test-env-values-yaml11", "k8s", {"test.extra_env_vars": {f"T_{i}": v for i, v in
+                                                                            enumerate(_TYPED)}}, ok=True),
+    Case("valid-k8s-env-names-yaml11", "k8s", {ENV + "y": "N", ENV + "N": "y", ENV + "ON": "1e3"}, ok=True),
+    Case("valid-k8s-names-yaml11", "k8s", _TYPED_NAMES, ok=True),
+    Case("valid-k8s-names-yaml11-pytorchjob", "k8s", {**_TYPED_NAMES, KT + "KIND": "pytorchjob"}, ok=True),
+    Case("valid-k8s-toleration-seconds-int64-max", "k8s", {_TOL: _tol_seconds(2**63 - 1)}, ok=True),
+]
+VALID += K8S_YAML
+
 
 def _also_run(cases: list[Case]) -> list[Case]:
     """``run`` too: its refusal must come before CloudAI asks the cluster (sinfo), installs or submits anything."""
@@ -560,6 +621,6 @@ CLASSES: dict[str, list[Case]] = {
     "secrets in free text": _also_run(FREE_TEXT_SECRETS), "golden files": GOLDEN, "model config folders": MODEL_CONFIG,
     "limits": LIMITS, "command lines": COMMAND_LINES, "unreadable files, names that are tokens (issue 32)": ISSUE_32,
     "sbatch directives": _also_run(SBATCH_DIRECTIVES), "filename patterns": FILENAME_PATTERNS,
-    "control characters": CONTROL_CHARACTERS, "node lists": NODE_LISTS,
+    "control characters": CONTROL_CHARACTERS, "node lists": NODE_LISTS, "kubernetes API limits": K8S_LIMITS,
 }
 CASES = [c for rows in CLASSES.values() for c in rows]

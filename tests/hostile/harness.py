@@ -189,6 +189,25 @@ def run_all(cases: Iterable[Case], tmp: Path, workers: int | None = None) -> dic
     return outcomes
 
 
+def manifest_mismatches(o: Outcome) -> list[str]:
+    """Kubernetes manifests a dry-run wrote that a YAML 1.1 reader does not read back as the objects.json beside them
+    (kubectl's go-yaml v2 typing, k8s/yaml11.py, and PyYAML's); issue 32."""
+    import yaml
+    from k8s.yaml11 import load_go_yaml_v2
+
+    found = []
+    for objects_json in sorted(o.out_dir.rglob("k8s/objects.json")):
+        meant = json.loads(objects_json.read_text())["items"]
+        manifests = sorted(objects_json.parent.glob("*.yaml"))
+        if len(manifests) != len(meant):
+            found.append(f"{objects_json.parent}: {len(manifests)} manifests for {len(meant)} objects")
+        for path in manifests:
+            text, expected = path.read_text(), meant[int(path.name[:2])]
+            found += [f"{path} ({reader})" for reader, load in (("go-yaml v2", load_go_yaml_v2),
+                                                                ("PyYAML", yaml.safe_load)) if load(text) != expected]
+    return found
+
+
 def leaks(o: Outcome, extra: Callable[[Path], bool] | None = None) -> list[str]:
     """Secret values found in the output, debug.log or any file the run wrote."""
     secrets = [*SECRETS.values(), *([o.case.secret] if o.case.secret else [])]

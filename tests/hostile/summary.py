@@ -4,8 +4,9 @@ Runs every row of cases.py (hostile and valid) the way test_hostile_inputs.py do
 (cases.CLASSES: deep TOML, dependency cycles, secrets in free text, golden files, ...), how many runs were refused
 cleanly, then per class of failure how many runs showed it: a traceback on the terminal, a hostile input accepted
 (exit 0), files left behind in --output-dir or outside it, a secret printed or written, a message missing the field /
-value it should name, a valid input refused. ``--plain-verify`` runs verify-configs without --system-config (as
-before it had the option).
+value it should name, a valid input refused, a valid input whose Kubernetes manifests a YAML 1.1 reader (kubectl's
+go-yaml v2) reads back otherwise than objects.json (issue 32). ``--plain-verify`` runs verify-configs without
+--system-config (as before it had the option).
 
 Then the classes of issue 26 (reliability.py: the operating system refusing a write, planted symlinks, signals, a
 log shrinking under the reader), one line per class: rows, handled right, skipped (mount / chattr not permitted),
@@ -67,12 +68,14 @@ def main() -> None:
     classes: dict[str, list[str]] = {k: [] for k in ("clean refusal", "traceback", "accepted (exit 0)",
                                                      "left files in --output-dir", "wrote outside --output-dir",
                                                      "secret printed or written", "message misses field/value",
-                                                     "valid input refused")}
+                                                     "valid input refused", "manifest reads back otherwise")}
     for (cid, verb), o in sorted(outcomes.items()):
         name = f"{cid} [{verb}]"
         if o.case.ok:
             if o.returncode != 0:
                 classes["valid input refused"].append(name)
+            elif verb == "dry-run" and harness.manifest_mismatches(o):
+                classes["manifest reads back otherwise"].append(name)
             continue
         bad = False
         checks = {

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hostile.cases import CASES, VALID
-from hostile.harness import Outcome, leaks, run_all
+from hostile.harness import Outcome, leaks, manifest_mismatches, run_all
 
 HOSTILE_RUNS = [(c, v) for c in CASES for v in c.verbs]
 VALID_RUNS = [(c, v) for c in VALID for v in c.verbs]
@@ -53,6 +53,7 @@ def test_valid_input_is_still_accepted(outcomes: dict, case, verb: str) -> None:
     assert "Traceback" not in o.output
     if verb == "dry-run":
         assert any(p.name in ("cloudai_sbatch_script.sh", "objects.json") for p in o.new_files)
+        assert manifest_mismatches(o) == [], "a manifest does not read back as objects.json (YAML 1.1 typing)"
     elif verb == "preflight":
         assert "point(s) accepted" in o.output and "dry-run and run would refuse" not in o.output
     else:

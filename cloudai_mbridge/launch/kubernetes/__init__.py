@@ -21,6 +21,10 @@ output folder, as on Slurm. Results: /results is the PVC named by CLOUDAI_MBRIDG
 job) or an emptyDir; either way the runner collects every pod's log through the API. All ranks of a node share one
 pod, so CUDA IPC and /dev/shm (memory-backed) work between them without hostIPC.
 
+Limits (validation.py): what the API server or the container would refuse is refused here, naming the field, e.g.
+an environment string over execve's MAX_ARG_STRLEN, an object over etcd's request limit, a tolerationSeconds beyond
+int64 (the manifests' YAML quoting is systems/kubernetes/strategy.py's to_yaml).
+
 Modules: validation.py (constants, K8sConfigError, names and values), knobs.py (the CLOUDAI_MBRIDGE_K8S_* settings),
 objects.py (a K8sJobSpec -> its objects). Everything public is importable from here.
 """

@@ -12,23 +12,24 @@ from typing import Any
 from ...catalog.gpus import GPU_ENV
 from .validation import (
     _CONFIG_KEY,
-    _ENV_NAME,
     _LABEL_VALUE,
     _QUANTITY,
+    INT64_MAX,
     PAYLOAD_ROOT,
     PREFIX,
     RESULTS_DIR,
     SHM_DIR,
     K8sConfigError,
     is_dns1123_subdomain,
+    is_env_name,
     is_label_key,
+    shown,
 )
 
 KINDS = ("job", "pytorchjob")
 _TOLERATION_KEYS = {"key": str, "operator": str, "value": str, "effect": str, "tolerationSeconds": int}
 _TOLERATION_OPERATORS = ("Exists", "Equal")
 _TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
-
 
 
 @dataclass(frozen=True)
@@ -128,14 +129,45 @@ def _tolerations(key: str, raw: str) -> tuple[dict[str, Any], ...]:
                 raise K8sConfigError(where, k, "unknown toleration field", f"use {', '.join(_TOLERATION_KEYS)}")
             if not isinstance(v, typ) or isinstance(v, bool):
                 raise K8sConfigError(f"{where}.{k}", v, f"must be a {typ.__name__}", f"write a {typ.__name__}")
-        if tol.get("operator", "Equal") not in _TOLERATION_OPERATORS:
+        operator, effect = tol.get("operator", "Equal"), tol.get("effect", "")
+        if operator not in _TOLERATION_OPERATORS:
             raise K8sConfigError(f"{where}.operator", tol["operator"], "unknown operator", "use Exists or Equal")
-        if tol.get("effect", "") not in _TOLERATION_EFFECTS:
+        if effect not in _TOLERATION_EFFECTS:
             raise K8sConfigError(
                 f"{where}.effect", tol["effect"], "unknown effect", "use NoSchedule, PreferNoSchedule or NoExecute"
             )
-        if tol.get("operator") == "Exists" and tol.get("value"):
+        # What the API server checks (core/validation ValidateTolerations) and the API type (tolerationSeconds: int64)
+        key_name = tol.get("key", "")
+        if key_name and not is_label_key(key_name):
+            raise K8sConfigError(f"{where}.key", shown(key_name), "not a taint key (a label key)", "use label syntax")
+        if not key_name and operator != "Exists":
+            raise K8sConfigError(f"{where}.operator", operator, "must be Exists when key is empty", "add a key")
+        if operator == "Exists" and tol.get("value"):
             raise K8sConfigError(f"{where}.value", tol["value"], "must be empty with operator Exists", "drop it")
+        taint_value = tol.get("value", "")
+        if operator == "Equal" and (len(taint_value) > 63 or not _LABEL_VALUE.match(taint_value)):
+            raise K8sConfigError(
+                f"{where}.value",
+                shown(taint_value),
+                "not a taint value (a label value of at most 63 characters)",
+                "use letters, digits, '-', '_', '.'",
+            )
+        if "tolerationSeconds" in tol:
+            seconds = tol["tolerationSeconds"]
+            if not -INT64_MAX - 1 <= seconds <= INT64_MAX:
+                raise K8sConfigError(
+                    f"{where}.tolerationSeconds",
+                    seconds,
+                    "beyond int64, the API's type for it",
+                    "write a number of seconds, e.g. 300",
+                )
+            if effect != "NoExecute":
+                raise K8sConfigError(
+                    f"{where}.tolerationSeconds",
+                    seconds,
+                    "the API server takes it only with effect NoExecute",
+                    'add "effect": "NoExecute" or drop tolerationSeconds',
+                )
     return tuple(value)
 
 
@@ -177,7 +209,7 @@ def _credential_refs(key: str, raw: str) -> tuple[Credential, ...]:
     out = []
     for env, ref in value.items():
         where = f"{key}[{env!r}]"
-        if not _ENV_NAME.match(env):
+        if not is_env_name(env):
             raise K8sConfigError(where, env, "not an environment variable name", "use letters, digits and '_'")
         if not isinstance(ref, str):
             raise K8sConfigError(where, ref, 'must be "secret-name[:key]"', 'write "hf-token:token"')
@@ -243,4 +275,3 @@ def parse_settings(env: Mapping[str, object]) -> tuple[K8sSettings, dict[str, st
 
 def _knob_list() -> str:
     return ", ".join(PREFIX + k for k in KNOBS)
-

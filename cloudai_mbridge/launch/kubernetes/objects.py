@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,13 +11,15 @@ from .knobs import K8sSettings
 from .validation import (
     _CONFIG_KEY,
     _DNS1035_LABEL,
-    _ENV_NAME,
     COMPLETION_INDEX,
     CONFIG_NAME,
     CONFIGMAP_LIMIT,
     JOB_LABEL,
     MANAGED_BY,
+    MAX_INDEXED_PARALLELISM,
     NAME_LIMIT,
+    OBJECT_BUDGET,
+    OBJECT_LIMIT,
     PAYLOAD_PACKAGE,
     PAYLOAD_ROOT,
     PREFIX,
@@ -28,8 +31,11 @@ from .validation import (
     SHM_DIR,
     WAIT_ANNOTATION,
     K8sConfigError,
+    check_exec_string,
     check_namespace,
     escape,
+    is_env_name,
+    shown,
 )
 
 
@@ -61,6 +67,7 @@ class K8sJobSpec:
     time_limit_s: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    env_origin: Mapping[str, str] = field(default_factory=dict)  # name -> where it was set, for error messages
 
     @property
     def configmap_name(self) -> str:
@@ -147,13 +154,15 @@ def _env(spec: K8sJobSpec, *, node_rank_from_index: bool) -> list[dict[str, Any]
         ref = {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}
         env.append({"name": "NODE_RANK", "valueFrom": {"fieldRef": ref}})
     for name, value in spec.env.items():
-        if not _ENV_NAME.match(name):
-            raise K8sConfigError(f"env {name!r}", value, "not a valid environment variable name", "rename it")
+        where = spec.env_origin.get(name, f"env {name}")
+        if not is_env_name(name):
+            raise K8sConfigError(where, shown(value), "not a valid environment variable name", "rename it")
         if name in secret_names:
             raise K8sConfigError(
                 f"env {name}", "<value>", f"also comes from a Secret ({PREFIX}CREDENTIALS)", "set it in one place"
             )
         if name not in fixed:
+            check_exec_string(where, name, value, "shorten it, or put the text in a file on a mounted volume")
             env.append({"name": name, "value": escape(value)})
     user_path = spec.env.get("PYTHONPATH")
     env += [
@@ -352,6 +361,13 @@ def render_objects(spec: K8sJobSpec) -> list[dict[str, Any]]:
         )
     if spec.num_nodes < 1 or spec.nproc_per_node < 1:
         raise K8sConfigError("num_nodes", spec.num_nodes, "must be at least 1 node and 1 process", "fix the test")
+    if spec.num_nodes > MAX_INDEXED_PARALLELISM:
+        raise K8sConfigError(
+            "num_nodes",
+            spec.num_nodes,
+            f"over the {MAX_INDEXED_PARALLELISM} pods a job may run at once",
+            "fix the test",
+        )
     if not spec.steps or not spec.main.torchrun or any(s.torchrun for s in spec.steps[:-1]):
         raise K8sConfigError("steps", [s.role for s in spec.steps], "need pre-steps then one torchrun step", "fix")
     data = configmap_data(spec)
@@ -366,4 +382,19 @@ def render_objects(spec: K8sJobSpec) -> list[dict[str, Any]]:
     ]
     objects += [_pre_step_job(spec, step) for step in spec.steps[:-1]]
     objects += _pytorchjob(spec) if spec.settings.kind == "pytorchjob" else _indexed_job(spec)
+    for obj in objects:
+        check_object_size(obj)
     return objects
+
+
+def check_object_size(obj: Mapping[str, Any]) -> None:
+    """Refuse an object the API server could not store (its JSON as the client sends it, against OBJECT_BUDGET)."""
+    size = len(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > OBJECT_BUDGET:
+        raise K8sConfigError(
+            f"{obj['kind']} {obj['metadata']['name']}",
+            f"{size} bytes",
+            f"over the {OBJECT_BUDGET} bytes an object may take (etcd stores at most {OBJECT_LIMIT} bytes a request, "
+            "less what the API server adds)",
+            "shorten the environment values (global_env_vars, extra_env_vars): every pod template repeats them",
+        )

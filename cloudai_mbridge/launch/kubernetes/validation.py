@@ -11,6 +11,15 @@ PAYLOAD_PACKAGE = "mbridge_payload"
 CONFIG_NAME = "mbridge_config.json"
 CONFIG_PATH = f"{PAYLOAD_ROOT}/{CONFIG_NAME}"
 CONFIGMAP_LIMIT = 1024 * 1024  # the API server refuses a ConfigMap whose data exceeds 1 MiB
+# etcd's default --max-request-bytes (1.5 MiB): the API server cannot store a bigger object. OBJECT_BUDGET leaves room
+# for what the server adds to ours (defaults, metadata.managedFields, status; the pods a Job makes repeat its template).
+OBJECT_LIMIT = 1536 * 1024
+OBJECT_BUDGET = OBJECT_LIMIT - 64 * 1024
+# Linux's execve(2) refuses one environment or argument string ("NAME=value" and its NUL) over MAX_ARG_STRLEN
+# (32 pages of 4 KiB) with E2BIG: the container would not start.
+MAX_ARG_STRLEN = 32 * 4096
+INT64_MAX = 2**63 - 1  # tolerationSeconds, activeDeadlineSeconds: int64 in the API types
+MAX_INDEXED_PARALLELISM = 100_000  # the API server's limit on an Indexed Job's parallelism (batch validation)
 
 PREFIX = "CLOUDAI_MBRIDGE_K8S_"
 MANAGED_BY = "cloudai-mbridge"
@@ -31,7 +40,7 @@ _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 _QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
 _CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+\Z")
-_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*\Z")  # validation.IsEnvVarName, plus is_env_name
 _QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\Z")
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
 
@@ -44,6 +53,39 @@ class K8sConfigError(ValueError):
         super().__init__(f"{key} = {value!r}: {problem}. Fix: {fix}")
 
 
+class Shown:
+    """A long value as an error message shows it: its start and its size, on one line."""
+
+    def __init__(self, text: str, keep: int = 40) -> None:
+        size = len(text.encode())
+        self.text = repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({size} bytes)"
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+
+def shown(value: object) -> object:
+    return Shown(value) if isinstance(value, str) and len(value) > 40 else value
+
+
+def is_env_name(name: str) -> bool:
+    """Kubernetes' IsEnvVarName: the characters, and no "." / ".." / "..*" (hasChDirPrefix)."""
+    return bool(_ENV_NAME.match(name)) and name not in (".", "..") and not name.startswith("..")
+
+
+def check_exec_string(where: str, name: str, value: str, fix: str) -> None:
+    """Refuse an environment value the container's execve would refuse (E2BIG)."""
+    size = len(name.encode()) + 1 + len(value.encode()) + 1
+    if size > MAX_ARG_STRLEN:
+        raise K8sConfigError(
+            where,
+            Shown(value),
+            f"{size} bytes as NAME=value: over the {MAX_ARG_STRLEN} bytes Linux takes for one environment string "
+            "(execve fails with E2BIG: the container would not start)",
+            fix,
+        )
 
 
 def escape(value: str) -> str:
@@ -101,5 +143,8 @@ def time_limit_seconds(text: str | None) -> int | None:
     seconds = ((int(days or 0) * 24 + h) * 60 + mi) * 60 + s
     if seconds <= 0:
         raise K8sConfigError("time_limit", text, "must be positive", 'write e.g. "02:00:00"')
+    if seconds > INT64_MAX:
+        raise K8sConfigError(
+            "time_limit", shown(text), "beyond activeDeadlineSeconds (int64 seconds)", 'write e.g. "7-00:00:00"'
+        )
     return seconds
-

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from abc import abstractmethod
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -46,20 +47,43 @@ MANIFEST_DIR = "k8s"
 OBJECTS_FILE = "objects.json"
 
 
-def _block_strings(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
-    # Payload files read as code in the manifests; PyYAML falls back to quoting where a block cannot hold the text.
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+# A string is written plain only where every YAML reader takes it back as that string: kubectl reads manifests with
+# go-yaml v2 (YAML 1.1 typing: y / N / on / off / ~ / 0777 / 0x1F / 1_000 / 1e3 / .inf / 2001-12-14 are booleans,
+# null, numbers or timestamps), PyYAML types 1:20 (base 60) and = as well, YAML 1.2 readers type null / true / 1e3.
+# Every such scalar starts with a digit, a sign, '.', '~', '<', '=' or is one of the words below (in any case): a
+# text of letters, digits, '_', '.', '/' and '-' that starts with a letter, '_' or '/' and is no such word cannot be
+# typed as anything but a string. Everything else is double-quoted (PyYAML escapes backslashes, '"' and control
+# characters the way go-yaml reads them back).
+_PLAIN = re.compile(r"[A-Za-z_/][-A-Za-z0-9_./]*\Z")
+_TYPED_WORDS = frozenset({"y", "n", "yes", "no", "true", "false", "on", "off", "null"})
+# Line breaks a block scalar would not keep: YAML 1.1 readers turn CR and NEL into \n there; BOM is refused in a block.
+_NOT_IN_BLOCK = re.compile("[\r\x85\u2028\u2029\ufeff]")
+
+
+def _scalar_style(text: str) -> str | None:
+    if "\n" in text and not _NOT_IN_BLOCK.search(text):
+        return "|"  # payload files read as code; PyYAML falls back to double quotes where a block cannot hold the text
+    if _PLAIN.match(text) and text.lower() not in _TYPED_WORDS:
+        return None
+    return '"'
+
+
+def _strings(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=_scalar_style(data))
 
 
 class _ManifestDumper(yaml.SafeDumper):
     pass
 
 
-_ManifestDumper.add_representer(str, _block_strings)
+_ManifestDumper.add_representer(str, _strings)
 
 
 def to_yaml(obj: dict[str, Any]) -> str:
-    return yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False, allow_unicode=True, width=120)
+    """One object as YAML that a YAML 1.1 reader (kubectl's go-yaml v2) and a YAML 1.2 one read back as ``obj``.
+
+    The width is unbounded so that no quoted string is folded over lines (one value, one line)."""
+    return yaml.dump(obj, Dumper=_ManifestDumper, sort_keys=False, allow_unicode=True, width=1 << 30)
 
 
 def k8s_violation(e: K8sConfigError) -> Violation:
@@ -182,6 +206,10 @@ class MBridgeKubernetesStrategy(JsonGenStrategy):
             time_limit_s=time_limit_seconds(self.test_run.time_limit),
             labels={TEST_LABEL: test_label} if test_label else {},
             annotations={"cloudai-mbridge/generated-by": generated_by()},
+            env_origin={
+                **{k: f"global_env_vars.{k} of the system file ({self.system.name})" for k in system_vars},
+                **{k: f"extra_env_vars.{k} of the test file ({self.test_run.test.name})" for k in test_vars},
+            },
         )
 
     def _render(self, payload_dir: Path, config_json: str) -> list[dict[str, Any]]:
