@@ -61,9 +61,10 @@ def path_problem(path: Path | str, limit: int, what: str = "the file") -> str | 
     return mode_problem(path, st.st_mode, st.st_size, limit, what)
 
 
-def read_bytes(path: Path | str, limit: int, what: str = "the file") -> bytes:
-    """The bytes of the regular file ``path``: InputFileError for a FIFO, a device, a socket or more than ``limit``
-    bytes (also a file that grows past it while read); OSError as ``open`` raises it."""
+def _open_checked(path: Path | str, limit: int, what: str) -> tuple[int, os.stat_result]:
+    """A descriptor of ``path`` opened without blocking (a FIFO does not hang the open), checked on the descriptor
+    itself (InputFileError for a FIFO, a device, a socket, more than ``limit`` bytes), then set blocking for the
+    reads; the caller closes it."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
         st = os.fstat(fd)
@@ -71,6 +72,17 @@ def read_bytes(path: Path | str, limit: int, what: str = "the file") -> bytes:
         if problem:
             raise InputFileError(problem)
         os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_bytes(path: Path | str, limit: int, what: str = "the file") -> bytes:
+    """The bytes of the regular file ``path``: InputFileError for a FIFO, a device, a socket or more than ``limit``
+    bytes (also a file that grows past it while read); OSError as ``open`` raises it."""
+    fd, st = _open_checked(path, limit, what)
+    try:
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, min(MiB, limit + 1 - total))
@@ -134,13 +146,8 @@ def results_problems(root: Path | str, limit: int = 5) -> list[str]:
 
 def read_head(path: Path | str, n: int, limit: int, what: str = "the file") -> bytes:
     """The first ``n`` bytes of the regular file ``path`` (InputFileError as read_bytes says)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd, _ = _open_checked(path, limit, what)
     try:
-        st = os.fstat(fd)
-        problem = mode_problem(path, st.st_mode, st.st_size, limit, what)
-        if problem:
-            raise InputFileError(problem)
-        os.set_blocking(fd, True)
         chunks, total = [], 0
         while total < n and (chunk := os.read(fd, n - total)):
             chunks.append(chunk)

@@ -27,6 +27,7 @@ from pydantic import Field, field_validator
 
 from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
+from ..metrics.training import config_int
 from ..redact import redact_report
 from . import ab_starts
 from .common import (
@@ -122,18 +123,13 @@ MIN_STEADY = 5
 def missing_iterations(m: TrainingRunMetrics) -> tuple[int, int] | None:
     """(missing, expected) when the log's iteration lines do not cover 1..N of the run's own ``N`` (the iteration
     lines' ``/ N``, else the config's train_iters); None when they do or nothing says N."""
-    total = max((r.train_iters for r in m.iterations), default=None) or signals_int(m.config, "train_iters")
+    total = max((r.train_iters for r in m.iterations), default=None) or config_int(m.config or {}, "train_iters")
     if not total or not m.iterations:
         return None
     last = max(r.iteration for r in m.iterations)
     expected = min(total, last) if m.status != "ok" else total
     seen = len({r.iteration for r in m.iterations if 1 <= r.iteration <= expected})
     return (expected - seen, expected) if seen < expected else None
-
-
-def signals_int(config: Any, key: str) -> int | None:
-    value = config.get(key) if isinstance(config, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 @dataclass
