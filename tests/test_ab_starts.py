@@ -69,10 +69,17 @@ def test_routing_gate():
 
 
 def test_loss_envelope_gate():
-    base = [{1: 10.0, 2: 8.0}, {1: 10.0, 2: 8.4}]
-    assert ab_starts.loss_envelope(base, [{1: 10.0, 2: 8.7}], 1e-3).state == "pass"  # inside 8.0-0.4 .. 8.4+0.4
-    gate = ab_starts.loss_envelope(base, [{1: 10.0, 2: 9.0}], 1e-3)
+    # three baseline starts that agree at iteration 2 and drift apart at iteration 3 (the run's chaos, not the arm)
+    base = [{1: 10.0, 2: 8.000, 3: 7.0}, {1: 10.0, 2: 8.004, 3: 6.0}, {1: 10.0, 2: 8.002, 3: 6.1}]
+    assert ab_starts.reproducible_horizon(base, 1e-3) == 2
+    for i, start in enumerate(base):  # the yardstick: the baseline passes its own gate
+        assert ab_starts.loss_envelope(base[:i] + base[i + 1:], [start], 1e-3).state == "pass"
+    gate = ab_starts.loss_envelope(base, [{1: 10.0, 2: 8.009, 3: 9.9}], 1e-3)
+    assert gate.state == "pass" and "iterations 1-2" in gate.detail and "iteration 3" in gate.detail
+    gate = ab_starts.loss_envelope(base, [{1: 10.0, 2: 8.2, 3: 6.5}], 1e-3)
     assert gate.state == "fail" and "iteration 2" in gate.detail
+    # baseline starts that disagree after the first step: nothing to compare against
+    assert ab_starts.loss_envelope([{1: 10.0, 2: 8.0}, {1: 10.0, 2: 8.4}], [{1: 10.0, 2: 8.2}], 1e-3).state == "unknown"
     assert ab_starts.loss_envelope(base[:1], [{1: 10.0}], 1e-3).state == "unknown"
     assert ab_starts.loss_envelope(base, [{1: float("nan")}], 1e-3).state == "fail"
 
@@ -180,3 +187,45 @@ def test_iteration_times_in_other_digits_are_not_a_quiet_gap(tmp_path):
           lambda m: m.group(1) + m.group(2).translate(digits))
     row = _report(tmp_path, runs)["deepep"]
     assert row["verdict"].startswith("invalid"), row["verdict"]
+
+
+# --- the second 4 x H100 host (2026-11-27, 21:32-21:56 UTC): NCCL EP's first completed A/B cells ------------------
+
+K2_NCCLEP = Path(__file__).resolve().parents[1] / "benchmarks/results/bridge_ab_4gpu/k2_mbs1_w5/runs"
+DSV3_NCCLEP = Path(__file__).resolve().parents[1] / "benchmarks/results/bridge_ab_4gpu/dsv3_mbs1_w4/runs"
+
+
+def _curves(runs: Path, arm: str) -> list[dict[int, float]]:
+    from cloudai_mbridge.metrics.training import parse_training_run
+
+    return [parse_training_run(d).loss_curve for d in sorted(runs.glob(f"*_{arm}_s*"))]
+
+
+def test_the_recorded_ncclep_cell_has_three_starts_per_arm_same_routing_and_work(tmp_path):
+    row = _report(tmp_path, K2_NCCLEP)["ncclep"]
+    assert (row["base_starts"], row["arm_starts"]) == (3, 3)
+    assert row["verdict"] == "within noise"
+    assert row["routing"].startswith("same routing in 6 runs")
+    assert row["work"].startswith("lm loss inside the baseline envelope (3 starts)")
+    assert "iterations 1-11" in row["work"]
+
+
+def test_every_recorded_baseline_start_passes_the_work_gate_against_the_others():
+    # the yardstick must not reject alltoall against alltoall: on these runs a plain [min, max] envelope did (the
+    # losses drift apart once the runs' grad norm passes 30), the reproducible horizon does not
+    for runs in (K2_NCCLEP, DSV3_NCCLEP, CELL):
+        base = _curves(runs, "alltoall")
+        assert len(base) >= 3
+        for i, start in enumerate(base):
+            gate = ab_starts.loss_envelope(base[:i] + base[i + 1:], [start], 1e-3)
+            assert gate.state == "pass", (runs, i, gate.detail)
+
+
+def test_a_baseline_that_does_not_repeat_itself_proves_no_work(tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(K2_NCCLEP, runs)
+    last = sorted((runs / "w5_alltoall_s1" / "logs").glob("rank-*.log"))[-1]
+    _edit(last, r"(iteration\s+2/\s+20 \|.*?lm loss: )[0-9.E+-]+", r"\g<1>1.300000E+01")
+    row = _report(tmp_path, runs)["ncclep"]
+    assert row["verdict"] == "work not proven (baseline not repeatable)"
+    assert ab_starts.NOT_REPEATABLE in row["work"]

@@ -365,7 +365,7 @@ class MBridgeABReport(TolerantLoading, Reporter):
                                               for a in (*base_runs, *runs)])
             work = ab_starts.loss_envelope([a.metrics.loss_curve for a in base_runs],
                                            [a.metrics.loss_curve for a in runs], cfg.loss_rtol)
-            if work.state == "unknown":  # one baseline start: each arm start against it, as for a single pair
+            if work.state == "unknown" and len(base_runs) == 1:  # each arm start against it, as for a pair
                 worst, n = max((loss_equivalence(base_runs[0].metrics.loss_curve, a.metrics.loss_curve,
                                                  first_k=cfg.loss_first_k) for a in runs), default=(math.nan, 0))
                 ok = n > 0 and math.isfinite(worst) and worst <= cfg.loss_rtol
@@ -375,8 +375,11 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 verdict = "invalid: " + "; ".join(gates)
             elif routing.state == "fail":
                 verdict = "different routing"
+            elif work.state == "fail":
+                verdict = "different work"
             elif work.state != "pass":
-                verdict = "different work" if work.state == "fail" else "work not proven (no loss to compare)"
+                verdict = ("work not proven (baseline not repeatable)" if ab_starts.NOT_REPEATABLE in work.detail
+                           else "work not proven (no loss to compare)")
             elif boot is None:
                 verdict = "invalid: no steady-state time"
             elif boot[1] <= 0.0 <= boot[2]:
@@ -535,7 +538,7 @@ class MBridgeABReport(TolerantLoading, Reporter):
             if verdict.startswith("invalid"):
                 badge = verdict_badge("not compared: invalid", "bad")
                 change = e(verdict.removeprefix("invalid: "))
-            elif verdict in ("different work", "work not proven (no loss to compare)"):
+            elif verdict == "different work" or verdict.startswith("work not proven"):
                 badge = verdict_badge(f"not compared: {verdict}", "bad")
             elif verdict == "within noise":
                 badge = verdict_badge("no winner: within noise", "warn")
