@@ -455,7 +455,9 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 "its starts' steady-state means, without the iterations that carry Bridge's manual garbage "
                 "collection; the 95 % interval is a bootstrap over starts, then iterations within each start. Same "
                 "routing: the routers' per-step hashes agree in every run of the cell. Same work: every start's lm "
-                "loss stays inside the baseline starts' envelope (the baseline against itself is the yardstick).</p>"
+                "loss stays inside the baseline starts' envelope up to the baseline's reproducible horizon, the last "
+                "iteration at which each baseline start is still inside the others' envelope (the baseline against "
+                "itself is the yardstick; past the horizon the baseline's own starts drift apart).</p>"
             )
         columns = [
             "cell",

@@ -155,8 +155,7 @@ def loss_envelope(base: Sequence[Mapping[int, float]], arm: Sequence[Mapping[int
         return Gate("unknown", f"the {len(base)} baseline starts {NOT_REPEATABLE} past their first "
                                "iteration: the loss cannot separate the arms")
     scope = (f"iterations {min(common)}-{horizon}" if horizon == last else
-             f"iterations {min(common)}-{horizon}; from iteration {horizon + 1} the baseline starts themselves leave "
-             f"one another's envelope, so later losses cannot separate the arms")
+             f"iterations {min(common)}-{horizon}; past {horizon} the baseline starts drift apart themselves")
     worst: tuple[float, int, float, float, float] | None = None
     n = 0
     for curve in arm:
