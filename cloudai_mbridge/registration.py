@@ -18,6 +18,7 @@ def register() -> None:
     from cloudai.core import Registry
     from cloudai.models.scenario import ReportConfig
     from cloudai.systems.slurm import SlurmSystem
+    from cloudai.systems.standalone import StandaloneSystem
 
     from .reports.ab import ABReportConfig, MBridgeABReport
     from .reports.refit_table import MBridgeRefitTable
@@ -31,11 +32,15 @@ def register() -> None:
     from .workloads.reporting import MBridgeRefitReport, MBridgeTrainingReport
     from .workloads.training import MBridgeTrainingSlurmCommandGenStrategy, MBridgeTrainingTestDefinition
     from .workloads.training.kubernetes import MBridgeTrainingKubernetesJsonGenStrategy
+    from .workloads.training.standalone import MBridgeTrainingStandaloneCommandGenStrategy
 
     reg = Registry()
     # update_* replaces instead of raising, so a second import path (the .pth hook and the CLI) is harmless.
     reg.update_test_definition(TRAINING_TEMPLATE, MBridgeTrainingTestDefinition)
     reg.update_command_gen_strategy(SlurmSystem, MBridgeTrainingTestDefinition, MBridgeTrainingSlurmCommandGenStrategy)
+    # one machine, no scheduler (a borrowed GPU host): torchrun starts the ranks
+    reg.update_command_gen_strategy(StandaloneSystem, MBridgeTrainingTestDefinition,
+                                    MBridgeTrainingStandaloneCommandGenStrategy)
     reg.update_test_definition(REFIT_TEMPLATE, MBridgeRefitTestDefinition)
     reg.update_command_gen_strategy(SlurmSystem, MBridgeRefitTestDefinition, MBridgeRefitSlurmCommandGenStrategy)
     reg.update_installer("slurm", MBridgeSlurmInstaller)

@@ -166,12 +166,25 @@ def resolve_gpu(test_gpu: str | None, system: System | None) -> str:
     return gpu
 
 
+# GPUs per node of a system whose file has no such field (CloudAI's standalone system forbids unknown keys)
+GPUS_PER_NODE_ENV = "CLOUDAI_MBRIDGE_GPUS_PER_NODE"
+
+
 def system_gpus_per_node(system: System | None, gpu_name: str | None) -> int:
-    """GPUs per node from the system file (gpus_per_node, else ntasks_per_node), else the GPU type's usual node."""
+    """GPUs per node from the system file (gpus_per_node, else ntasks_per_node, else [global_env_vars]
+    CLOUDAI_MBRIDGE_GPUS_PER_NODE), else the GPU type's usual node."""
     for attr in ("gpus_per_node", "ntasks_per_node"):
         value = getattr(system, attr, None)
         if isinstance(value, int) and value > 0:
             return value
+    raw = system_env(system).get(GPUS_PER_NODE_ENV)
+    if raw is not None:
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit() and 0 < int(text) <= 64):
+            raise ValueError(f"system {getattr(system, 'name', '?')!r}: [global_env_vars] {GPUS_PER_NODE_ENV} = "
+                             f"{raw!r} is not a GPU count. Fix: the number of GPUs this machine runs ranks on, "
+                             f'1 to 64 (e.g. {GPUS_PER_NODE_ENV} = "4")')
+        return int(text)
     if gpu_name:
         return get_gpu(gpu_name).gpus_per_node
     return 1
