@@ -59,7 +59,7 @@ def test_ab_scenario_dry_runs_to_three_starts_of_six_torchrun_jobs(tmp_path: Pat
         run = script.parent
         text = script.read_text()
         assert "--nproc-per-node 4 --no-python bash" in text
-        assert f"logs\"/rank-$RANK.log\"" in text
+        assert "logs\"/rank-$RANK.log\"" in text
         cfg = json.loads((run / "mbridge_config.json").read_text())
         assert (cfg["gpus_per_node"], cfg["world_size"], cfg["ep"], cfg["tp"], cfg["pp"]) == (4, 4, 4, 1, 1)
         assert (cfg["mbs"], cfg["seq_length"], cfg["train_iters"], cfg["engine"]) == (1, 4096, 20, "bridge")

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Prepare the wheels CloudAI needs on the GPU host (Python 3.12, manylinux x86_64, no network) into .whl/cloudai/
+# (ignored by git, carried to the host by the device call's `carry`). CloudAI's own wheel comes from
+# /work/shared/wheels; its dependencies are resolved by pip for cp312 / manylinux, then the ones the bridge-0.6.2
+# stack already installs (benchmarks/gpu_stack/bridge-0.6.2.txt) are removed, so the host keeps one copy of each.
+# usage: bash benchmarks/gpu_cloudai_prepare.sh   (on the dev machine, with network; prints the bundle's size)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CLOUDAI_WHEEL=${CLOUDAI_WHEEL:-/work/shared/wheels/cloudai-1.6.0+unknown-py3-none-any.whl}
+DEST=.whl/cloudai
+PYTHON=${PYTHON:-python3}
+rm -rf "$DEST" && mkdir -p "$DEST"
+cp "$CLOUDAI_WHEEL" "$DEST/"
+# PIP_CONSTRAINT: a dev machine's constraint file may pin versions that have no cp312 wheel
+PIP_CONSTRAINT=/dev/null "$PYTHON" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+  -d "$DEST" "$CLOUDAI_WHEEL" "matplotlib>=3.7"
+# what the bridge stack brings already (name==version lines; names normalised the way wheel files spell them)
+sed -n 's/^\([A-Za-z0-9_.-]*\)==.*/\1/p' benchmarks/gpu_stack/bridge-0.6.2.txt | tr 'A-Z.-' 'a-z__' | sort -u >"$DEST/.stack"
+# and what the host image has (datasets, in the bridge stack, imports them; gpu_cloudai_ab_run.sh checks them first)
+printf '%s\n' numpy pandas >>"$DEST/.stack"
+for whl in "$DEST"/*.whl; do
+  name=$(basename "$whl" | cut -d- -f1 | tr 'A-Z.-' 'a-z__')
+  if grep -qx "$name" "$DEST/.stack"; then echo "in the bridge stack already: $(basename "$whl")"; rm -f "$whl"; fi
+done
+rm -f "$DEST/.stack"
+ls -1 "$DEST" >"$DEST/MANIFEST.txt"
+du -sb "$DEST" | awk '{printf "bundle %s: %.1f MB\n", $2, $1 / 1e6}'
+echo "wheels: $(ls "$DEST"/*.whl | wc -l); largest:"; ls -S -l "$DEST"/*.whl | head -5 | awk '{print "  " $5, $9}'
