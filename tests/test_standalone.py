@@ -135,6 +135,6 @@ def test_run_on_this_machine_writes_rank_logs_and_the_ab_page_has_both_arms_over
     assert "alltoall" in page and "deepep" in page
     row = (root / "mbridge_ab.csv").read_text().splitlines()
     header, values = row[0].split(","), row[1].split(",")
-    got = dict(zip(header, values))
+    got = dict(zip(header, values, strict=True))
     assert (got["baseline"], got["arm"], got["base_starts"], got["arm_starts"]) == ("alltoall", "deepep", "2", "2")
     assert got["verdict"].startswith("invalid")  # failed runs never give a winner
