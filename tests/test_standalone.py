@@ -3,6 +3,7 @@ scenario, its refusals, quoting, and a real `cloudai-mbridge run` + `generate-re
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 from pathlib import Path
@@ -133,8 +134,7 @@ def test_run_on_this_machine_writes_rank_logs_and_the_ab_page_has_both_arms_over
     assert proc.returncode == 0, proc.stdout + proc.stderr
     page = (root / "mbridge_ab.html").read_text()
     assert "alltoall" in page and "deepep" in page
-    row = (root / "mbridge_ab.csv").read_text().splitlines()
-    header, values = row[0].split(","), row[1].split(",")
-    got = dict(zip(header, values, strict=True))
+    with (root / "mbridge_ab.csv").open(newline="") as f:
+        (got,) = list(csv.DictReader(f))
     assert (got["baseline"], got["arm"], got["base_starts"], got["arm_starts"]) == ("alltoall", "deepep", "2", "2")
     assert got["verdict"].startswith("invalid")  # failed runs never give a winner
