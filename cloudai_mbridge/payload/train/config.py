@@ -403,6 +403,9 @@ def mcore_unsupported(cfg: dict[str, Any]) -> list[str]:
         (cfg["precision"] != "bf16", f"precision = {cfg['precision']!r}: FP8 needs Transformer Engine; {bridge}"),
         (cfg["cuda_graph_impl"] != "none",
          f"cuda_graph_impl = {cfg['cuda_graph_impl']!r}: the mcore loop captures no CUDA graphs; {bridge}"),
+        (bool(cfg["cuda_graph_scope"]),
+         f"cuda_graph_scope = {','.join(cfg['cuda_graph_scope'])!r}: the mcore loop captures no CUDA graphs; "
+         f"remove it or {bridge}"),
         (bool(cfg["moe_a2a_overlap"]), f"moe_a2a_overlap = true needs the combined-1F1B schedule; {bridge}"),
         (cfg["task"] != "pretrain", f"task = {cfg['task']!r}: the mcore loop loads no checkpoint; {bridge}"),
         (cfg["data"] != "mock", f"data = {cfg['data']!r}: the mcore loop trains on mock tokens only; {bridge}"),
