@@ -32,9 +32,11 @@ from .config import (
     bridge_recipe,
     catalog_shape,
     fusion_fallbacks,
+    megatron_mtp_layers,
     missing_echo_fields,
     pipeline_layout,
     trust_remote_code,
+    with_mtp_tail,
 )
 from .log import (
     DispatcherError,
@@ -189,7 +191,8 @@ def _apply_layout(cfg: dict[str, Any], model_cfg: Any, recipe: str = "deepseek_v
     elif source == "recipe" and recipe == "kimi_k2":
         kimi = importlib.import_module(KIMI_RECIPE)
         try:
-            model_cfg.pipeline_model_parallel_layout = kimi._get_kimi_k2_pipeline_layout(cfg["pp"], cfg["vp"] or 1)
+            table = kimi._get_kimi_k2_pipeline_layout(cfg["pp"], cfg["vp"] or 1)
+            model_cfg.pipeline_model_parallel_layout = with_mtp_tail(table, megatron_mtp_layers(cfg))
         except ValueError as e:
             raise ConfigError(f"the Kimi-K2 recipe has no pipeline layout for (pp, vp) = ({cfg['pp']}, "
                               f"{cfg['vp'] or 1}): {e}; give an explicit pipeline_layout") from None

@@ -207,6 +207,19 @@ def derived_pipeline_layout(num_layers: int, stages: int, mtp_layers: int | None
     return [["embedding"] + ["decoder"] * per_stage, *middle, ["decoder"] * last + tail]
 
 
+def with_mtp_tail(layout: list[list[str]] | None, mtp_layers: int | None) -> list[list[str]] | None:
+    """A recipe table entry with the run's MTP layers before the loss on the last stage. Kimi-K2's table
+    (_get_kimi_k2_pipeline_layout) has none, as its model has none; a run that sets mtp_num_layers gets them where
+    the DeepSeek-V3 table puts them (and where plan/layout.py puts them), not a layout Megatron-Core refuses."""
+    if layout is None or not mtp_layers:
+        return layout
+    stages = [list(stage) for stage in layout]
+    last = stages[-1]
+    at = last.index("loss") if "loss" in last else len(last)
+    stages[-1] = last[:at] + ["mtp"] * mtp_layers + last[at:]
+    return stages
+
+
 def pipeline_layout(cfg: dict[str, Any]) -> tuple[str, Any]:
     """Where the pipeline layout comes from: ("explicit", str) from the config, ("none", None) without pipelining,
     ("derived", layout) for a proxy, or ("recipe", None) for a full model (the recipe's mtp-aware (PP, VP) table)."""
@@ -403,6 +416,9 @@ def mcore_unsupported(cfg: dict[str, Any]) -> list[str]:
         (cfg["precision"] != "bf16", f"precision = {cfg['precision']!r}: FP8 needs Transformer Engine; {bridge}"),
         (cfg["cuda_graph_impl"] != "none",
          f"cuda_graph_impl = {cfg['cuda_graph_impl']!r}: the mcore loop captures no CUDA graphs; {bridge}"),
+        (bool(cfg["cuda_graph_scope"]),
+         f"cuda_graph_scope = {','.join(cfg['cuda_graph_scope'])!r}: the mcore loop captures no CUDA graphs; "
+         f"remove it or {bridge}"),
         (bool(cfg["moe_a2a_overlap"]), f"moe_a2a_overlap = true needs the combined-1F1B schedule; {bridge}"),
         (cfg["task"] != "pretrain", f"task = {cfg['task']!r}: the mcore loop loads no checkpoint; {bridge}"),
         (cfg["data"] != "mock", f"data = {cfg['data']!r}: the mcore loop trains on mock tokens only; {bridge}"),

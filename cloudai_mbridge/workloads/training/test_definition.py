@@ -331,6 +331,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
         a = self.cmd_args
         memory = memory_caution(self.plan(tr, system))
         found = [memory] if memory else []
+        found += unused_fields(a)
         if a.engine == "mcore":
             return found
         hf_id = a.hf_model_id or get_model(a.model).hf_id
@@ -351,7 +352,41 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             return []
         config = training_config(plan, data=self.cmd_args.data)
         found = []
+        if self.cmd_args.hf_config_dir is not None:
+            # the loop builds the catalog's architecture (payload/train/mcore.py) and never reads a config.json
+            found.append(Violation(
+                "mcore-engine", {"engine": "mcore", "hf_config_dir": self.cmd_args.hf_config_dir},
+                "hf_config_dir is not read by the mcore engine: it builds the catalog's architecture of the model",
+                "remove hf_config_dir, or use engine = 'bridge' (a Megatron-Bridge image) to build from it"))
         for message in mcore_unsupported(config):
             what, _, fix = message.partition("; ")
             found.append(Violation("mcore-engine", {"engine": "mcore"}, what, fix))
         return found
+
+
+def unused_fields(a: MBridgeTrainingCmdArgs) -> list[str]:
+    """Fields this point sets that nothing hands Megatron for it (a sweep may set them for its other points): said,
+    so that a reader of the TOML does not believe they ran. tests/payload/test_nothing_dropped.py finds them."""
+    found = []
+    if a.moe_expert_rank_capacity_factor is not None and a.dispatcher != "ncclep":
+        found.append(f"moe_expert_rank_capacity_factor = {a.moe_expert_rank_capacity_factor} is not used with "
+                     f"dispatcher = {a.dispatcher!r}: only the ncclep backend reads it (Megatron-Core refuses it "
+                     "elsewhere), so this point runs without it")
+    if a.deepep_impl == "uccl" and a.dispatcher in ("alltoall", "ncclep"):
+        found.append(f"deepep_impl = 'uccl' is not used with dispatcher = {a.dispatcher!r}: only deepep points "
+                     "use a DeepEP build")
+    if a.recompute_modules.strip() and a.recompute != "selective":
+        found.append(f"recompute_modules = {a.recompute_modules!r} is not used with recompute = {a.recompute!r}: "
+                     "Megatron recomputes modules only with recompute = 'selective'")
+    sft = a.task == "sft"
+    if a.checkpoint_dir is not None and not sft:
+        found.append(f"checkpoint_dir = {a.checkpoint_dir!r} is not used with task = {a.task!r}: it is where an "
+                     "SFT run starts from; this point trains from scratch and saves no checkpoint")
+    if a.convert_checkpoint and not sft:
+        found.append(f"convert_checkpoint = true is not used with task = {a.task!r}: only an SFT run converts "
+                     "hf_model_id into checkpoint_dir first")
+    if a.hf_model_id is not None and not (sft and (a.data != "mock" or a.convert_checkpoint)):
+        found.append(f"hf_model_id = {a.hf_model_id!r} is not used by this point: the model's architecture comes "
+                     "from the catalog (or hf_config_dir); hf_model_id is read for an SFT run's tokenizer (data not "
+                     "\"mock\") or its checkpoint conversion (convert_checkpoint = true)")
+    return found
