@@ -350,3 +350,57 @@ def replica_bytes(plan: BytePlan) -> Iterable[tuple[int, int]]:
         out.setdefault(_dense_coords(plan.dst, d)[1], 0)
         out[_dense_coords(plan.dst, d)[1]] += plan.ranks[d].recv
     return sorted(out.items())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Seconds
+# ----------------------------------------------------------------------------------------------------------------
+
+# Measured on 2x H200 (NV18), benchmarks/results/gpu_refit_nccl.json and gpu_refit_coalesce.json, GB = 1e9 B:
+MEASURED_REFIT_GBPS = 57.68  # remote bytes per GPU per s, megatron-core NCCL service, Kimi-K2-shaped tp2 -> ep2
+MEASURED_COALESCED_GBPS = 70.05  # the same with payload/refit/coalesce.py, 1024 MiB messages
+MEASURED_CEILING_GBPS = 359.29  # NCCL exchange, 4 GiB in one op, same run as MEASURED_REFIT_GBPS
+# Assumed, not measured here:
+ASSUMED_NIC_GBPS = 50.0  # 400 Gb/s per GPU between nodes (one 400G NIC per H100), line rate
+ASSUMED_COPY_GBPS = 1000.0  # device-to-device copy of local slices (H100 HBM3, read + write)
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    name: str
+    nvlink_gbps: float  # remote bytes within a node, per GPU
+    nic_gbps: float  # remote bytes between nodes, per GPU
+    copy_gbps: float = ASSUMED_COPY_GBPS
+
+
+def bandwidths() -> list[Bandwidth]:
+    """The measured refit rate inside a node, and between nodes the same fraction of the assumed NIC line rate."""
+    return [
+        Bandwidth("measured", MEASURED_REFIT_GBPS, ASSUMED_NIC_GBPS * MEASURED_REFIT_GBPS / MEASURED_CEILING_GBPS),
+        Bandwidth("coalesced", MEASURED_COALESCED_GBPS,
+                  ASSUMED_NIC_GBPS * MEASURED_COALESCED_GBPS / MEASURED_CEILING_GBPS),
+        Bandwidth("line-rate", MEASURED_CEILING_GBPS, ASSUMED_NIC_GBPS),
+    ]
+
+
+def rank_seconds(r: RankPlan, bw: Bandwidth) -> float:
+    """One GPU: intra-node remote bytes (the larger of sent and received) at nvlink_gbps, then inter-node bytes at
+    nic_gbps, then local copies at copy_gbps, one after the other (no overlap assumed; no per-op latency term)."""
+    intra = max(r.recv_remote - r.recv_inter_node, r.send_remote - r.send_inter_node)
+    inter = max(r.recv_inter_node, r.send_inter_node)
+    return (intra / bw.nvlink_gbps + inter / bw.nic_gbps + r.recv_local / bw.copy_gbps) / 1e9
+
+
+def predict_seconds(plan: BytePlan, bw: Bandwidth) -> float:
+    """The slowest GPU's seconds: every rank finishes when its own bytes are through."""
+    return max(rank_seconds(r, bw) for r in plan.ranks.values())
+
+
+def payload_plan(config: dict, world_size: int, gpus_per_node: int) -> BytePlan:
+    """The byte plan of a refit payload config (what `preflight` and the payload see)."""
+    from ..payload.refit.config import derive_layouts, from_dict, padded_vocab_size
+
+    cfg = from_dict(config)
+    src, dst = derive_layouts(cfg, world_size)
+    model = payload_tensors(config["model"], padded_vocab_size(cfg), 4 if cfg.dtype == "fp32" else 2)
+    return build_plan(model, src, dst, gpus_per_node)
