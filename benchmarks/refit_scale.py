@@ -49,8 +49,8 @@ CASES = [
 def check_measured() -> None:
     """The constants the prediction uses are the numbers in the measured JSON files (fail loudly if not)."""
     refit = json.loads((RESULTS / "gpu_refit_nccl.json").read_text())["refit"][0]
-    coal = [r for r in json.loads((RESULTS / "gpu_refit_coalesce.json").read_text())["refit"]
-            if r.get("coalesce_mib") == 1024][0]
+    coal = next(r for r in json.loads((RESULTS / "gpu_refit_coalesce.json").read_text())["refit"]
+                if r.get("coalesce_mib") == 1024)
     for name, have, want in (("refit", MEASURED_REFIT_GBPS, refit["remote_gbps_per_gpu"]),
                              ("ceiling", MEASURED_CEILING_GBPS, refit["ceiling"]["gbps_per_gpu"]),
                              ("coalesced", MEASURED_COALESCED_GBPS, coal["remote_gbps_per_gpu"])):
