@@ -23,6 +23,7 @@ Two model shapes: :func:`payload_tensors` (what the refit payload builds: GQA st
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -308,14 +309,18 @@ def build_plan(model: ModelTensors, src: SideLayout, dst: SideLayout, gpus_per_n
             if dst_stage[layer] != pp_r:
                 continue
             s_pp = src_stage[layer]
+            # experts of this rank that one source EP rank holds move alike: one entry per source EP rank, n times
+            owners: dict[int, int] = {}
             for e in range(ep_r * per_ep, (ep_r + 1) * per_ep):
                 s_ep = e // (model.num_experts // src.ep)
+                owners[s_ep] = owners.get(s_ep, 0) + 1
+            for s_ep, n in owners.items():
                 for t in tensors:
                     for i, elems, tiles in _tiles(t.numel, src.etp, dst.etp, etp_r):
                         def rank_of(r, i=i, s_ep=s_ep, s_pp=s_pp):
                             return _expert_rank(src, i, s_ep, r, s_pp)
                         replica = _sharded_replica(policy, d, edp_r, rank_of, src.edp)
-                        add(d, _expert_rank(src, i, s_ep, replica, s_pp), elems, t, t.stride * tiles)
+                        add(d, _expert_rank(src, i, s_ep, replica, s_pp), n * elems, t, n * t.stride * tiles)
     return BytePlan(model, src, dst, gpus_per_node, policy, ranks, delivered)
 
 
@@ -404,3 +409,35 @@ def payload_plan(config: dict, world_size: int, gpus_per_node: int) -> BytePlan:
     src, dst = derive_layouts(cfg, world_size)
     model = payload_tensors(config["model"], padded_vocab_size(cfg), 4 if cfg.dtype == "fp32" else 2)
     return build_plan(model, src, dst, gpus_per_node)
+
+
+@dataclass(frozen=True)
+class RefitPrediction:
+    """Predicted seconds of one refit and the byte plan they rest on (GB = 1e9 B)."""
+
+    seconds: float
+    recv_gb: float  # most bytes one GPU receives, local copies included
+    remote_gb: float  # most remote bytes one GPU receives
+    rate: Bandwidth
+
+    @property
+    def basis(self) -> str:
+        return (f"{self.rate.name}: {self.rate.nvlink_gbps:.2f} GB/s/GPU in a node (measured, 2x H200), "
+                f"{self.rate.nic_gbps:.2f} GB/s/GPU between nodes (assumed)")
+
+
+_PREDICTIONS: dict[tuple, RefitPrediction] = {}
+
+
+def predict_payload(config: dict, world_size: int, gpus_per_node: int) -> RefitPrediction:
+    """Seconds of a refit payload config on ``world_size`` GPUs, ``gpus_per_node`` a node, at the measured rate
+    (``coalesce_mib`` > 0: the coalescing service's measured rate). Cached per model, layout pair and world: a
+    Kimi-K2 plan takes seconds to build and every point of a sweep that changes something else shares it."""
+    key = (json.dumps({k: config.get(k) for k in ("model", "src", "dst", "mode", "dtype")}, sort_keys=True),
+           world_size, gpus_per_node, (config.get("coalesce_mib") or 0) > 0)
+    if key not in _PREDICTIONS:
+        plan = payload_plan(config, world_size, gpus_per_node)
+        rate = {b.name: b for b in bandwidths()}["coalesced" if key[-1] else "measured"]
+        _PREDICTIONS[key] = RefitPrediction(predict_seconds(plan, rate), plan.worst("recv") / 1e9,
+                                            plan.worst("recv_remote") / 1e9, rate)
+    return _PREDICTIONS[key]
