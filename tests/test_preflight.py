@@ -224,3 +224,35 @@ def test_a_large_sweep_lists_part_of_its_points_and_counts_all(tmp_path: Path, m
     forked = pf.preflight(system, parsed, sink=rows.append, keep_all=False, workers=2)
     assert "".join(rows) == "".join(lines)
     assert pf.render_text(forked) == text
+
+
+REFIT_TEST = (
+    'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeRefit"\n[cmd_args]\nmodel = "kimi_k2"\n'
+    'num_layers = 2\ndevice = "cuda"\ndtype = "bf16"\nmode = "collocated"\ntransport = "nccl"\n'
+    'container_image = "nvcr.io/nvidia/nemo:26.04.01"\n[cmd_args.src]\ntp = 1\npp = 2\nep = 8\n'
+    '[cmd_args.dst]\ntp = 8\nep = 1\n'
+)
+REFIT_SCENARIO = (
+    'name = "case"\n'
+    '[[Tests]]\nid = "ep8pp2_to_tp8"\ntest_name = "case"\nnum_nodes = 2\ntime_limit = "01:00:00"\n'
+    '[[Tests]]\nid = "ep8pp2_to_tp4"\ntest_name = "case"\nnum_nodes = 2\ntime_limit = "01:00:00"\n'
+    '  [Tests.cmd_args]\n  dst = { tp = 4, ep = 1 }\n'
+)
+
+
+def test_refit_points_show_predicted_seconds_that_follow_the_byte_plan(tmp_path: Path) -> None:
+    tests_dir, scenario = write_case(tmp_path / "conf", REFIT_TEST, REFIT_SCENARIO)
+    h100 = CONF / "system" / "slurm_h100_ib.toml"
+    proc, _ = preflight(tmp_path, scenario, "--tests-dir", str(tests_dir), system=h100)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {r["test"]: r for r in csv.DictReader(io.StringIO((tmp_path / "out" / "preflight.csv").read_text()))}
+    tp8, tp4 = rows["ep8pp2_to_tp8"], rows["ep8pp2_to_tp4"]
+    for r in (tp8, tp4):
+        assert float(r["refit_predicted_s"]) > 0 and float(r["refit_recv_gb_per_gpu"]) > 0, r
+        assert "57.68 GB/s" in r["refit_predicted_basis"] and "assumed" in r["refit_predicted_basis"]
+    # TP8 -> TP4 doubles the dense bytes each destination GPU holds: a different plan, a different prediction
+    assert float(tp4["refit_recv_gb_per_gpu"]) > float(tp8["refit_recv_gb_per_gpu"])
+    assert tp4["refit_predicted_s"] != tp8["refit_predicted_s"]
+    html = (tmp_path / "out" / "preflight.html").read_text()
+    assert "predicted refit (s)" in html and "prediction, not a measurement" in html and "2 x H200" in html
+    assert f"<td>{tp8['refit_predicted_s']}</td>" in html and f"<td>{tp4['refit_predicted_s']}</td>" in html

@@ -51,6 +51,7 @@ class PointResult:
     error: str | None = None  # the point could not even be built (CloudAI would abort the sweep)
     checked: bool = True  # False for a workload that is not the plugin's (CloudAI's own: no rules here)
     expected: bool = False  # rejected only by rules the test declares in cmd_args.expected_rejections
+    refit: Any = None  # plan/refit_bytes.py RefitPrediction of an accepted refit point on GPUs
 
     @property
     def swept(self) -> bool:
@@ -110,6 +111,14 @@ class PointResult:
     @property
     def varies(self) -> str:
         return " ".join(f"{k}={_fmt(v)}" for k, v in self.values.items()) or "(no sweep)"
+
+    @property
+    def refit_s(self) -> str:
+        return "" if self.refit is None else f"{self.refit.seconds:.2f}"
+
+    @property
+    def refit_recv_gb(self) -> str:
+        return "" if self.refit is None else f"{self.refit.recv_gb:.1f}"
 
     @property
     def rules(self) -> str:
@@ -622,6 +631,8 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
                 previews[key] = res.error
         if res.error:
             return res
+    if res.ok and res.gpus and hasattr(tdef, "payload_config"):
+        res.refit = refit_prediction(tr, system)
     limit = time_limit_hours(tr.time_limit)
     if res.gpus is not None and limit is not None:
         res.limit_hours = res.gpus * limit
@@ -632,6 +643,18 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
             res.measured_step_s = step_s
             res.measured_hours = res.gpus * iters * step_s / 3600
     return res
+
+
+def refit_prediction(tr: Any, system: Any) -> Any:
+    """Predicted seconds of an accepted refit point on GPUs (plan/refit_bytes.py: its byte plan at the refit rate
+    measured on 2x H200); None where the plan cannot be made."""
+    from ..plan.refit_bytes import predict_payload
+
+    plan = tr.test.plan(tr, system)
+    try:
+        return predict_payload(plan.config, plan.world_size, plan.tasks_per_node)
+    except Exception:  # a layout the byte plan does not cover: no prediction rather than no preflight
+        return None
 
 
 def _check(tr: Any, system: Any, index: int, space: dict[str, list[Any]], result_dir: Path | None, render: bool,
@@ -801,7 +824,7 @@ def reason_summary(counts: dict[str, int], points: int, other: int = 0, limit: i
 
 COLUMNS = ("test", "point", "varies", "verdict", "rule", "reason_and_fix", "gpus", "memory_gib_per_gpu",
            "memory_verdict", "memory_band_pct", "bridge_estimate_gib", "largest_term_gib", "gpu_hours",
-           "gpu_hours_basis")
+           "gpu_hours_basis", "refit_predicted_s", "refit_recv_gb_per_gpu", "refit_predicted_basis")
 
 
 def row(p: PointResult) -> dict[str, str]:
@@ -812,6 +835,8 @@ def row(p: PointResult) -> dict[str, str]:
         "bridge_estimate_gib": p.bridge_gib, "largest_term_gib": p.largest_term,
         "gpu_hours": "" if p.gpu_hours is None or not p.ok else f"{p.gpu_hours:.1f}",
         "gpu_hours_basis": p.hours_basis if p.ok else "",
+        "refit_predicted_s": p.refit_s, "refit_recv_gb_per_gpu": p.refit_recv_gb,
+        "refit_predicted_basis": "" if p.refit is None else p.refit.basis,
     }
 
 
@@ -986,6 +1011,22 @@ def _legend_html() -> str:
             "</sup> bytes. GPU-hours only for the points that would run.</p>")
 
 
+def _refit_note_html() -> str:
+    from ..plan.refit_bytes import ASSUMED_COPY_GBPS, ASSUMED_NIC_GBPS, MEASURED_CEILING_GBPS, bandwidths
+
+    rates = {b.name: b for b in bandwidths()}
+    m, c = rates["measured"], rates["coalesced"]
+    return ("<p class='note'>Predicted refit seconds are a <b>prediction, not a measurement</b>: the point's byte "
+            "plan (plan/refit_bytes.py, after megatron-core's resharding planner) priced at the refit rate measured "
+            f"on 2 x H200 (benchmarks/results/gpu_refit_nccl.json): {m.nvlink_gbps:.2f} GB/s per GPU of remote "
+            f"bytes inside a node with megatron-core's NCCL service ({c.nvlink_gbps:.2f} GB/s with coalesce_mib "
+            f"&gt; 0), {100 * m.nvlink_gbps / MEASURED_CEILING_GBPS:.0f} % of that run's NCCL ceiling. "
+            f"Assumed, not measured: between nodes the same fraction of a 400 Gb/s NIC ({ASSUMED_NIC_GBPS:.0f} "
+            f"GB/s per GPU, so {m.nic_gbps:.2f} GB/s), local copies at {ASSUMED_COPY_GBPS:.0f} GB/s, no per-message "
+            "latency, no overlap of the three; the transport (NVSHMEM, NIXL) is not modelled; the refit takes the "
+            "slowest GPU's time. GB = 10<sup>9</sup> bytes; received per GPU counts local copies.</p>")
+
+
 PAGE_STYLE = (
     "table.pf .bar{width:300px;padding:4px 8px}table.pf .kv{white-space:nowrap}"
     ".hb{position:relative;height:14px;width:300px;background:#f1f1f1;"
@@ -1017,8 +1058,11 @@ def _table_html(report: PreflightReport) -> str:
         head += (f"<th class='text bar'>memory per GPU against the GPU's capacity (GiB){_axis_html(scale)}</th>"
                  "<th>estimate ± band (GiB)</th><th>Megatron-Bridge's estimate (GiB)</th>"
                  "<th class='text'>largest term (GiB)</th>")
+    refit = any(p.refit is not None for p in report.shown())
+    if refit:
+        head += "<th>predicted refit (s)</th><th>received per GPU, most (GB)</th>"
     head += "<th>GPU-hours</th></tr>"
-    width = 9 if memory else 5
+    width = (9 if memory else 5) + (2 if refit else 0)
     body = []
     for test, points in _by_test(report.shown()):
         tally = report.tests[test]
@@ -1045,9 +1089,11 @@ def _table_html(report: PreflightReport) -> str:
                     cells += [f"<td class='bar'>{_bar_html(p, scale)}</td>", f"<td>{_estimate_text(p)}</td>",
                               f"<td>{e(p.bridge_gib) or '—'}</td>",
                               f"<td class='text short'>{e(p.largest_term) or '—'}</td>"]
+                if refit:
+                    cells += [f"<td>{e(p.refit_s) or '—'}</td>", f"<td>{e(p.refit_recv_gb) or '—'}</td>"]
                 cells.append(f"<td>{_hours_html(p)}</td>")
             body.append(f"<tr class='{cls}'>{''.join(cells)}</tr>")
-    legend = _legend_html() if memory else ""
+    legend = (_legend_html() if memory else "") + (_refit_note_html() if refit else "")
     return (f"<style>{PAGE_STYLE}</style>{legend}<table class='pf'><thead>{head}</thead><tbody>{''.join(body)}"
             "</tbody></table>")
 
