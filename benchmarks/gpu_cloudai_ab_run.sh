@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The 4-GPU dispatcher A/B as a CloudAI scenario through the plugin's own report, as one device command.
-# usage (repository root, GPU host, after benchmarks/gpu_setup.sh bridge-0.6.2 and nccl-2.32.3; .whl/cloudai carried,
-# made by benchmarks/gpu_cloudai_prepare.sh):
+# usage (repository root, GPU host, after benchmarks/gpu_setup.sh bridge-0.6.2 and nccl-2.32.3; .whl/cloudai/p0 and
+# .whl/cloudai/p1 carried by two calls, made by benchmarks/gpu_cloudai_prepare.sh):
 #   bash benchmarks/gpu_cloudai_ab_run.sh [scenario TOML, default conf/test_scenario/bridge_ab_4gpu.toml]
 # Results in $OUT: cloudai_ab.log, the scenario's report files (mbridge_ab.html/.csv/.png, mbridge_runs.csv) and
 # runs.tgz (every run folder: config, scripts, rank logs; no checkpoints).
@@ -16,8 +16,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 source /tmp/mbridge_stack/bridge-0.6.2/env.sh || { echo "error: run benchmarks/gpu_setup.sh bridge-0.6.2 first"; exit 2; }
 python3 -c "import numpy, pandas" || { echo "error: numpy/pandas are not on this host (gpu_cloudai_prepare.sh leaves them out)"; exit 2; }
 if [ ! -d "$SITE/cloudai" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/cloudai/*.whl \
-    || { echo "error: the CloudAI wheels did not install (carry .whl/cloudai)"; exit 2; }
+  [ -d .whl/cloudai/p0 ] && [ -d .whl/cloudai/p1 ] \
+    || { echo "error: carry .whl/cloudai/p0 and .whl/cloudai/p1 (two calls; benchmarks/gpu_cloudai_prepare.sh)"; exit 2; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/cloudai/p*/*.whl \
+    || { echo "error: the CloudAI wheels did not install"; exit 2; }
 fi
 export PYTHONPATH=$PWD:$SITE:$PYTHONPATH
 NCCL_LIB=/tmp/mbridge_stack/nccl-2.32.3/site/nvidia/nccl/lib/libnccl.so.2

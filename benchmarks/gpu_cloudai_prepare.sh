@@ -24,6 +24,15 @@ for whl in "$DEST"/*.whl; do
   if grep -qx "$name" "$DEST/.stack"; then echo "in the bridge stack already: $(basename "$whl")"; rm -f "$whl"; fi
 done
 rm -f "$DEST/.stack"
-ls -1 "$DEST" >"$DEST/MANIFEST.txt"
+# Two carries: one device call takes 64 MiB with the working tree (about 7 MB), so the wheels go into p0/ and p1/,
+# largest first into whichever holds less (each well under 56 MB). Carry .whl/cloudai/p0 and .whl/cloudai/p1 in two
+# calls; the host keeps the first while it stays warm.
+mkdir -p "$DEST/p0" "$DEST/p1"
+for whl in $(ls -S "$DEST"/*.whl); do
+  a=$(du -sb "$DEST/p0" | cut -f1); b=$(du -sb "$DEST/p1" | cut -f1)
+  if [ "$a" -le "$b" ]; then mv "$whl" "$DEST/p0/"; else mv "$whl" "$DEST/p1/"; fi
+done
+ls -1 "$DEST"/p0 "$DEST"/p1 >"$DEST/MANIFEST.txt"
+du -sb "$DEST"/p0 "$DEST"/p1 | awk '{printf "piece %s: %.1f MB\n", $2, $1 / 1e6}'
 du -sb "$DEST" | awk '{printf "bundle %s: %.1f MB\n", $2, $1 / 1e6}'
-echo "wheels: $(ls "$DEST"/*.whl | wc -l); largest:"; ls -S -l "$DEST"/*.whl | head -5 | awk '{print "  " $5, $9}'
+echo "wheels: $(ls "$DEST"/p*/*.whl | wc -l); largest:"; ls -S -l "$DEST"/p*/*.whl | head -5 | awk '{print "  " $5, $9}'
