@@ -57,6 +57,14 @@ class BridgeRelease:
     dsv3_layout_pp_vp: frozenset[tuple[int, int]] = DSV3_LAYOUT_PP_VP
     # 0.6's utils/cuda_graph.py (L134-L155) accepts cuda_graph_impl "local" only for a full-iteration graph
     local_graph_full_iteration_only: bool = False
+    # cmd_args whose Megatron-Core / Bridge field this release's containers are known to have (read from the
+    # megatron-core 0.19.2 wheel for "0.6": transformer_config.py moe_paged_stash L1904, fp8_output_proj L1442,
+    # fine_grained_activation_offloading / offload_modules L1848, cuda_graph_impl "full_iteration" L1041; Bridge
+    # 0.6.2 perf_recipes use every one). Not checked against megatron-core 0.17.1: refused for older releases.
+    newer_fields: frozenset[str] = frozenset()
+    # Megatron FSDP with a full-iteration CUDA graph (megatron_fsdp_cuda_graph_mode; Bridge 0.6.2's GB300 HSDP
+    # recipe, perf_recipes/deepseek/gb300/deepseek_v3.py L334-L336)
+    fsdp_full_iteration_graph: bool = False
 
     def deepep_allowed(self, gpu: GPUSpec) -> bool:
         name = device_name(gpu)
@@ -85,7 +93,11 @@ BRIDGE_RELEASES = {
     "0.4": BridgeRelease("0.4", _BLACKWELL, deepep_name_prefix=True),
     "0.5": BridgeRelease("0.5", _BLACKWELL, deepep_name_prefix=True),
     "0.6": BridgeRelease("0.6", _BLACKWELL, deepep_name_prefix=True, local_graph_full_iteration_only=True,
-                         flex_backends=("deepep", "hybridep", "ncclep")),
+                         flex_backends=("deepep", "hybridep", "ncclep"),
+                         newer_fields=frozenset({"moe_paged_stash", "use_transformer_engine_op_fuser",
+                                                 "fp8_output_proj", "offload_modules", "outer_dp_sharding_strategy",
+                                                 "cuda_graph_impl=full_iteration"}),
+                         fsdp_full_iteration_graph=True),
 }
 DEFAULT_BRIDGE = "0.4"
 # Container image (without registry tag suffix beyond the release) -> the Megatron-Bridge release it ships.

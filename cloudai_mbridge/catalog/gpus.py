@@ -66,6 +66,16 @@ GPUS: dict[str, GPUSpec] = {
             "gb300", 268.0, 4, 72, (10, 3), deepep=False, hybridep=True, fp8_recipes=_BLACKWELL_FP8,
             bf16_dense_tflops=2500.0,
         ),
+        # Vera Rubin NVL72: 72 Rubin GPUs with 288 GB HBM4 each (NVIDIA's Vera Rubin NVL72 product page and its
+        # CES 2026 announcement, 20.7 TB HBM4 per rack), 4 GPUs per compute tray, one NVLink 6 domain of 72; Bridge
+        # 0.6.2's VR200 recipes say the same domain (perf_recipes/deepseek/vr200/deepseek_v3.py NVLINK_DOMAIN_SIZE
+        # 72, HybridEP). Usable memory is modeled as B300's (288 GB parts, 268 GiB reported): no VR200 was
+        # measured. Compute capability: not published in the sources read; modeled as 10.x, the family Bridge
+        # 0.6.2's HybridEP allowlist (training/flex_dispatcher_backend.py L72) must include for its VR200 recipes to
+        # run HybridEP at all. No dense BF16 peak published: 0 (the reports give no MFU).
+        GPUSpec(
+            "vr200", 268.0, 4, 72, (10, 0), deepep=False, hybridep=True, fp8_recipes=_BLACKWELL_FP8,
+        ),
     )
 }
 
