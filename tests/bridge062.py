@@ -17,6 +17,7 @@ Run as a script (``python tests/bridge062.py``) it writes the project's TOML for
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import subprocess
 import sys
@@ -54,9 +55,9 @@ def wheel_path() -> Path:
                           capture_output=True, text=True, timeout=600)
     if (target / WHEEL_NAME).is_file():
         return target / WHEEL_NAME
-    raise RuntimeError(f"cannot obtain {WHEEL_NAME}: pip download megatron-bridge==0.6.2 into {target} failed "
-                       f"(rc {proc.returncode}: {proc.stderr.strip()[-400:]}). Fix: give the network access to PyPI, or "
-                       f"set MBRIDGE_062_WHEEL to a local copy of the wheel")
+    raise RuntimeError(f"cannot obtain {WHEEL_NAME}: pip download megatron-bridge==0.6.2 into {target} "
+                       f"failed (rc {proc.returncode}: {proc.stderr.strip()[-400:]}). Fix: give this machine "
+                       "access to PyPI, or set MBRIDGE_062_WHEEL to a local copy of the wheel")
 
 
 @dataclass
@@ -81,7 +82,7 @@ class Recipe:
         return f"{file.removeprefix('megatron/bridge/')} L{line}"
 
 
-class _Unknown(Exception):
+class _UnknownError(Exception):
     pass
 
 
@@ -98,10 +99,8 @@ class _Interp:
                 elif isinstance(node, (ast.Assign, ast.AnnAssign)):
                     target = node.targets[0] if isinstance(node, ast.Assign) else node.target
                     if isinstance(target, ast.Name) and node.value is not None:
-                        try:
+                        with contextlib.suppress(ValueError):
                             self.consts[target.id] = ast.literal_eval(node.value)
-                        except ValueError:
-                            pass
 
     def run(self, name: str) -> tuple[dict[str, Any], dict[str, tuple[str, int]]]:
         path, fn = self.funcs[name]
@@ -121,12 +120,12 @@ class _Interp:
                 return self.consts[node.id]
             if node.id in ("True", "False", "None"):
                 return {"True": True, "False": False, "None": None}[node.id]
-            raise _Unknown(node.id)
+            raise _UnknownError(node.id)
         if isinstance(node, (ast.List, ast.Tuple)):
             return [self._eval(e, local, values) for e in node.elts]
         if isinstance(node, ast.Dict):
             out: dict[str, Any] = {}
-            for k, v in zip(node.keys, node.values):
+            for k, v in zip(node.keys, node.values, strict=True):
                 if k is None:
                     out.update(self._eval(v, local, values))
                 else:
@@ -142,7 +141,7 @@ class _Interp:
             args = [self._eval(a, local, values) for a in node.args]
             if node.func.id == "_get_kimi_k2_pipeline_layout":
                 return ("kimi_k2_table", *args)
-        raise _Unknown(ast.dump(node)[:120])
+        raise _UnknownError(ast.dump(node)[:120])
 
     # statements --------------------------------------------------------------------------------------------------
     def _set(self, key: str, value: Any, path: str, line: int, values: dict, lines: dict) -> None:
@@ -162,11 +161,11 @@ class _Interp:
             elif isinstance(st, ast.If):
                 try:
                     test = self._eval(st.test, local, values)
-                except _Unknown as e:
-                    raise _Unknown(f"{path} L{st.lineno}: condition {e}") from None
+                except _UnknownError as e:
+                    raise _UnknownError(f"{path} L{st.lineno}: condition {e}") from None
                 self._body(st.body if test else st.orelse, path, values, lines, local)
             else:
-                raise _Unknown(f"{path} L{st.lineno}: statement {type(st).__name__}")
+                raise _UnknownError(f"{path} L{st.lineno}: statement {type(st).__name__}")
 
     def _assign(self, st: ast.Assign, path: str, values: dict, lines: dict, local: dict) -> None:
         value_node = st.value
@@ -184,7 +183,7 @@ class _Interp:
                 continue
             key = _cfg_key(target)
             if key is None:
-                raise _Unknown(f"{path} L{st.lineno}: target {ast.dump(target)[:80]}")
+                raise _UnknownError(f"{path} L{st.lineno}: target {ast.dump(target)[:80]}")
             if (key == "mixed_precision" and isinstance(value_node, ast.Call)
                     and getattr(value_node.func, "id", "") == "_perf_precision"):
                 value = self._eval(value_node.args[0], local, values)
@@ -204,8 +203,8 @@ class _Interp:
             return
         callee_path, fn = self.funcs[name]
         params = [a.arg for a in fn.args.args]
-        defaults = dict(zip([a.arg for a in fn.args.kwonlyargs], fn.args.kw_defaults))
-        defaults.update(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults))
+        defaults = dict(zip([a.arg for a in fn.args.kwonlyargs], fn.args.kw_defaults, strict=True))
+        defaults.update(zip(params[len(params) - len(fn.args.defaults):], fn.args.defaults, strict=True))
         bound = {k: ast.literal_eval(v) for k, v in defaults.items() if v is not None}
         for kw in call.keywords:
             bound[kw.arg] = self._eval(kw.value, local, values)
@@ -276,6 +275,142 @@ def recipes(wheel: Path | None = None) -> dict[str, Recipe]:
     return found
 
 
+PRECISIONS = {"bf16": "bf16", "fp8_cs": "fp8_tensorwise", "fp8_mx": "mxfp8", "nvfp4": "nvfp4"}
+SYSTEMS = {"h100": "slurm_h100_ib", "b200": "slurm_b200_ib", "b300": "slurm_b300_ib", "gb200": "slurm_gb200_nvl72",
+           "gb300": "slurm_gb300_nvl72", "vr200": "slurm_vr200_nvl72"}
+GPUS_PER_NODE = {"h100": 8, "b200": 8, "b300": 8, "gb200": 4, "gb300": 4, "vr200": 4}
+
+
+def cmd_args(r: Recipe) -> tuple[dict[str, Any], dict[str, str]]:
+    """The project's cmd_args for a recipe, and which recipe key each came from (for the drift test's message)."""
+    v = r.values
+    out: dict[str, Any] = {}
+    src: dict[str, str] = {}
+
+    def put(arg: str, value: Any, key: str) -> None:
+        out[arg] = value
+        src[arg] = key
+
+    put("model", r.model, "base")
+    for arg, key in (("tp", "tensor_model_parallel_size"), ("pp", "pipeline_model_parallel_size"),
+                     ("vp", "virtual_pipeline_model_parallel_size"), ("cp", "context_parallel_size"),
+                     ("ep", "expert_model_parallel_size"), ("etp", "expert_tensor_parallel_size")):
+        value = v.get(f"model.{key}", 1 if arg == "etp" else None)
+        if value is not None:
+            put(arg, value, f"model.{key}")
+    put("mbs", v["train.micro_batch_size"], "train.micro_batch_size")
+    put("gbs", v["train.global_batch_size"], "train.global_batch_size")
+    put("seq_length", v.get("model.seq_length") or 4096, "model.seq_length")
+    put("train_iters", v["train.train_iters"], "train.train_iters")
+    precision = PRECISIONS[v["mixed_precision"]]
+    if v.get("mixed_precision.fp8_recipe") == "blockwise":
+        precision = "fp8_blockwise"
+    put("precision", precision, "mixed_precision")
+    flex = v.get("model.moe_token_dispatcher_type") == "flex"
+    put("dispatcher", v["model.moe_flex_dispatcher_backend"] if flex else "alltoall",
+        "model.moe_flex_dispatcher_backend")
+    put("moe_a2a_overlap", bool(v.get("comm_overlap.overlap_moe_expert_parallel_comm", False)),
+        "comm_overlap.overlap_moe_expert_parallel_comm")
+    if "model.moe_shared_expert_overlap" in v:
+        put("moe_shared_expert_overlap", v["model.moe_shared_expert_overlap"], "model.moe_shared_expert_overlap")
+    put("recompute", v.get("model.recompute_granularity") or "none", "model.recompute_granularity")
+    put("recompute_modules", ",".join(v.get("model.recompute_modules") or []), "model.recompute_modules")
+    put("cuda_graph_impl", v.get("model.cuda_graph_impl") or "none", "model.cuda_graph_impl")
+    put("cuda_graph_scope", ",".join(v.get("model.cuda_graph_scope") or []), "model.cuda_graph_scope")
+    put("force_balanced_routing", bool(v.get("model.moe_router_force_load_balancing")),
+        "model.moe_router_force_load_balancing")
+    layout = v.get("model.pipeline_model_parallel_layout")
+    if isinstance(layout, str):
+        put("pipeline_layout", layout, "model.pipeline_model_parallel_layout")
+    put("sequence_parallel", bool(v.get("model.sequence_parallel")), "model.sequence_parallel")
+    if r.model == "kimi_k2":
+        put("optimizer", "muon", "base")  # 0.6.2's kimi_k2_pretrain_config configures Muon (catalog/bridge.py)
+    if v.get("ddp.use_megatron_fsdp"):
+        put("use_megatron_fsdp", True, "ddp.use_megatron_fsdp")
+        put("data_parallel_sharding_strategy", v["ddp.data_parallel_sharding_strategy"],
+            "ddp.data_parallel_sharding_strategy")
+    for arg in ("outer_dp_sharding_strategy", "num_distributed_optimizer_instances"):
+        if f"ddp.{arg}" in v:
+            put(arg, v[f"ddp.{arg}"], f"ddp.{arg}")
+    if v.get("model.fp8_param_gather"):
+        put("fp8_param_gather", True, "model.fp8_param_gather")
+    for arg in ("moe_paged_stash", "use_transformer_engine_op_fuser", "fp8_output_proj"):
+        if v.get(f"model.{arg}"):
+            put(arg, True, f"model.{arg}")
+    if v.get("mixed_precision.fp8_dot_product_attention"):
+        put("fp8_dot_product_attention", True, "mixed_precision.fp8_dot_product_attention")
+    if v.get("comm_overlap.delay_wgrad_compute"):
+        put("delay_wgrad_compute", True, "comm_overlap.delay_wgrad_compute")
+    if v.get("model.fine_grained_activation_offloading"):
+        put("offload_modules", ",".join(v["model.offload_modules"]), "model.offload_modules")
+    if flex and v.get("model.moe_expert_rank_capacity_factor") is not None and v.get("model.moe_paged_stash"):
+        put("moe_expert_rank_capacity_factor", v["model.moe_expert_rank_capacity_factor"],
+            "model.moe_expert_rank_capacity_factor")
+    return out, src
+
+
+def env(r: Recipe) -> dict[str, str]:
+    return {k: str(int(x) if isinstance(x, bool) else x) for k, x in r.values.get("env_vars", {}).items()}
+
+
+_COVERED = {"base", "env_vars", "mixed_precision", "dataset.seq_length", "rng.te_rng_tracker",
+            "model.use_te_rng_tracker", "model.moe_token_dispatcher_type", "model.fine_grained_activation_offloading",
+            "mixed_precision.fp8_param", "ddp.overlap_grad_reduce", "mixed_precision.fp8_recipe"}
+
+
+def not_expressed(r: Recipe) -> list[str]:
+    """Recipe settings with no cmd_args counterpart (the TOML header lists them: the run differs there)."""
+    _, src = cmd_args(r)
+    used = set(src.values()) | _COVERED
+    return [f"{k} = {r.values[k]!r} ({r.where(k)})" for k in r.values if k not in used]
+
+
+def toml_name(r: Recipe) -> str:
+    short = "dsv3" if r.model == "deepseek_v3" else "kimi_k2"
+    return f"nvidia062_{short}_{r.gpu}_{r.variant}"
+
+
+def _toml_value(x: Any) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, str):
+        return '"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(x)
+
+
+def render(r: Recipe) -> str:
+    args, src = cmd_args(r)
+    lines = [f"# Megatron-Bridge 0.6.2's perf recipe {r.name} ({r.path.removeprefix('megatron/bridge/')} L{r.line}),",
+             "# written by tests/bridge062.py from the released wheel; tests/test_bridge062_recipes.py fails when a",
+             "# value here drifts from the wheel's source. Each cmd_arg's recipe line:"]
+    lines += [f"#   {a:<32} {src[a]:<45} {r.where(src[a]) if src[a] != 'base' else ''}".rstrip() for a in args]
+    lines += ["# Recipe settings with no cmd_arg (the payload keeps Bridge's recipe defaults there):"]
+    lines += [f"#   {line}" for line in not_expressed(r)] or ["#   (none)"]
+    lines += ["", f'name = "{toml_name(r)}"',
+              f'description = "Megatron-Bridge 0.6.2 {r.model} perf recipe {r.gpu.upper()} {r.variant} '
+              f'({r.num_gpus} GPUs)"', 'test_template_name = "MBridgeTraining"', "", "[cmd_args]"]
+    args = {"model": args.pop("model"), "task": "pretrain", "bridge_version": "0.6", **args, "data": "mock"}
+    lines += [f"{k} = {_toml_value(x)}" for k, x in args.items()]
+    lines += ["", "[extra_env_vars]"] + [f"{k} = {_toml_value(x)}" for k, x in env(r).items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_all(conf: Path) -> None:
+    rs = recipes()
+    for r in rs.values():
+        (conf / "test" / f"{toml_name(r)}.toml").write_text(render(r))
+    for gpu in GPUS:
+        mine = [r for r in rs.values() if r.gpu == gpu]
+        text = [f"# Megatron-Bridge 0.6.2's DeepSeek-V3 and Kimi-K2 perf recipes for {gpu.upper()}, one [[Tests]] "
+                "each,",
+                f"# at the GPU count each recipe names; use with conf/system/{SYSTEMS[gpu]}.toml "
+                f"({GPUS_PER_NODE[gpu]} GPUs per node).", "", f'name = "nvidia062_{gpu}"']
+        for r in mine:
+            text += ["", f"# {r.name}", "[[Tests]]", f'id = "{toml_name(r).removeprefix("nvidia062_")}"',
+                     f'test_name = "{toml_name(r)}"', f"num_nodes = {r.num_gpus // GPUS_PER_NODE[gpu]}",
+                     'time_limit = "01:30:00"']
+        (conf / "test_scenario" / f"nvidia062_{gpu}.toml").write_text("\n".join(text) + "\n")
+
+
 if __name__ == "__main__":
-    for r in recipes().values():
-        print(r.name, r.variant, {k: v for k, v in r.values.items() if k != "env_vars"})
+    write_all(Path(__file__).resolve().parents[1] / "conf")

@@ -303,7 +303,8 @@ def _a2a_overlap_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
     MoE Echo setup, cannot be combined with the overlap."""
     if p.moe_a2a_overlap and p.cuda_graph_impl != "none":
         bad = {"moe", "mlp"} & set(p.cuda_graph_scope)
-        if p.cuda_graph_impl != "transformer_engine" or bad:
+        # megatron-core 0.19.2 transformer_config.py L2618: a full_iteration graph also takes a2a overlap
+        if p.cuda_graph_impl not in ("transformer_engine", "full_iteration") or bad:
             yield _v({"moe_a2a_overlap": True, "cuda_graph_impl": p.cuda_graph_impl,
                       "cuda_graph_scope": p.cuda_graph_scope},
                      "a2a overlap only works with transformer_engine CUDA graphs that leave moe and mlp uncaptured"
@@ -756,7 +757,8 @@ def _recipe062_fields(p: TrainingPlan) -> Iterator[Violation]:
         clash = sorted({"expert_fc1", "moe_act", "fused_group_mlp"} & set(p.offload_modules))
         if clash:
             yield _v({"moe_paged_stash": True, "offload_modules": ",".join(p.offload_modules)},
-                     f"paged stash already covers {', '.join(clash)}", f"remove {', '.join(clash)} from offload_modules")
+                     f"paged stash already covers {', '.join(clash)}",
+                     f"remove {', '.join(clash)} from offload_modules")
     if p.delay_wgrad_compute and not p.moe_a2a_overlap:
         yield _v({"delay_wgrad_compute": True, "moe_a2a_overlap": False},
                  "delay_wgrad_compute needs the expert-parallel a2a overlap", "set moe_a2a_overlap = true")

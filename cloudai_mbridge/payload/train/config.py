@@ -146,7 +146,8 @@ def rank_capacity_factor(cfg: dict[str, Any]) -> float | None:
     (transformer_config.py L1692-L1697), and with hybridep it would turn on token dropping (and need the TE op
     fuser, L1698-L1705), so a factor swept beside a dispatcher A/B reaches only the ncclep arm. Bridge 0.6.2's
     paged-stash recipes set it with hybridep and the TE op fuser on: there it is handed over too."""
-    stash = cfg.get("moe_paged_stash") and cfg["dispatcher"] == "hybridep" and cfg.get("use_transformer_engine_op_fuser")
+    stash = (cfg.get("moe_paged_stash") and cfg["dispatcher"] == "hybridep"
+             and cfg.get("use_transformer_engine_op_fuser"))
     if cfg["dispatcher"] != "ncclep" and not stash:
         return None
     return cfg["moe_expert_rank_capacity_factor"]
