@@ -17,6 +17,8 @@ UPSTREAM_CANNOT_RUN = {
     "dsv3_h100_fp8cs_64gpu": "world-size-expert-parallel",
     # perf_recipes/deepseek/gb300/deepseek_v3.py L425-L426: pp 4 x vp 2 = 8 stages against a 16-stage layout
     "dsv3_gb300_fp8mx_partial_cg_dev": "pipeline-layout",
+    # perf_recipes/deepseek/gb200/deepseek_v3.py L254: the same pp 4 x vp 2 against the 16-stage layout
+    "dsv3_gb200_fp8mx_partial_cg_dev": "pipeline-layout",
     # perf_recipes/deepseek/vr200/deepseek_v3.py L34-L240: 128 GPUs with ep 64 x pp 4 = 256 ranks
     **{f"dsv3_vr200_{v}_128gpu": "world-size-expert-parallel" for v in ("bf16", "fp8cs", "fp8mx", "nvfp4")},
 }
