@@ -21,6 +21,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import textwrap
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -365,6 +366,39 @@ def not_expressed(r: Recipe) -> list[str]:
     return [f"{k} = {r.values[k]!r} ({r.where(k)})" for k in r.values if k not in used]
 
 
+def drift(r: Recipe, doc: dict[str, Any], file: str) -> list[str]:
+    """Where a shipped TOML (parsed) differs from the recipe: one line per field, naming the file, the field, our
+    value, the wheel's value and the recipe line it comes from."""
+    want, src = cmd_args(r)
+    out = [f"{file}: {arg} = {doc.get('cmd_args', {}).get(arg)!r}, the wheel says {value!r} ({r.where(src[arg])})"
+           for arg, value in want.items() if doc.get("cmd_args", {}).get(arg) != value]
+    if doc.get("extra_env_vars", {}) != env(r):
+        out.append(f"{file}: [extra_env_vars] = {doc.get('extra_env_vars', {})!r}, the wheel says {env(r)!r} "
+                   f"({r.where('env_vars')})")
+    return out
+
+
+# Recipes that upstream itself cannot run, by toml_name without "nvidia062_": the project rule that refuses them
+# and why Megatron-Core refuses them too (read from the megatron-core 0.19.2 wheel, the release Bridge 0.6.2 pins;
+# 0.17.1 has the same checks at the lines given second). The TOML header says it (render).
+_EP_WORLD = ("megatron/core/parallel_state.py L881-L884 (0.19.2; L796-L799 in 0.17.1) initialize_model_parallel "
+             "raises RuntimeError when the world size is not divisible by etp*ep*pp")
+_VP_LAYOUT = ("megatron/core/transformer/transformer_config.py L1974-L1979 (0.19.2; L1525-L1530 in 0.17.1) asserts "
+              "virtual_pipeline_model_parallel_size == the layout's stage count / pp")
+UPSTREAM_CANNOT_RUN: dict[str, tuple[str, str]] = {
+    **{f"dsv3_h100_{v}_64gpu": ("world-size-expert-parallel",
+                                f"64 GPUs with the 1024-GPU layout: etp 1 x ep 64 x pp 8 = 512 ranks. {_EP_WORLD}")
+       for v in ("bf16", "fp8cs")},
+    **{f"dsv3_{g}_fp8mx_partial_cg_dev": ("pipeline-layout",
+                                          "pp 4 x vp 2 = 8 stages, but the layout 'Et*4|(tttt|)*14tmL' has 16 "
+                                          f"(16 / pp 4 = vp 4). {_VP_LAYOUT}")
+       for g in ("gb200", "gb300")},
+    **{f"dsv3_vr200_{v}_128gpu": ("world-size-expert-parallel",
+                                  f"128 GPUs: etp 1 x ep 64 x pp 4 = 256 ranks. {_EP_WORLD}")
+       for v in ("bf16", "fp8cs", "fp8mx", "nvfp4")},
+}
+
+
 def toml_name(r: Recipe) -> str:
     short = "dsv3" if r.model == "deepseek_v3" else "kimi_k2"
     return f"nvidia062_{short}_{r.gpu}_{r.variant}"
@@ -386,6 +420,10 @@ def render(r: Recipe) -> str:
     lines += [f"#   {a:<32} {src[a]:<45} {r.where(src[a]) if src[a] != 'base' else ''}".rstrip() for a in args]
     lines += ["# Recipe settings with no cmd_arg (the payload keeps Bridge's recipe defaults there):"]
     lines += [f"#   {line}" for line in not_expressed(r)] or ["#   (none)"]
+    refused = UPSTREAM_CANNOT_RUN.get(toml_name(r).removeprefix("nvidia062_"))
+    if refused:
+        lines += [f"# UPSTREAM CANNOT RUN THIS RECIPE as published; preflight refuses it (rule {refused[0]}):"]
+        lines += [f"#   {part}" for part in textwrap.wrap(refused[1], 112)]
     lines += ["", f'name = "{toml_name(r)}"',
               f'description = "Megatron-Bridge 0.6.2 {r.model} perf recipe {r.gpu.upper()} {r.variant} '
               f'({r.num_gpus} GPUs)"', 'test_template_name = "MBridgeTraining"', "", "[cmd_args]"]

@@ -10,18 +10,9 @@ import tomllib
 from helpers import CONF
 from test_production_configs import preflight
 
-# Recipes upstream itself cannot run, and the rule that says so.
-UPSTREAM_CANNOT_RUN = {
-    # perf_recipes/deepseek/h100/deepseek_v3.py: 64 GPUs with the 1024-GPU layout (ep 64 x pp 8 = 512 ranks)
-    "dsv3_h100_bf16_64gpu": "world-size-expert-parallel",
-    "dsv3_h100_fp8cs_64gpu": "world-size-expert-parallel",
-    # perf_recipes/deepseek/gb300/deepseek_v3.py L425-L426: pp 4 x vp 2 = 8 stages against a 16-stage layout
-    "dsv3_gb300_fp8mx_partial_cg_dev": "pipeline-layout",
-    # perf_recipes/deepseek/gb200/deepseek_v3.py L254: the same pp 4 x vp 2 against the 16-stage layout
-    "dsv3_gb200_fp8mx_partial_cg_dev": "pipeline-layout",
-    # perf_recipes/deepseek/vr200/deepseek_v3.py L34-L240: 128 GPUs with ep 64 x pp 4 = 256 ranks
-    **{f"dsv3_vr200_{v}_128gpu": "world-size-expert-parallel" for v in ("bf16", "fp8cs", "fp8mx", "nvfp4")},
-}
+# Recipes upstream itself cannot run, with the rule that refuses them here (why, with Megatron-Core's source line:
+# bridge062.UPSTREAM_CANNOT_RUN, which also writes it into each file's header).
+UPSTREAM_CANNOT_RUN = {name: rule for name, (rule, _why) in bridge062.UPSTREAM_CANNOT_RUN.items()}
 
 
 @pytest.fixture(scope="session")
@@ -38,15 +29,31 @@ def test_every_recipe_ships_and_matches_the_wheel(recipes: dict[str, bridge062.R
     for r in recipes.values():
         path = CONF / "test" / f"{bridge062.toml_name(r)}.toml"
         assert path.is_file(), f"{r.name} has no {path.name}; run python tests/bridge062.py"
-        doc = tomllib.loads(path.read_text())
-        want, src = bridge062.cmd_args(r)
-        for arg, value in want.items():
-            if doc["cmd_args"].get(arg) != value:
-                drift.append(f"{path.name}: {arg} = {doc['cmd_args'].get(arg)!r}, the wheel says {value!r} "
-                             f"({r.where(src[arg])})")
-        if doc.get("extra_env_vars", {}) != bridge062.env(r):
-            drift.append(f"{path.name}: [extra_env_vars] differs from the recipe's env_vars")
+        drift += bridge062.drift(r, tomllib.loads(path.read_text()), path.name)
     assert not drift, "\n".join(drift)
+
+
+def test_drift_names_file_field_both_values_and_the_recipe_line(recipes: dict[str, bridge062.Recipe]) -> None:
+    """The comparison the drift test uses catches a changed value (here ep, and one env var) and says where."""
+    r = recipes["deepseek_v3_pretrain_256gpu_gb300_fp8mx_config"]
+    path = CONF / "test" / f"{bridge062.toml_name(r)}.toml"
+    doc = tomllib.loads(path.read_text())
+    assert bridge062.drift(r, doc, path.name) == []
+    doc["cmd_args"]["ep"] = doc["cmd_args"]["ep"] * 2
+    doc["extra_env_vars"] = {**doc["extra_env_vars"], "CUDA_DEVICE_MAX_CONNECTIONS": "7"}
+    lines = bridge062.drift(r, doc, path.name)
+    assert len(lines) == 2, lines
+    want = r.values["model.expert_model_parallel_size"]
+    assert lines[0].startswith(f"{path.name}: ep = {want * 2}, the wheel says {want} (perf_recipes/deepseek/gb300/"
+                               "deepseek_v3.py L"), lines[0]
+    assert lines[1].startswith(f"{path.name}: [extra_env_vars] = "), lines[1]
+
+
+def test_each_refused_recipe_says_why_upstream_cannot_run_it() -> None:
+    for name, (rule, why) in bridge062.UPSTREAM_CANNOT_RUN.items():
+        head = (CONF / "test" / f"nvidia062_{name}.toml").read_text().split("\nname = ")[0]
+        assert f"UPSTREAM CANNOT RUN THIS RECIPE as published; preflight refuses it (rule {rule})" in head, name
+        assert "megatron/core/" in head and " ".join(head.split()).count(" ".join(why.split()[:6])) == 1, name
 
 
 @pytest.mark.parametrize("gpu", bridge062.GPUS)
