@@ -720,7 +720,8 @@ def _recipe062_fields(p: TrainingPlan) -> Iterator[Violation]:
     """Settings Megatron-Bridge 0.6.2's perf recipes use. Per release: catalog/bridge.py ``newer_fields``. The
     checks are megatron-core 0.19.2's (megatron/core/transformer/transformer_config.py): fp8_output_proj needs FP8
     and the mxfp8 recipe (L1442-L1448); offload_modules not with cpu_offloading, attn_proj only with core_attn
-    (L1848-L1870); moe_paged_stash needs moe_expert_rank_capacity_factor, no cpu_offloading, and no MoE module
+    (L1848-L1870), fused_group_mlp only with the TE op fuser and without expert_fc1 / moe_act (L1895-L1903);
+    moe_paged_stash needs moe_expert_rank_capacity_factor, no cpu_offloading, and no MoE module
     offloaded (L1904-L1920); delay_wgrad_compute needs overlap_moe_expert_parallel_comm (L2749-L2752); outer DP
     sharding "optim" is HSDP and needs Megatron FSDP with several optimizer instances
     (distributed_data_parallel_config.py L162, L206)."""
@@ -728,14 +729,17 @@ def _recipe062_fields(p: TrainingPlan) -> Iterator[Violation]:
     used = {"moe_paged_stash": p.moe_paged_stash, "use_transformer_engine_op_fuser": p.use_transformer_engine_op_fuser,
             "fp8_output_proj": p.fp8_output_proj, "offload_modules": bool(p.offload_modules),
             "outer_dp_sharding_strategy": p.outer_dp_sharding_strategy != "no_shard",
-            "cuda_graph_impl=full_iteration": p.cuda_graph_impl == "full_iteration"}
+            "cuda_graph_impl=full_iteration": p.cuda_graph_impl == "full_iteration",
+            "offload_modules=fused_group_mlp": "fused_group_mlp" in p.offload_modules}
     for name, on in used.items():
         if on and name not in release.newer_fields:
             field, _, value = name.partition("=")
             yield _v({field: value or getattr(p, field), "bridge_version": p.bridge_version},
-                     f"{field}{' = ' + repr(value) if value else ''} is a megatron-core 0.19 / Megatron-Bridge 0.6 "
-                     f"setting; bridge_version {p.bridge_version!r} does not take it",
-                     f"use bridge_version = \"0.6\" (a container with Megatron-Bridge 0.6.2), or remove {field}")
+                     f"{field}{' = ' + repr(value) if value else ''} is a setting of Megatron-Bridge 0.6.2's "
+                     f"Megatron-Core that bridge_version {p.bridge_version!r} does not take "
+                     "(catalog/bridge.py newer_fields)",
+                     f"use bridge_version = \"0.6\" (a container with Megatron-Bridge 0.6.2), or remove "
+                     f"{value + ' from ' + field if value and field == 'offload_modules' else field}")
     if p.fp8_output_proj and p.precision != "mxfp8":
         yield _v({"fp8_output_proj": True, "precision": p.precision}, "fp8_output_proj needs the mxfp8 FP8 recipe",
                  "use precision = \"mxfp8\" or fp8_output_proj = false")
@@ -749,6 +753,15 @@ def _recipe062_fields(p: TrainingPlan) -> Iterator[Violation]:
     if "attn_proj" in p.offload_modules and "core_attn" not in p.offload_modules:
         yield _v({"offload_modules": ",".join(p.offload_modules)}, "attn_proj is offloaded only with core_attn",
                  "add core_attn to offload_modules")
+    if "fused_group_mlp" in p.offload_modules:  # 0.19.2 transformer_config.py L1895-L1903
+        if not p.use_transformer_engine_op_fuser:
+            yield _v({"offload_modules": ",".join(p.offload_modules), "use_transformer_engine_op_fuser": False},
+                     "offloading fused_group_mlp needs the TE op fuser", "set use_transformer_engine_op_fuser = true")
+        partial = sorted({"expert_fc1", "moe_act"} & set(p.offload_modules))
+        if partial:
+            yield _v({"offload_modules": ",".join(p.offload_modules)},
+                     f"fused_group_mlp already offloads the whole grouped MLP, with {', '.join(partial)} too it is "
+                     "refused", f"remove {', '.join(partial)} from offload_modules")
     if p.moe_paged_stash:
         if p.moe_expert_rank_capacity_factor is None:
             yield _v({"moe_paged_stash": True, "moe_expert_rank_capacity_factor": None},
