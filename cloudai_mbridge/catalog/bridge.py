@@ -57,6 +57,28 @@ class BridgeRelease:
     dsv3_layout_pp_vp: frozenset[tuple[int, int]] = DSV3_LAYOUT_PP_VP
     # 0.6's utils/cuda_graph.py (L134-L155) accepts cuda_graph_impl "local" only for a full-iteration graph
     local_graph_full_iteration_only: bool = False
+    # Settings of Bridge 0.6.2's perf recipes that not every release has, as cmd_args ("name" or "name=value"):
+    # those this release's Megatron-Core takes with the same meaning; the others are refused (recipe062-fields).
+    # Read from the wheels, file:line per release:
+    #   offload_modules (fine_grained_activation_offloading): 0.17.1 transformer_config.py L1007-L1024, checks
+    #     L1448-L1472 (not with cpu_offloading; attn_proj only with core_attn); 0.19.2 L1229-L1234, checks
+    #     L1848-L1870, the same two checks. The module "fused_group_mlp" is 0.19.2's only (allowed set L1853-L1862,
+    #     L1895-L1896 needs the TE op fuser; 0.17.1's set L1453-L1461 lacks it): "offload_modules=fused_group_mlp".
+    #   outer_dp_sharding_strategy (HSDP outer group, "no_shard" / "optim"): 0.17.1
+    #     distributed/distributed_data_parallel_config.py L153-L157; 0.19.2 L162-L166, the same text.
+    #   0.19.2 only (absent from every file of the 0.17.1 wheel): moe_paged_stash (transformer_config.py L1268,
+    #     checks L1904-L1920), use_transformer_engine_op_fuser (L511), fp8_output_proj (L614, checks L1442),
+    #     cuda_graph_impl "full_iteration" (L1041).
+    #   In both, so not listed (every release takes them): use_megatron_fsdp, data_parallel_sharding_strategy,
+    #     num_distributed_optimizer_instances, fp8_param_gather (distributed_data_parallel_config.py 0.17.1
+    #     L83 / L93 / L32 / L71, 0.19.2 L90 / L100 / L34 / L78), fp8_dot_product_attention (transformer_config.py
+    #     0.17.1 L549, 0.19.2 L619), delay_wgrad_compute (model_parallel_config.py 0.17.1 L261, 0.19.2 L348; its
+    #     a2a-overlap check transformer_config.py 0.17.1 L2153-L2157, 0.19.2 L2748-L2752).
+    # "0.4" is Megatron-Core 0.17.1; "0.3" and "0.5" were not read: they take none of them.
+    newer_fields: frozenset[str] = frozenset()
+    # Megatron FSDP with a full-iteration CUDA graph (megatron_fsdp_cuda_graph_mode; Bridge 0.6.2's GB300 HSDP
+    # recipe, perf_recipes/deepseek/gb300/deepseek_v3.py L334-L336)
+    fsdp_full_iteration_graph: bool = False
 
     def deepep_allowed(self, gpu: GPUSpec) -> bool:
         name = device_name(gpu)
@@ -82,10 +104,16 @@ class BridgeRelease:
 _BLACKWELL = ("NVIDIA B200", "NVIDIA B300")
 BRIDGE_RELEASES = {
     "0.3": BridgeRelease("0.3", _BLACKWELL, deepep_name_prefix=False),
-    "0.4": BridgeRelease("0.4", _BLACKWELL, deepep_name_prefix=True),
+    "0.4": BridgeRelease("0.4", _BLACKWELL, deepep_name_prefix=True,
+                         newer_fields=frozenset({"offload_modules", "outer_dp_sharding_strategy"})),
     "0.5": BridgeRelease("0.5", _BLACKWELL, deepep_name_prefix=True),
     "0.6": BridgeRelease("0.6", _BLACKWELL, deepep_name_prefix=True, local_graph_full_iteration_only=True,
-                         flex_backends=("deepep", "hybridep", "ncclep")),
+                         flex_backends=("deepep", "hybridep", "ncclep"),
+                         newer_fields=frozenset({"moe_paged_stash", "use_transformer_engine_op_fuser",
+                                                 "fp8_output_proj", "offload_modules", "outer_dp_sharding_strategy",
+                                                 "cuda_graph_impl=full_iteration",
+                                                 "offload_modules=fused_group_mlp"}),
+                         fsdp_full_iteration_graph=True),
 }
 DEFAULT_BRIDGE = "0.4"
 # Container image (without registry tag suffix beyond the release) -> the Megatron-Bridge release it ships.

@@ -66,6 +66,23 @@ GPUS: dict[str, GPUSpec] = {
             "gb300", 268.0, 4, 72, (10, 3), deepep=False, hybridep=True, fp8_recipes=_BLACKWELL_FP8,
             bf16_dense_tflops=2500.0,
         ),
+        # Vera Rubin NVL72 (searched 2026-11 in the pages/docs corpora; no NVIDIA datasheet page with the per-GPU
+        # figure was found there, so the sources are secondary and the numbers preliminary):
+        # - memory: 288 GB HBM4 per Rubin GPU, 20.7 TB per 72-GPU rack (genztech.blog/p/nvidia-vera-rubin-nvl72-
+        #   production, regantih.github.io reports-lab NVL72 notes; both quote NVIDIA's CES / Computex 2026 figures).
+        #   Usable memory is MODELLED as B300's (a 288 GB part reports 268 GiB): no VR200 was measured.
+        # - NVLink domain: 72 GPUs, one NVLink 6 domain per rack, 18 compute trays of 4 GPUs (learnaivisually.com
+        #   vera-rubin-nvl72-nvlink-rack-domain; NVIDIA's Vera-Rubin NVL72 tuning guide, docs.nvidia.com/dccpu/
+        #   vera-mn-perf-tuning-guide, is written for the 72-GPU rack); Bridge 0.6.2's VR200 recipes use the same
+        #   (perf_recipes/deepseek/vr200/deepseek_v3.py NVLINK_DOMAIN_SIZE 72, HybridEP).
+        # - compute capability 10.7: NCCL v2.32.3-1 release notes ("Rubin platform support including support for
+        #   sm107", github.com/NVIDIA/nccl/releases/tag/v2.32.3-1) and TensorRT-LLM v1.3.0's ("NVIDIA Rubin
+        #   (SM107)"). Major 10: Bridge 0.6.2's HybridEP / NCCL EP allowlists (training/flex_dispatcher_backend.py
+        #   L72, L81) compare the major only.
+        # No dense BF16 peak published: 0 (the reports give no MFU).
+        GPUSpec(
+            "vr200", 268.0, 4, 72, (10, 7), deepep=False, hybridep=True, fp8_recipes=_BLACKWELL_FP8,
+        ),
     )
 }
 

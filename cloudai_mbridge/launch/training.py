@@ -54,6 +54,19 @@ def training_config(plan: TrainingPlan, **job: Any) -> dict[str, Any]:
         "mtp_num_layers": plan.effective_mtp_layers,
         "sequence_parallel": plan.sequence_parallel and plan.tp > 1,
         "optimizer": plan.optimizer,
+        # Megatron FSDP / HSDP, paged stash, TE op fuser, FP8 attention / output projection, delayed wgrad, activation
+        # offloading: handed to Bridge by payload/train/config.py bridge_overrides
+        "use_megatron_fsdp": plan.use_megatron_fsdp,
+        "data_parallel_sharding_strategy": plan.data_parallel_sharding_strategy,
+        "outer_dp_sharding_strategy": plan.outer_dp_sharding_strategy,
+        "num_distributed_optimizer_instances": plan.num_distributed_optimizer_instances,
+        "fp8_param_gather": plan.fp8_param_gather,
+        "moe_paged_stash": plan.moe_paged_stash,
+        "use_transformer_engine_op_fuser": plan.use_transformer_engine_op_fuser,
+        "fp8_dot_product_attention": plan.fp8_dot_product_attention,
+        "fp8_output_proj": plan.fp8_output_proj,
+        "delay_wgrad_compute": plan.delay_wgrad_compute,
+        "offload_modules": list(plan.offload_modules),
         **job,
     }
 

@@ -18,7 +18,7 @@ FLEX_DISPATCHERS = ("deepep", "hybridep", "ncclep")  # the flex token dispatcher
 DEEPEP_IMPLS = ("uccl", "nvidia")
 PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
 NETWORKS = ("efa", "ib", "ethernet")
 
 
@@ -89,6 +89,16 @@ class TrainingPlan:
     num_distributed_optimizer_instances: int = 1
     cpu_offloading_num_layers: int = 0  # > 0 turns Megatron's cpu_offloading on, as Megatron-LM's arguments do
     delay_wgrad_compute: bool = False
+    # Megatron FSDP's sharding (DDP config data_parallel_sharding_strategy) and, with several distributed-optimizer
+    # instances (HSDP), the outer data-parallel group's (outer_dp_sharding_strategy, "no_shard" / "optim")
+    data_parallel_sharding_strategy: str = "optim_grads_params"
+    outer_dp_sharding_strategy: str = "no_shard"
+    fp8_param_gather: bool = False  # keep parameters in FP8 and all-gather them in FP8 (Bridge's fp8_param_gather)
+    moe_paged_stash: bool = False  # megatron-core 0.19 paged stashing of MoE activations (needs the rank capacity)
+    use_transformer_engine_op_fuser: bool = False  # TE's operation fuser for the MLP
+    fp8_dot_product_attention: bool = False  # attention in FP8 (Bridge mixed_precision.fp8_dot_product_attention)
+    fp8_output_proj: bool = False  # the attention output projection in MXFP8 (megatron-core 0.19)
+    offload_modules: tuple[str, ...] = ()  # fine-grained activation offloading to the host (empty: off)
     moe_shared_expert_overlap: bool | None = None  # None: as the payload sets it, see shared_expert_overlap
     grad_reduce_in_fp32: bool = False  # DSV3 recipe: False (bf16 main grads)
     # The recipes' gradient_accumulation_fusion (APEX's fused wgrad into main_grad, as in NVIDIA's containers). Off,

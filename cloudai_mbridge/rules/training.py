@@ -303,7 +303,8 @@ def _a2a_overlap_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
     MoE Echo setup, cannot be combined with the overlap."""
     if p.moe_a2a_overlap and p.cuda_graph_impl != "none":
         bad = {"moe", "mlp"} & set(p.cuda_graph_scope)
-        if p.cuda_graph_impl != "transformer_engine" or bad:
+        # megatron-core 0.19.2 transformer_config.py L2618: a full_iteration graph also takes a2a overlap
+        if p.cuda_graph_impl not in ("transformer_engine", "full_iteration") or bad:
             yield _v({"moe_a2a_overlap": True, "cuda_graph_impl": p.cuda_graph_impl,
                       "cuda_graph_scope": p.cuda_graph_scope},
                      "a2a overlap only works with transformer_engine CUDA graphs that leave moe and mlp uncaptured"
@@ -702,12 +703,84 @@ def _megatron_fsdp(p: TrainingPlan) -> Iterator[Violation]:
     if p.optimizer == "muon":
         yield _v({"use_megatron_fsdp": True, "optimizer": "muon"}, "Muon does not support Megatron FSDP",
                  "use optimizer = \"adam\" or use_megatron_fsdp = false")
-    if p.cuda_graph_impl != "none":
-        yield _v({"use_megatron_fsdp": True, "cuda_graph_impl": p.cuda_graph_impl},
-                 "Megatron FSDP cannot run with CUDA graphs", "use cuda_graph_impl = \"none\"")
+    full_iteration_ok = BRIDGE_RELEASES[p.bridge_version].fsdp_full_iteration_graph
+    if p.cuda_graph_impl != "none" and not (full_iteration_ok and p.cuda_graph_impl == "full_iteration"):
+        yield _v({"use_megatron_fsdp": True, "cuda_graph_impl": p.cuda_graph_impl,
+                  "bridge_version": p.bridge_version},
+                 "Megatron FSDP cannot run with CUDA graphs"
+                 + (" other than a full_iteration graph" if full_iteration_ok else " in this release"),
+                 "use cuda_graph_impl = \"none\"" + (" or \"full_iteration\"" if full_iteration_ok else ""))
     if p.pp > 1 or p.cp > 1 or (p.vp or 1) > 1:
         yield _v({"use_megatron_fsdp": True, "pp": p.pp, "cp": p.cp, "vp": p.vp},
                  "Megatron FSDP runs here with pp = cp = vp = 1 only", "use pp = 1, cp = 1, vp unset")
+
+
+@rule("recipe062-fields")
+def _recipe062_fields(p: TrainingPlan) -> Iterator[Violation]:
+    """Settings Megatron-Bridge 0.6.2's perf recipes use. Per release: catalog/bridge.py ``newer_fields``. The
+    checks are megatron-core 0.19.2's (megatron/core/transformer/transformer_config.py): fp8_output_proj needs FP8
+    and the mxfp8 recipe (L1442-L1448); offload_modules not with cpu_offloading, attn_proj only with core_attn
+    (L1848-L1870), fused_group_mlp only with the TE op fuser and without expert_fc1 / moe_act (L1895-L1903);
+    moe_paged_stash needs moe_expert_rank_capacity_factor, no cpu_offloading, and no MoE module
+    offloaded (L1904-L1920); delay_wgrad_compute needs overlap_moe_expert_parallel_comm (L2749-L2752); outer DP
+    sharding "optim" is HSDP and needs Megatron FSDP with several optimizer instances
+    (distributed_data_parallel_config.py L162, L206)."""
+    release = BRIDGE_RELEASES[p.bridge_version]
+    used = {"moe_paged_stash": p.moe_paged_stash, "use_transformer_engine_op_fuser": p.use_transformer_engine_op_fuser,
+            "fp8_output_proj": p.fp8_output_proj, "offload_modules": bool(p.offload_modules),
+            "outer_dp_sharding_strategy": p.outer_dp_sharding_strategy != "no_shard",
+            "cuda_graph_impl=full_iteration": p.cuda_graph_impl == "full_iteration",
+            "offload_modules=fused_group_mlp": "fused_group_mlp" in p.offload_modules}
+    for name, on in used.items():
+        if on and name not in release.newer_fields:
+            field, _, value = name.partition("=")
+            yield _v({field: value or getattr(p, field), "bridge_version": p.bridge_version},
+                     f"{field}{' = ' + repr(value) if value else ''} is a setting of Megatron-Bridge 0.6.2's "
+                     f"Megatron-Core that bridge_version {p.bridge_version!r} does not take "
+                     "(catalog/bridge.py newer_fields)",
+                     f"use bridge_version = \"0.6\" (a container with Megatron-Bridge 0.6.2), or remove "
+                     f"{value + ' from ' + field if value and field == 'offload_modules' else field}")
+    if p.fp8_output_proj and p.precision != "mxfp8":
+        yield _v({"fp8_output_proj": True, "precision": p.precision}, "fp8_output_proj needs the mxfp8 FP8 recipe",
+                 "use precision = \"mxfp8\" or fp8_output_proj = false")
+    if p.fp8_dot_product_attention and p.precision == "bf16":
+        yield _v({"fp8_dot_product_attention": True, "precision": p.precision},
+                 "FP8 attention needs an FP8 precision", "use an FP8 precision or fp8_dot_product_attention = false")
+    if p.offload_modules and p.cpu_offloading:
+        yield _v({"offload_modules": ",".join(p.offload_modules), "cpu_offloading_num_layers":
+                  p.cpu_offloading_num_layers}, "fine-grained activation offloading cannot run with cpu_offloading",
+                 "drop one of them")
+    if "attn_proj" in p.offload_modules and "core_attn" not in p.offload_modules:
+        yield _v({"offload_modules": ",".join(p.offload_modules)}, "attn_proj is offloaded only with core_attn",
+                 "add core_attn to offload_modules")
+    if "fused_group_mlp" in p.offload_modules:  # 0.19.2 transformer_config.py L1895-L1903
+        if not p.use_transformer_engine_op_fuser:
+            yield _v({"offload_modules": ",".join(p.offload_modules), "use_transformer_engine_op_fuser": False},
+                     "offloading fused_group_mlp needs the TE op fuser", "set use_transformer_engine_op_fuser = true")
+        partial = sorted({"expert_fc1", "moe_act"} & set(p.offload_modules))
+        if partial:
+            yield _v({"offload_modules": ",".join(p.offload_modules)},
+                     f"fused_group_mlp already offloads the whole grouped MLP, with {', '.join(partial)} too it is "
+                     "refused", f"remove {', '.join(partial)} from offload_modules")
+    if p.moe_paged_stash:
+        if p.moe_expert_rank_capacity_factor is None:
+            yield _v({"moe_paged_stash": True, "moe_expert_rank_capacity_factor": None},
+                     "moe_paged_stash needs moe_expert_rank_capacity_factor", "set e.g. "
+                     "moe_expert_rank_capacity_factor = 1.5 (Bridge 0.6.2's recipes)")
+        clash = sorted({"expert_fc1", "moe_act", "fused_group_mlp"} & set(p.offload_modules))
+        if clash:
+            yield _v({"moe_paged_stash": True, "offload_modules": ",".join(p.offload_modules)},
+                     f"paged stash already covers {', '.join(clash)}",
+                     f"remove {', '.join(clash)} from offload_modules")
+    if p.delay_wgrad_compute and not p.moe_a2a_overlap:
+        yield _v({"delay_wgrad_compute": True, "moe_a2a_overlap": False},
+                 "delay_wgrad_compute needs the expert-parallel a2a overlap", "set moe_a2a_overlap = true")
+    if p.outer_dp_sharding_strategy == "optim" and not (p.use_megatron_fsdp and
+                                                         p.num_distributed_optimizer_instances > 1):
+        yield _v({"outer_dp_sharding_strategy": "optim", "use_megatron_fsdp": p.use_megatron_fsdp,
+                  "num_distributed_optimizer_instances": p.num_distributed_optimizer_instances},
+                 "outer data-parallel sharding (HSDP) needs Megatron FSDP and several optimizer instances",
+                 "set use_megatron_fsdp = true and num_distributed_optimizer_instances > 1")
 
 
 @rule("fp8-recipe-gpu")

@@ -61,6 +61,8 @@ CASES = {
                           small_plan(recompute="selective", recompute_modules=("shared_experts",),
                                      moe_shared_expert_overlap=False)),
     "megatron-fsdp": (small_plan(use_megatron_fsdp=True, optimizer="muon"), small_plan(use_megatron_fsdp=True)),
+    "recipe062-fields": (small_plan(moe_paged_stash=True, moe_expert_rank_capacity_factor=1.5),
+                         small_plan(moe_paged_stash=True, moe_expert_rank_capacity_factor=1.5, bridge_version="0.6")),
     "fp8-recipe-gpu": (small_plan(precision="mxfp8"), small_plan(precision="fp8_blockwise")),
     "echo-dispatcher": (small_plan(echo=EchoOptions(8)), small_plan(echo=EchoOptions(8), dispatcher="hybridep")),
     "echo-experts": (small_plan(echo=EchoOptions(6), dispatcher="hybridep"),

@@ -17,7 +17,7 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
 DEEPEP_IMPLS = ("uccl", "nvidia")
 PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")  # full_iteration: megatron-core 0.19
 TASKS = ("pretrain", "sft")
 ENGINES = ("auto", "bridge", "mcore")
 OPTIMIZERS = ("adam", "muon")
@@ -42,6 +42,18 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "moe_shared_expert_overlap": None,  # None: on with the all-to-all dispatcher and no a2a overlap (the recipes)
     # Megatron-Core's moe_expert_rank_capacity_factor (0.19+); required for ncclep, ignored by the other dispatchers
     "moe_expert_rank_capacity_factor": None,
+    # Bridge 0.6.2 perf-recipe settings (launch/training.py); absent = off, and then nothing is set for them
+    "use_megatron_fsdp": False,
+    "data_parallel_sharding_strategy": "optim_grads_params",
+    "outer_dp_sharding_strategy": "no_shard",
+    "num_distributed_optimizer_instances": 1,
+    "fp8_param_gather": False,
+    "moe_paged_stash": False,
+    "use_transformer_engine_op_fuser": False,
+    "fp8_dot_product_attention": False,
+    "fp8_output_proj": False,
+    "delay_wgrad_compute": False,
+    "offload_modules": [],
 }
 MODEL_KEYS = (
     "name", "family", "num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_attention_heads",
@@ -132,8 +144,11 @@ def rank_capacity_factor(cfg: dict[str, Any]) -> float | None:
     """Megatron's moe_expert_rank_capacity_factor for this run: the config's value for the ncclep backend, None for
     every other dispatcher. Megatron-Core 0.19 refuses the field unless the flex backend is hybridep or ncclep
     (transformer_config.py L1692-L1697), and with hybridep it would turn on token dropping (and need the TE op
-    fuser, L1698-L1705), so a factor swept beside a dispatcher A/B reaches only the ncclep arm."""
-    if cfg["dispatcher"] != "ncclep":
+    fuser, L1698-L1705), so a factor swept beside a dispatcher A/B reaches only the ncclep arm. Bridge 0.6.2's
+    paged-stash recipes set it with hybridep and the TE op fuser on: there it is handed over too."""
+    stash = (cfg.get("moe_paged_stash") and cfg["dispatcher"] == "hybridep"
+             and cfg.get("use_transformer_engine_op_fuser"))
+    if cfg["dispatcher"] != "ncclep" and not stash:
         return None
     return cfg["moe_expert_rank_capacity_factor"]
 
@@ -333,8 +348,8 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
         # Shared-expert overlap runs only with the all-to-all dispatcher and is incompatible with a2a overlap.
         "moe_shared_expert_overlap": shared_expert_overlap(cfg),
         "overlap_moe_expert_parallel_comm": overlap,
-        # Off: the only setting the seed benchmark validated (on, it also needs TE >= 2.7).
-        "delay_wgrad_compute": False,
+        # Off unless the test turns it on (megatron-core asserts a2a overlap with it; the rules check that first)
+        "delay_wgrad_compute": bool(cfg["delay_wgrad_compute"]),
         "cuda_graph_impl": cfg["cuda_graph_impl"],
         "cuda_graph_scope": list(cfg["cuda_graph_scope"]),
         **recompute_fields(cfg),
@@ -348,7 +363,8 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
     out = {f"model.{k}": v for k, v in model.items()}
     out.update({
         "comm_overlap.overlap_moe_expert_parallel_comm": overlap,
-        "comm_overlap.delay_wgrad_compute": False,
+        "comm_overlap.delay_wgrad_compute": bool(cfg["delay_wgrad_compute"]),
+        **recipe062_fields(cfg),
         "train.micro_batch_size": cfg["mbs"],
         "train.global_batch_size": cfg["gbs"],
         "train.train_iters": cfg["train_iters"],
@@ -374,6 +390,30 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
         out["rerun_state_machine.check_for_nan_in_loss"] = False
     if cfg["model"]["is_proxy"]:
         out["tokenizer.vocab_size"] = cfg["model"]["vocab_size"]
+    return out
+
+
+def recipe062_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The Bridge 0.6.2 perf-recipe settings a test turned on, as ConfigContainer paths. Only what is on is set: the
+    fields do not exist in older releases (set_fields would refuse them; the rules refuse them there first)."""
+    out: dict[str, Any] = {}
+    if cfg["use_megatron_fsdp"]:
+        out.update({"ddp.use_megatron_fsdp": True,
+                    "ddp.data_parallel_sharding_strategy": cfg["data_parallel_sharding_strategy"]})
+    if cfg["num_distributed_optimizer_instances"] != 1:
+        out["ddp.num_distributed_optimizer_instances"] = int(cfg["num_distributed_optimizer_instances"])
+    if cfg["outer_dp_sharding_strategy"] != "no_shard":
+        out["ddp.outer_dp_sharding_strategy"] = cfg["outer_dp_sharding_strategy"]
+    if cfg["fp8_param_gather"]:
+        out.update({"mixed_precision.fp8_param_gather": True, "mixed_precision.fp8_param": True})
+    for name in ("moe_paged_stash", "use_transformer_engine_op_fuser", "fp8_output_proj"):
+        if cfg[name]:
+            out[f"model.{name}"] = True
+    if cfg["fp8_dot_product_attention"]:
+        out["mixed_precision.fp8_dot_product_attention"] = True
+    if cfg["offload_modules"]:
+        out.update({"model.fine_grained_activation_offloading": True,
+                    "model.offload_modules": list(cfg["offload_modules"])})
     return out
 
 

@@ -48,12 +48,15 @@ Dispatcher = Literal["alltoall", "deepep", "hybridep", "ncclep"]
 DeepEPImpl = Literal["uccl", "nvidia"]
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4"]
-CudaGraphImpl = Literal["none", "local", "transformer_engine"]
+CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
 BridgeVersion = Literal["0.3", "0.4", "0.5", "0.6"]
 
 # What a point of this workload can be rejected by (besides no-secrets-in-toml, which is never intended).
 TRAINING_RULE_IDS = (*TRAINING_RULES.rules, "system-gpu", "mcore-engine")
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "shared_experts", "layernorm")
+# megatron-core 0.19.2 transformer_config.py L1848-L1860: the modules fine-grained activation offloading takes
+OFFLOAD_MODULES = ("core_attn", "attn_proj", "expert_fc1", "fused_group_mlp", "moe_act", "attn_norm", "mlp_norm",
+                   "qkv_linear")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
 
 
@@ -148,6 +151,22 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     mtp_num_layers: LayerCount | None = None
     sequence_parallel: Bool | list[Bool] = True
     optimizer: Literal["adam", "muon"] = "adam"
+    # Megatron FSDP (DDP config use_megatron_fsdp) and its sharding; several distributed-optimizer instances with
+    # outer_dp_sharding_strategy = "optim" is HSDP (Bridge 0.6.2's GB300 128-GPU recipe)
+    use_megatron_fsdp: Bool | list[Bool] = False
+    data_parallel_sharding_strategy: Literal["no_shard", "optim", "optim_grads", "optim_grads_params"] = \
+        "optim_grads_params"
+    outer_dp_sharding_strategy: Literal["no_shard", "optim"] = "no_shard"
+    num_distributed_optimizer_instances: PosInt = 1
+    fp8_param_gather: Bool | list[Bool] = False
+    moe_paged_stash: Bool | list[Bool] = False
+    use_transformer_engine_op_fuser: Bool | list[Bool] = False
+    fp8_dot_product_attention: Bool | list[Bool] = False
+    fp8_output_proj: Bool | list[Bool] = False
+    # Megatron-Core's delay_wgrad_compute (with comm_overlap's): expert weight gradients after the a2a overlap
+    delay_wgrad_compute: Bool | list[Bool] = False
+    # fine-grained activation offloading: comma-separated modules (empty: off)
+    offload_modules: str | list[str] = ""
     data: str = "mock"
     hf_model_id: str | None = None
     # a folder (on the cluster) with the model's Hugging Face config.json; unset: the catalog's architecture is written
@@ -189,6 +208,13 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     def _cuda_graph_scope(cls, v: str | list[str]) -> str | list[str]:
         for item in v if isinstance(v, list) else [v]:
             _split_csv(item, CUDA_GRAPH_SCOPES, "cuda_graph_scope")
+        return v
+
+    @field_validator("offload_modules")
+    @classmethod
+    def _offload_modules(cls, v: str | list[str]) -> str | list[str]:
+        for item in v if isinstance(v, list) else [v]:
+            _split_csv(item, OFFLOAD_MODULES, "offload_modules")
         return v
 
     @field_validator("golden_values")
@@ -270,6 +296,17 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             mtp_num_layers=a.mtp_num_layers,
             sequence_parallel=a.sequence_parallel,
             optimizer=a.optimizer,
+            use_megatron_fsdp=a.use_megatron_fsdp,
+            data_parallel_sharding_strategy=a.data_parallel_sharding_strategy,
+            outer_dp_sharding_strategy=a.outer_dp_sharding_strategy,
+            num_distributed_optimizer_instances=a.num_distributed_optimizer_instances,
+            fp8_param_gather=a.fp8_param_gather,
+            moe_paged_stash=a.moe_paged_stash,
+            use_transformer_engine_op_fuser=a.use_transformer_engine_op_fuser,
+            fp8_dot_product_attention=a.fp8_dot_product_attention,
+            fp8_output_proj=a.fp8_output_proj,
+            delay_wgrad_compute=a.delay_wgrad_compute,
+            offload_modules=_split_csv(a.offload_modules, OFFLOAD_MODULES, "offload_modules"),
             # the mcore engine builds Megatron-Core's local (non-TE) layers; bridge, and auto in the TE containers,
             # build Transformer Engine ones (plan/memory.py estimates both)
             transformer_impl="local" if a.engine == "mcore" else "transformer_engine",
