@@ -80,6 +80,8 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
     "checkpoint_dir": [({}, "/ckpt/a"), ({"task": "sft"}, "/ckpt/b")],
     "seed": [({}, 7)],
     "log_interval": [({}, 2)],
+    "num_distributed_optimizer_instances": [({}, 2)],
+    "offload_modules": [({}, "core_attn")],
 }
 SFT_NEEDS = {"checkpoint_dir": "/ckpt/base"}  # an SFT point is refused without it (payload check_config)
 

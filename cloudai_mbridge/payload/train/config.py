@@ -55,6 +55,10 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "delay_wgrad_compute": False,
     "offload_modules": [],
 }
+BRIDGE_RECIPE_KEYS = ("use_megatron_fsdp", "data_parallel_sharding_strategy", "outer_dp_sharding_strategy",
+                      "num_distributed_optimizer_instances", "fp8_param_gather", "moe_paged_stash",
+                      "use_transformer_engine_op_fuser", "fp8_dot_product_attention", "fp8_output_proj",
+                      "offload_modules")
 MODEL_KEYS = (
     "name", "family", "num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_attention_heads",
     "num_experts", "moe_router_topk", "shared_expert_intermediate_size", "first_k_dense", "vocab_size",
@@ -466,6 +470,11 @@ def mcore_unsupported(cfg: dict[str, Any]) -> list[str]:
         (cfg["dispatcher"] == "ncclep", "dispatcher = 'ncclep' needs Transformer Engine's NCCL EP and megatron-core "
                                         f"0.19, which the local-layer loop does not use; {bridge}"),
     ]
+    # Bridge 0.6.2 perf-recipe settings the local-layer loop has no counterpart for (it does pass delay_wgrad_compute)
+    for key in BRIDGE_RECIPE_KEYS:
+        value = cfg.get(key, OPTIONAL_KEYS[key])
+        if value != OPTIONAL_KEYS[key]:
+            checks.append((True, f"{key} = {value!r}: the mcore loop does not do this; remove it or {bridge}"))
     return [msg for bad, msg in checks if bad]
 
 

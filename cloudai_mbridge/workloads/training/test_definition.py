@@ -426,4 +426,7 @@ def unused_fields(a: MBridgeTrainingCmdArgs) -> list[str]:
         found.append(f"hf_model_id = {a.hf_model_id!r} is not used by this point: the model's architecture comes "
                      "from the catalog (or hf_config_dir); hf_model_id is read for an SFT run's tokenizer (data not "
                      "\"mock\") or its checkpoint conversion (convert_checkpoint = true)")
+    if a.data_parallel_sharding_strategy != "optim_grads_params" and not a.use_megatron_fsdp:
+        found.append(f"data_parallel_sharding_strategy = {a.data_parallel_sharding_strategy!r} is not used with "
+                     "use_megatron_fsdp = false: it is Megatron FSDP's sharding; set use_megatron_fsdp = true")
     return found
