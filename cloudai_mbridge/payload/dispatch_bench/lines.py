@@ -9,7 +9,7 @@ Lines (rank 0 unless said otherwise; ``key=value`` fields, no spaces inside a va
       cross_rank_bytes=.. rule=tokens*topk*hidden*elem
   MBRIDGE_DISPATCH_CHECK scale=<output/input> expected=<topk|1> max_rel_err=.. ok=<true|false>
   MBRIDGE_DISPATCH_RESULT phase=<dispatch|combine> backend=<arm> calls=<n> warmup=<w> median_us=.. p10_us=..
-      p90_us=.. min_us=.. max_us=.. algbw_gbps=.. busbw_gbps=.. timer=<cuda_events|perf_counter> ranks=<world>
+      p90_us=.. min_us=.. max_us=.. algbw_gbps=.. busbw_gbps=.. timer=cuda_events ranks=<world>
   MBRIDGE_DISPATCH_DONE backend=<arm> phases=2
 
 Timing: per call, the slowest rank's time (an all-reduce MAX over ranks of each call's time after the loop), so a
@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-DISPATCHERS = ("alltoall", "deepep", "ncclep", "allgather")
+DISPATCHERS = ("alltoall", "deepep", "ncclep")
 PHASES = ("dispatch", "combine")
 TAG_RESULT = "MBRIDGE_DISPATCH_RESULT"
 TAG_BYTES = "MBRIDGE_DISPATCH_BYTES"
