@@ -35,9 +35,10 @@ if [ -f .whl/uccl/deep_ep/__init__.py ]; then
   export PYTHONPATH=$PYTHONPATH:/tmp/uccl_site
   UCCL=(--uccl-dir .whl/uccl)
 fi
-# The recorded training A/B (4 x H100, benchmarks/results/bridge_ab_4gpu) whose delta the page shows beside.
+# The recorded training A/B whose delta the page shows beside: host 2's cells of benchmarks/results/bridge_ab_4gpu
+# (alltoall vs ncclep, 4 x H100); host 1's cells repeat the same configs on another host and are never mixed in.
 TRAINING=()
-for d in benchmarks/results/bridge_ab_4gpu/*/runs/*/; do
+for d in benchmarks/results/bridge_ab_4gpu/{dsv3_mbs1_w4,dsv3_mbs2_w6,k2_mbs1_w5}/runs/*/; do
   [ -f "$d/mbridge_config.json" ] && TRAINING+=("$d")
 done
 date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"
