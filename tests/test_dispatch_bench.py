@@ -259,3 +259,39 @@ def test_the_ab_page_shows_each_backend_beside_the_training_delta(tmp_path):
     assert micro.loc["deepep", "status"] == "check_failed"
     assert math.isnan(micro.loc["deepep", "dispatch_median_us"])  # a cut log gives no number on the page either
     assert f"{micro.loc['ncclep', 'dispatch_median_us']:.1f}" in page or "410" in page
+
+
+# --- the GPU window's driver, on what it does without a GPU -------------------------------------------------------
+
+
+def _driver(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    import sys
+
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_dispatch_bench.py"), *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_gpu_window_driver_plans_every_arm_and_skips_what_the_rules_refuse(tmp_path):
+    proc = _driver("--out", str(tmp_path / "o"), "--gpus", "4", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "grid: 18 points" in proc.stdout
+    assert "deepseek_v3_proxy_mbs4_ncclep reject [dispatch-bench-ncclep]" in proc.stdout
+    assert "kimi_k2_proxy_mbs4_deepep run" in proc.stdout  # the DeepEP arms need mbs 4 (issue 29)
+    assert not (tmp_path / "o").exists()  # a dry run starts and writes nothing
+
+
+def test_the_gpu_window_driver_reports_results_lines_and_the_page_from_run_folders(tmp_path):
+    pytest.importorskip("cloudai")
+    out = tmp_path / "o"
+    _bench_run(out / "runs", "alltoall", realistic_log("alltoall", (800.0, 30.0), (700.0, 30.0)))
+    cut = realistic_log("ncclep").replace("MBRIDGE_DISPATCH_DONE", "killed")  # no DONE line
+    _bench_run(out / "runs", "ncclep", cut)
+    proc = _driver("--out", str(out), "--report", "--training-runs", *map(str, sorted(TRAINING_CELL.iterdir())),
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert any("backend=alltoall phase=dispatch median_us=800." in r and "us/call" in r for r in results)
+    assert any("backend=ncclep status=incomplete" in r for r in results)
+    assert not any("backend=ncclep phase=" in r for r in results)
+    assert results[-1].startswith("RESULT dispatch_bench_points=1 count")
+    assert "Dispatch / combine microbenchmark" in (out / "report" / "mbridge_ab.html").read_text()

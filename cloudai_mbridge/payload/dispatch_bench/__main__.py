@@ -215,7 +215,6 @@ def run(cfg: dict[str, Any], dist_info: dist_env.DistEnv) -> int:
     from megatron.core import parallel_state
 
     from ..train.log import (
-        DispatcherError,
         built_backend,
         check_deep_ep,
         check_dispatcher,
@@ -279,8 +278,6 @@ def run(cfg: dict[str, Any], dist_info: dist_env.DistEnv) -> int:
             say(lines.result_line(phase=phase, backend=cfg["dispatcher"], times_us=times, warmup=cfg["warmup"],
                                   logical_bytes=logical, cross_rank_bytes=cross, timer=timer.name, ranks=world))
         say(f"{lines.TAG_DONE} backend={cfg['dispatcher']} phases=2")
-    except DispatcherError:
-        raise
     finally:
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
