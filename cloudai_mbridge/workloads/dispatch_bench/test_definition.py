@@ -8,7 +8,6 @@ results. The payload is payload/dispatch_bench.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,6 +16,7 @@ from cloudai.models.workload import CmdArgs
 from pydantic import ConfigDict, Field, field_validator
 
 from ...catalog import MODELS, get_model
+from ...plan.dispatch_bench import DISPATCH_BENCH_RULES, bench_config, bench_violations
 from ...rules import Violation
 from ...systems.common import system_gpus_per_node
 from ..base import MBridgeTestDefinition
@@ -25,8 +25,6 @@ from ..fields import PosInt, Seed, check_expected_rejections, check_image
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 BenchDispatcher = Literal["alltoall", "deepep", "ncclep"]
 DeepEPImpl = Literal["uccl", "nvidia"]
-NCCLEP_MAX_TOKENS = 8192  # rules/training.py ncclep-limits: NCCL EP's MAX_SUPPORTED_TOKENS_PER_RANK
-DISPATCH_BENCH_RULES = ("dispatch-bench-ep", "dispatch-bench-ncclep", "dispatch-bench-deepep")
 Capacity = float  # finite and > 0, checked below
 
 
@@ -78,52 +76,17 @@ class MBridgeDispatchBenchTestDefinition(MBridgeTestDefinition):
 
     def payload_config(self, tr: TestRun, system: System | None) -> dict[str, Any]:
         a = self.cmd_args
-        m = get_model(a.model)
-        return {
-            "workload": "dispatch_bench",
-            "model": m.name,
-            "hidden_size": m.hidden_size,
-            "num_experts": m.num_experts,
-            "topk": m.moe_router_topk,
-            "seq_length": a.seq_length,
-            "mbs": a.mbs,
-            "dispatcher": a.dispatcher,
-            "warmup": a.warmup,
-            "iterations": a.iterations,
-            "dtype": a.dtype,
-            "moe_expert_rank_capacity_factor": a.moe_expert_rank_capacity_factor if a.dispatcher == "ncclep" else None,
-            "deepep_impl": a.deepep_impl if a.dispatcher == "deepep" else None,
-            "seed": a.seed,
-            "world_size": self.ranks(tr, system),
-        }
+        return bench_config(model=a.model, dispatcher=a.dispatcher, seq_length=a.seq_length, mbs=a.mbs,
+                            warmup=a.warmup, iterations=a.iterations, dtype=a.dtype,
+                            capacity_factor=a.moe_expert_rank_capacity_factor, deepep_impl=a.deepep_impl,
+                            seed=a.seed, ranks=self.ranks(tr, system))
 
     def plan(self, tr: TestRun, system: System | None) -> DispatchBenchPlan:
         return DispatchBenchPlan(self.ranks(tr, system), self.payload_config(tr, system))
 
     def rule_violations(self, tr: TestRun, system: System | None) -> list[Violation]:
         a = self.cmd_args
-        m = get_model(a.model)
-        ep = self.ranks(tr, system)
-        out = []
-        if m.num_experts % ep:
-            out.append(Violation("dispatch-bench-ep", {"model": m.name, "num_experts": m.num_experts, "ranks": ep},
-                                 "every rank holds the same number of experts, so the ranks must divide the experts",
-                                 "run on a number of GPUs that divides num_experts"))
-        tokens = a.seq_length * a.mbs
-        if a.dispatcher == "ncclep" and math.ceil(tokens / 64) * 64 > NCCLEP_MAX_TOKENS:
-            out.append(Violation("dispatch-bench-ncclep", {"seq_length": a.seq_length, "mbs": a.mbs},
-                                 f"a rank would dispatch {tokens} tokens; NCCL EP's kernels take at most "
-                                 f"{NCCLEP_MAX_TOKENS} (as the training rule ncclep-limits)",
-                                 "lower mbs or seq_length for the ncclep arm"))
-        if a.dispatcher == "ncclep" and a.moe_expert_rank_capacity_factor is None:
-            out.append(Violation("dispatch-bench-ncclep", {"moe_expert_rank_capacity_factor": None},
-                                 "NCCL EP needs a receive capacity per rank",
-                                 "set moe_expert_rank_capacity_factor (training used 1.5)"))
-        if a.dispatcher == "deepep" and a.deepep_impl is None:
-            out.append(Violation("dispatch-bench-deepep", {"deepep_impl": None},
-                                 "the deepep arm must say which DeepEP it expects (the payload checks the one it gets)",
-                                 "set deepep_impl = \"uccl\" or \"nvidia\""))
-        return out
+        return bench_violations(self.payload_config(tr, system), a.moe_expert_rank_capacity_factor, a.deepep_impl)
 
     def describe(self, tr: TestRun, system: System | None) -> str | None:
         a = self.cmd_args
