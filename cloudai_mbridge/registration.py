@@ -6,6 +6,7 @@ from ._cloudai import require_cloudai
 
 TRAINING_TEMPLATE = "MBridgeTraining"
 REFIT_TEMPLATE = "MBridgeRefit"
+DISPATCH_BENCH_TEMPLATE = "MBridgeDispatchBench"
 
 _done = False
 
@@ -24,6 +25,10 @@ def register() -> None:
     from .reports.refit_table import MBridgeRefitTable
     from .systems.kubernetes.runner import add_kubernetes_strategy, register_kubernetes
     from .systems.slurm.installer import MBridgeSlurmInstaller
+    from .workloads.dispatch_bench import (
+        MBridgeDispatchBenchSlurmCommandGenStrategy,
+        MBridgeDispatchBenchTestDefinition,
+    )
     from .workloads.refit import (
         MBridgeRefitKubernetesJsonGenStrategy,
         MBridgeRefitSlurmCommandGenStrategy,
@@ -43,6 +48,9 @@ def register() -> None:
                                     MBridgeTrainingStandaloneCommandGenStrategy)
     reg.update_test_definition(REFIT_TEMPLATE, MBridgeRefitTestDefinition)
     reg.update_command_gen_strategy(SlurmSystem, MBridgeRefitTestDefinition, MBridgeRefitSlurmCommandGenStrategy)
+    reg.update_test_definition(DISPATCH_BENCH_TEMPLATE, MBridgeDispatchBenchTestDefinition)
+    reg.update_command_gen_strategy(SlurmSystem, MBridgeDispatchBenchTestDefinition,
+                                    MBridgeDispatchBenchSlurmCommandGenStrategy)
     reg.update_installer("slurm", MBridgeSlurmInstaller)
     reg.update_report(MBridgeTrainingTestDefinition, {MBridgeTrainingReport})
     reg.update_report(MBridgeRefitTestDefinition, {MBridgeRefitReport})

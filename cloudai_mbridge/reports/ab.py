@@ -40,6 +40,8 @@ from .common import (
     skipped_points,
     skipped_section,
 )
+from .dispatch_bench import attach_training, dispatch_rows
+from .dispatch_bench import section as dispatch_section
 from .page import headline, verdict_badge
 from .plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
 from .provenance import RunSource, collect
@@ -242,6 +244,8 @@ class MBridgeABReport(TolerantLoading, Reporter):
         from ..workloads.training import MBridgeTrainingTestDefinition
 
         cfg = self.config
+        # the dispatch microbenchmark's runs in the same results folder, shown beside the training delta
+        self._micro = dispatch_rows(self)
         found = []
         for tr, config in runs_of(self, MBridgeTrainingTestDefinition):
             if isinstance(config.get(cfg.field), (str, int, float)):
@@ -478,6 +482,11 @@ class MBridgeABReport(TolerantLoading, Reporter):
             columns += ["base_starts", "arm_starts", "routing", "work", "gc_iterations_left_out"]
         classes = ["bad" if str(r["verdict"]).startswith(("invalid", "different", "work not")) else "" for r in rows]
         sections.append(html_table(columns, ([r.get(c) for c in columns] for r in rows), classes, HEADERS))
+        micro = getattr(self, "_micro", [])
+        if micro:
+            attach_training(micro, self._training_by_arm(rows, cells))
+            sections.append(dispatch_section(micro))
+            write_atomic(root / "mbridge_dispatch_bench.csv", redact_report(pd.DataFrame(micro).to_csv(index=False)))
         plotted = 0
         paired_cells = sum(len(c.arms) >= 2 for c in ordered)
         for i, cell in enumerate(ordered):
@@ -518,6 +527,23 @@ class MBridgeABReport(TolerantLoading, Reporter):
         page = html_page(f"A/B by {cfg.field}: {self.test_scenario.name}", sections, prov, kind="A/B report")
         write_atomic(root / "mbridge_ab.html", redact_report(page))
         logging.info("mbridge_ab: %d pair(s) written to %s", len(paired), root / "mbridge_ab.html")
+
+    def _training_by_arm(self, rows: list[dict[str, Any]],
+                         cells: dict[str, Cell]) -> dict[tuple[str, int, str], dict[str, Any]]:
+        """(model name, mbs, arm) -> that arm's A/B row against the alltoall baseline, for the microbenchmark's
+        table; only for an A/B by dispatcher, and only cells whose model and mbs say which shapes they ran."""
+        if self.config.field != "dispatcher":
+            return {}
+        out = {}
+        for cell in cells.values():
+            config = next(iter(cell.arms.values())).config
+            model = config.get("model")
+            name = model.get("name") if isinstance(model, dict) else model
+            mbs = config.get("mbs")
+            for r in rows:
+                if r.get("cell") == cell.label and r.get("arm") and r.get("baseline") == "alltoall":
+                    out[(name, mbs, r["arm"])] = r
+        return out
 
     def _headline(self, rows: list[dict[str, Any]]) -> str:
         """What won, by how much, how sure; which runs failed and why."""

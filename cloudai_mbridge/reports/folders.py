@@ -38,9 +38,18 @@ def ab_report(run_dirs: Sequence[Path], out: Path, warmup: int, name: str = "gpu
             self.rows = rows
             super()._write(rows, cells)
 
+    from ..workloads.dispatch_bench import MBridgeDispatchBenchCmdArgs, MBridgeDispatchBenchTestDefinition
+
     test_runs = []
     for folder in run_dirs:
         c = json.loads(read_text(folder / "mbridge_config.json", MAX_JSON_BYTES, "the run's config"))
+        if c.get("workload") == "dispatch_bench":  # the dispatch microbenchmark: shown beside the A/B
+            keys = ("dispatcher", "seq_length", "mbs", "warmup", "iterations", "dtype", "seed")
+            bench = MBridgeDispatchBenchTestDefinition(
+                name=folder.name, description=f"run folder {folder}", test_template_name="MBridgeDispatchBench",
+                cmd_args=MBridgeDispatchBenchCmdArgs(model=c["model"], **{k: c[k] for k in keys if k in c}))
+            test_runs.append(TestRun(name=folder.name, test=bench, num_nodes=1, nodes=[], output_path=folder))
+            continue
         args = {k: c[k] for k in ("ep", "mbs", "gbs", "seq_length", "train_iters", "dispatcher", "moe_a2a_overlap",
                                   "force_balanced_routing", "engine", "seed") if k in c}
         if c.get("deepep_impl"):

@@ -22,7 +22,7 @@ import os
 import tempfile
 from typing import Any
 
-from .. import dist_env, hf_config, nccl_runtime
+from .. import dist_env, hf_config
 from .config import (
     BRIDGE_PRECISION_RECIPES,
     FUSION_NEEDS,
@@ -39,7 +39,6 @@ from .config import (
     with_mtp_tail,
 )
 from .log import (
-    DispatcherError,
     built_backend,
     check_deep_ep,
     check_dispatcher,
@@ -49,7 +48,7 @@ from .log import (
     first_dispatcher_class,
     import_deep_ep,
 )
-from .nccl_ep import EP_MODULE, bootstrap_compat, check_te_ep, nccl_ep_line, nccl_ep_topk, torch_op_shim
+from .nccl_ep import nccl_ep_topk, prepare_nccl_ep
 from .routing import RoutingHash, routing_line
 
 KIMI_RECIPE = "megatron.bridge.recipes.kimi.kimi_k2"
@@ -394,25 +393,8 @@ def gc_line(train: Any) -> str:
 
 def _prepare_nccl_ep(cfg: dict[str, Any]) -> str:
     """The ncclep backend's Transformer Engine module, checked and made to fit Megatron-Core's bootstrap call
-    (payload/train/nccl_ep.py); returns the MBRIDGE_NCCL_EP line."""
-    try:
-        te_ep, error = importlib.import_module(EP_MODULE), None
-    except Exception as e:  # a TE without NCCL EP fails with anything from ImportError to an OSError on the library
-        te_ep, error = None, f"{type(e).__name__}: {e}"
-    check_te_ep(te_ep, error)
-    import torch
-    from megatron.core.transformer.moe import fused_a2a
-
-    te_version = getattr(importlib.import_module("transformer_engine"), "__version__", "")
-    nccl = nccl_runtime.loaded()
-    headers = nccl_runtime.nccl_ep_headers(nccl, os.environ)  # os.environ: NCCL EP reads it at bootstrap
-    capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
-    problems = nccl_runtime.nccl_ep_problems(nccl, te_version, dict(os.environ), capability)
-    if problems:
-        raise DispatcherError("dispatcher = 'ncclep' cannot bootstrap NCCL EP here: " + "; ".join(problems))
-    line = nccl_ep_line(te_ep, te_version, bootstrap_compat(te_ep, fused_a2a, nccl_ep_topk(cfg)))
-    return (f"{line} nccl={nccl_runtime.text(nccl.version)} nccl_lib={nccl.path} headers={headers or 'given'} "
-            f"torch_op_shim={torch_op_shim(torch, te_ep)}")
+    (payload/train/nccl_ep.py prepare_nccl_ep); returns the MBRIDGE_NCCL_EP line."""
+    return prepare_nccl_ep(nccl_ep_topk(cfg))
 
 
 def _chained(opt: Any) -> list[Any] | None:

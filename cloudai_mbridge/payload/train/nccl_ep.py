@@ -38,6 +38,7 @@ import os
 from types import ModuleType
 from typing import Any
 
+from .. import nccl_runtime
 from .log import DispatcherError
 
 EP_MODULE = "transformer_engine.pytorch.ep"
@@ -144,3 +145,31 @@ def torch_op_shim(torch: ModuleType, te_ep: ModuleType) -> str:
     if not torch_drops_mutated_defaults(torch):
         return "none"
     return ",".join(bypass_mutated_default_ops(torch, te_ep)) or "none"
+
+
+def prepare_nccl_ep(num_topk: int) -> str:
+    """Everything the ncclep backend needs before a dispatcher is built, for any payload that builds one (training,
+    the dispatch microbenchmark): Transformer Engine's EP module imports, the loaded NCCL and its headers fit NCCL EP
+    (payload/nccl_runtime.py), Megatron-Core's bootstrap call gets ``num_topk`` where TE requires it, and the torch
+    custom-op workaround where this torch needs it. Raises DispatcherError with what is missing; returns the
+    MBRIDGE_NCCL_EP line."""
+    import importlib
+
+    try:
+        te_ep, error = importlib.import_module(EP_MODULE), None
+    except Exception as e:  # a TE without NCCL EP fails with anything from ImportError to an OSError on the library
+        te_ep, error = None, f"{type(e).__name__}: {e}"
+    check_te_ep(te_ep, error)
+    import torch
+    from megatron.core.transformer.moe import fused_a2a
+
+    te_version = getattr(importlib.import_module("transformer_engine"), "__version__", "")
+    nccl = nccl_runtime.loaded()
+    headers = nccl_runtime.nccl_ep_headers(nccl, os.environ)  # os.environ: NCCL EP reads it at bootstrap
+    capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
+    problems = nccl_runtime.nccl_ep_problems(nccl, te_version, dict(os.environ), capability)
+    if problems:
+        raise DispatcherError("dispatcher = 'ncclep' cannot bootstrap NCCL EP here: " + "; ".join(problems))
+    line = nccl_ep_line(te_ep, te_version, bootstrap_compat(te_ep, fused_a2a, num_topk))
+    return (f"{line} nccl={nccl_runtime.text(nccl.version)} nccl_lib={nccl.path} headers={headers or 'given'} "
+            f"torch_op_shim={torch_op_shim(torch, te_ep)}")

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The dispatch/combine microbenchmark on the real stack, as one device command: Megatron-Core's token dispatcher for
+# alltoall, deepep (UCCL-EP's drop-in deep_ep) and ncclep (Transformer Engine's NCCL EP) on every GPU of the host, at
+# the training A/B's shapes (DeepSeek-V3 and Kimi-K2 proxies, seq 4096, mbs 1 / 2 / 4), by
+# benchmarks/gpu_dispatch_bench.py; the A/B page with the microbenchmark beside the recorded training delta.
+#
+# usage (repository root, GPU host): bash benchmarks/gpu_dispatch_bench_run.sh <budget_s> [gpu_dispatch_bench.py options]
+# Needs what benchmarks/gpu_ab_bridge_run.sh needs, from earlier calls of benchmarks/gpu_setup.sh: the stack
+# bridge-0.6.2 (Megatron-Core 0.19.2, Transformer Engine 2.20.2) and the library stack nccl-2.32.3; optional
+# .whl/uccl (carried; benchmarks/gpu_uccl_prepare.sh) for the deepep arm. Every arm runs with NCCL 2.32.3 by
+# LD_PRELOAD (NCCL EP needs >= the NCCL its library was built with); NVLink multicast stays off (the device's rule).
+# Prints `RESULT dispatch_bench ...` per phase and point and `RESULT dispatch_bench_points=<n> count`.
+# Results in $OUT (default /tmp/gpu_out): dispatch_bench.log (everything printed), gpu_dispatch_bench.json,
+# report/mbridge_ab.html (+ csv), dispatch_runs.tgz (run folders: config + rank logs; `python3
+# benchmarks/gpu_dispatch_bench.py --report --out <unpacked>` redoes every number).
+set -u -o pipefail
+BUDGET=${1:?usage: gpu_dispatch_bench_run.sh <budget_s> [options]}
+shift
+OUT=${OUT:-/tmp/gpu_out}
+WORK=/tmp/gpu_work/dispatch_bench
+mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+# shellcheck disable=SC1091
+source /tmp/mbridge_stack/bridge-0.6.2/env.sh || { echo "error: run benchmarks/gpu_setup.sh bridge-0.6.2 first"; exit 2; }
+NCCL_LIB=/tmp/mbridge_stack/nccl-2.32.3/site/nvidia/nccl/lib/libnccl.so.2
+PRELOAD=""
+if [ -f "$NCCL_LIB" ]; then PRELOAD=$NCCL_LIB; else echo "warning: $NCCL_LIB missing: torch's own NCCL (ncclep cannot run)"; fi
+export NCCL_EP_JIT_CACHE_DIR=/tmp/nccl_ep_jit_cache CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+mkdir -p "$NCCL_EP_JIT_CACHE_DIR"
+UCCL=()
+if [ -f .whl/uccl/deep_ep/__init__.py ]; then
+  rm -rf /tmp/uccl_site
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/uccl_site \
+    .whl/uccl/uccl-*.whl .whl/uccl/nvidia_cuda_runtime_cu12-*.whl || echo "warning: the uccl wheels did not install"
+  export PYTHONPATH=$PYTHONPATH:/tmp/uccl_site
+  UCCL=(--uccl-dir .whl/uccl)
+fi
+# The recorded training A/B whose delta the page shows beside: host 2's cells of benchmarks/results/bridge_ab_4gpu
+# (alltoall vs ncclep, 4 x H100); host 1's cells repeat the same configs on another host and are never mixed in.
+TRAINING=()
+for d in benchmarks/results/bridge_ab_4gpu/{dsv3_mbs1_w4,dsv3_mbs2_w6,k2_mbs1_w5}/runs/*/; do
+  [ -f "$d/mbridge_config.json" ] && TRAINING+=("$d")
+done
+date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvidia-smi topo -m 2>&1 | head -6
+T=$((BUDGET - SECONDS - 25))
+echo "=== gpu_dispatch_bench (timeout ${T}s, t+${SECONDS}s) LD_PRELOAD=$PRELOAD"
+LD_PRELOAD=$PRELOAD timeout -k 10 "$T" python3 benchmarks/gpu_dispatch_bench.py --out "$WORK" \
+  --budget-s $((T - 30)) ${UCCL[@]+"${UCCL[@]}"} ${TRAINING[@]+--training-runs "${TRAINING[@]}"} "$@" 2>&1 \
+  | grep -v -E "UserWarning|warnings.warn|^  return func|^\s*$" | tee "$OUT/dispatch_bench.log"
+echo "=== gpu_dispatch_bench: exit ${PIPESTATUS[0]} at t+${SECONDS}s"
+cp "$WORK"/gpu_dispatch_bench.json "$OUT/" 2>/dev/null
+cp -r "$WORK"/report "$OUT/" 2>/dev/null
+tar czf "$OUT/dispatch_runs.tgz" -C "$WORK" --exclude='*.pt' --exclude='report' . && ls -la "$OUT"

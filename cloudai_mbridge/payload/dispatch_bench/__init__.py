@@ -1,0 +1,1 @@
+"""Dispatch/combine microbenchmark of Megatron-Core's MoE token dispatchers (see lines.py for what it prints)."""
