@@ -73,3 +73,13 @@ def test_generation_never_overwrites_an_earlier_run(tmp_path: Path) -> None:
     with pytest.raises(ResultsExistError, match="refusing to overwrite"):
         slurm_strategy(*args).gen_exec_command()
     assert (out / "logs" / "rank-0.log").read_text() == "precious result\n"
+
+
+def test_the_submit_command_survives_a_shell_for_any_output_path(tmp_path: Path) -> None:
+    """CloudAI runs the returned command through a shell: a folder with a space or a quote must stay one argument."""
+    import shlex
+
+    out = tmp_path / "my run's $(id) out"
+    strategy = slurm_strategy(CONF / "system" / "slurm_b300_efa.toml", CONF / "test" / "kimi_k2_sft.toml", 32, out)
+    command = strategy.gen_exec_command()
+    assert shlex.split(command) == ["sbatch", str(out / "cloudai_sbatch_script.sh")]

@@ -7,6 +7,7 @@ double-quoted shell string. Our script is rendered by launch/slurm.py, where eve
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from abc import abstractmethod
 from typing import Any
@@ -122,7 +123,7 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
         write_config(out, config)
         path = out / SBATCH_NAME
         write_atomic(path, script)
-        return f"sbatch {path}"
+        return f"sbatch {shlex.quote(str(path))}"  # CloudAI runs it through a shell
 
     def store_test_run(self) -> None:
         store_test_run(self.test_run, " ".join(self.generate_test_command()), self.gen_srun_command())
