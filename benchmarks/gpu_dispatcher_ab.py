@@ -358,7 +358,8 @@ def print_grid(points: list[Point], notes: Mapping[str, str], blocked: Mapping[s
     n_run = sum(p.status == "planned" and p.arm not in blocked for p in points)
     overlaps = ", ".join("on" if o else "off" for o in args.overlaps)
     print(f"grid: {len(points)} points = {len(args.arms)} arms ({', '.join(args.arms)}) x mbs {list(args.mbs)} x "
-          f"overlap [{overlaps}] x {args.starts} start(s); {sum(p.status == 'rejected' for p in points)} rejected by the rules, "
+          f"overlap [{overlaps}] x {args.starts} start(s); "
+          f"{sum(p.status == 'rejected' for p in points)} rejected by the rules, "
           f"{sum(p.status == 'planned' and p.arm in blocked for p in points)} blocked by the probe, {n_run} to run")
     print(f"model {args.model}, gpu {args.gpu} x {args.gpus} (ep {args.gpus}), seq {args.seq}, iters {args.iters} "
           f"(warm-up {args.warmup}), seed {args.seed}, balanced routing on, engine {args.engine}, mock data, "
