@@ -237,8 +237,9 @@ def replace_setup(p: Patches, s: Session) -> None:
                 logging.error(f"{mode}: {problem}")
             s.refused = True
             return None
-        fix = ("Fix: correct the field(s) named above; `cloudai-mbridge verify-configs <conf folder> --system-config "
-               "<system>` checks the files without running anything")
+        fix = ("Fix: correct the field(s) named above; `cloudai-mbridge verify-configs "
+               f"{getattr(args, 'test_scenario', None) or '<scenario.toml>'} --system-config "
+               f"{getattr(args, 'system_config', None) or '<system.toml>'}` checks them without running anything")
         try:
             result = setup(args)
         except ScenarioRefusedError as exc:

@@ -1,0 +1,64 @@
+"""Issue 32, newcomer: the README's own commands succeed as written on the shipped files, and their messages point
+to commands that work."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import CONF, run_cli
+
+SYSTEMS = sorted((CONF / "system").glob("*.toml"))
+
+
+@pytest.mark.parametrize("system", SYSTEMS, ids=[p.stem for p in SYSTEMS])
+def test_verify_configs_of_the_conf_folder_passes_on_every_shipped_system(system: Path, tmp_path: Path) -> None:
+    """`verify-configs conf/ --system-config <system>` (the README's command): the scenarios sized for other systems
+    are skipped with one line each, not errors; at least one scenario is checked for real."""
+    proc = run_cli("verify-configs", str(CONF), "--system-config", str(system), cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "[ERROR]" not in out and "Traceback" not in out
+    assert "scenario(s) pass dry-run's checks on" in out
+    for line in out.splitlines():
+        if "verify-configs: skipped" in line:
+            assert "not for this system" in line and "[" in line  # says why, with the rule
+
+
+def test_a_scenario_named_alone_on_a_system_it_does_not_fit_is_still_an_error(tmp_path: Path) -> None:
+    proc = run_cli("verify-configs", str(CONF / "test_scenario" / "nvidia_dsv3_gb300.toml"), "--system-config",
+                   str(CONF / "system" / "slurm_h100_ib.toml"), cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "[memory]" in out and "skipped" not in out
+
+
+def test_a_broken_scenario_in_the_folder_is_an_error_not_skipped(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "test_scenario" / "broken.toml").write_text(
+        'name = "broken"\n[[Tests]]\nid = "x"\ntest_name = "no_such_test"\nnum_nodes = 2\n')
+    proc = run_cli("verify-configs", str(conf), "--system-config", str(conf / "system" / "local_slurm.toml"),
+                   cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "broken.toml" in out and "[ERROR]" in out
+
+
+def test_a_refused_dry_run_names_a_verify_configs_command_that_checks_that_scenario(tmp_path: Path) -> None:
+    """The Fix: line of a dry-run that cannot read its files names the user's own scenario and system, and that
+    command, run as printed, finds the same problem."""
+    shutil.copytree(CONF / "test", tmp_path / "test")
+    (tmp_path / "test_scenario").mkdir()
+    scenario = tmp_path / "test_scenario" / "broken.toml"
+    scenario.write_text('name = "broken"\n[[Tests]]\nid = "x"\ntest_name = "no_such_test"\nnum_nodes = 2\n')
+    system = CONF / "system" / "local_slurm.toml"
+    proc = run_cli("dry-run", "--system-config", str(system), "--test-scenario", str(scenario), "--output-dir",
+                   str(tmp_path / "results"), cwd=tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"`cloudai-mbridge verify-configs {scenario} --system-config {system}`" in out, out[-2000:]
+    check = run_cli("verify-configs", str(scenario), "--system-config", str(system), cwd=tmp_path)
+    assert check.returncode == 1
+    assert "no_such_test" in check.stdout + check.stderr
