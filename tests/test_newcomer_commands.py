@@ -60,5 +60,66 @@ def test_a_refused_dry_run_names_a_verify_configs_command_that_checks_that_scena
     assert proc.returncode != 0
     assert f"`cloudai-mbridge verify-configs {scenario} --system-config {system}`" in out, out[-2000:]
     check = run_cli("verify-configs", str(scenario), "--system-config", str(system), cwd=tmp_path)
-    assert check.returncode == 1
+    assert check.returncode == 2  # as the dry-run: a file that cannot be read
     assert "no_such_test" in check.stdout + check.stderr
+
+
+TYPOS = [  # (where, the line written in, what the message must say)
+    ("test", ("transport = \"gloo\"", "transprt = \"gloo\""),
+     "[cmd_args] transprt = 'gloo' is not a field of the MBridgeRefit test; did you mean 'transport'?"),
+    ("test", ("transport = \"gloo\"", "transport = \"glo\""),
+     "cmd_args.transport = 'glo' is not one of 'gloo', 'nccl', 'nvshmem'; did you mean 'gloo'?"),
+    ("scenario", ("num_nodes = 2", "num_node = 2"),
+     "[Tests] num_node = 2 is not a field of the test scenario; did you mean 'num_nodes'?"),
+]
+
+
+def _typo_case(tmp: Path, where: str, change: tuple[str, str]) -> tuple[Path, Path]:
+    conf = tmp / "conf"
+    shutil.copytree(CONF / "test", conf / "test")
+    (conf / "test_scenario").mkdir()
+    scenario = conf / "test_scenario" / "refit_cpu_smoke.toml"
+    shutil.copy(CONF / "test_scenario" / "refit_cpu_smoke.toml", scenario)
+    target = scenario if where == "scenario" else conf / "test" / "refit_cpu_smoke.toml"
+    text = target.read_text()
+    assert change[0] in text
+    target.write_text(text.replace(change[0], change[1], 1))
+    return conf, scenario
+
+
+@pytest.mark.parametrize(("where", "change", "said"), TYPOS, ids=["field", "value", "scenario-field"])
+def test_a_typo_gets_did_you_mean_and_the_same_exit_status_from_every_command(
+        tmp_path: Path, where: str, change: tuple[str, str], said: str) -> None:
+    conf, scenario = _typo_case(tmp_path, where, change)
+    system = CONF / "system" / "local_slurm.toml"
+    scenario_args = ("--system-config", str(system), "--test-scenario", str(scenario))
+    runs = {
+        "dry-run": run_cli("dry-run", *scenario_args, "--output-dir", str(tmp_path / "results"), cwd=tmp_path),
+        "preflight": run_cli("preflight", *scenario_args, "--output-dir", str(tmp_path / "pf"), cwd=tmp_path),
+        "verify-configs": run_cli("verify-configs", str(conf), "--system-config", str(system), cwd=tmp_path),
+    }
+    for verb, proc in runs.items():
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2, f"{verb}: {proc.returncode}\n{out[-2000:]}"
+        assert said in out, f"{verb}:\n{out[-2000:]}"
+        assert "Extra inputs are not permitted" not in out and "literal[" not in out.lower(), out
+        assert "Traceback" not in out
+    assert not (tmp_path / "results").exists() and not (tmp_path / "pf").exists()
+
+
+def test_a_test_the_scenario_does_not_define_gets_the_same_exit_status_from_dry_run_and_preflight(
+        tmp_path: Path) -> None:
+    shutil.copytree(CONF / "test", tmp_path / "test")
+    (tmp_path / "test_scenario").mkdir()
+    scenario = tmp_path / "test_scenario" / "broken.toml"
+    scenario.write_text('name = "broken"\n[[Tests]]\nid = "x"\ntest_name = "no_such_test"\nnum_nodes = 2\n')
+    args = ("--system-config", str(CONF / "system" / "local_slurm.toml"), "--test-scenario", str(scenario))
+    codes = {verb: run_cli(verb, *args, cwd=tmp_path).returncode for verb in ("dry-run", "preflight")}
+    assert codes == {"dry-run": 2, "preflight": 2}
+
+
+def test_help_lists_the_exit_statuses(tmp_path: Path) -> None:
+    proc = run_cli("--help", cwd=tmp_path)
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    assert "Exit status: 0 done; 1 the checks refused" in text and "2 an input could not be read" in text

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .._cloudai import CloudAIMissingError, require_cloudai
+from .exits import EXIT_INPUT, HELP
 
 _SCENARIO_VERBS = {"run", "dry-run", "preflight", "install", "uninstall", "generate-report"}
 
@@ -50,13 +51,9 @@ def _option_values(args: list[str], names: tuple[str, ...]) -> list[str]:
     return out
 
 
-def toml_problems(args: list[str]) -> list[str]:
-    """Every TOML file the command will read (the configs named on the command line, the *.toml of the folders,
-    CloudAI's hook folder), decoded, parsed and measured here first (config_files.toml_file_problem): a file that is
-    not UTF-8, not TOML or nested absurdly deep is a message naming the file, the place and the fix, never a
-    traceback from deep inside the parser or whatever reads the parsed tables next."""
-    from .config_files import toml_file_problem
-
+def toml_files(args: list[str]) -> list[Path]:
+    """Every TOML file the command will read: the configs named on the command line, the *.toml of the folders
+    (--tests-dir, verify-configs' folder) and CloudAI's hook folder."""
     files: list[Path] = []
     values = _option_values(args, _TOML_OPTIONS)
     if "verify-configs" in args:  # its positional folder / file
@@ -71,6 +68,17 @@ def toml_problems(args: list[str]) -> list[str]:
         path = Path(value)
         # anything there but a folder is checked: a FIFO or a device is refused before CloudAI opens it (issue 32)
         files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.exists() else [])
+    return files
+
+
+def toml_problems(args: list[str]) -> list[str]:
+    """Every TOML file the command will read (the configs named on the command line, the *.toml of the folders,
+    CloudAI's hook folder), decoded, parsed and measured here first (config_files.toml_file_problem): a file that is
+    not UTF-8, not TOML or nested absurdly deep is a message naming the file, the place and the fix, never a
+    traceback from deep inside the parser or whatever reads the parsed tables next."""
+    from .config_files import toml_file_problem
+
+    files = toml_files(args)
     problems = []
     for option in ("--system-config", "--test-scenario"):
         for value in _option_values(args, (option,)):
@@ -162,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         callback=setup,
         params=[p for p in cloudai_cli.main.params if p.name != "version"],
         help="CloudAI with the Megatron-Bridge MoE plugin (cloudai-mbridge) loaded.",
+        epilog=HELP,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     for name, command in cloudai_cli.main.commands.items():
@@ -176,10 +185,14 @@ def main(argv: list[str] | None = None) -> None:
     group.add_command(preflight_command(cloudai_cli.main.commands["dry-run"]), "preflight")
     args = _default_tests_dir(sys.argv[1:] if argv is None else argv)
     problems = toml_problems(args)
+    if not problems and "--help" not in args and "-h" not in args:
+        from .field_check import typo_problems
+
+        problems = typo_problems(toml_files(args))  # an unknown field or value: "did you mean", in our words
     if problems:
         for problem in problems:
             print(f"cloudai-mbridge: {problem}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(EXIT_INPUT)
     try:
         group.main(args=args, prog_name="cloudai-mbridge")
     except (PointRejectedError, ResultsExistError, UnsafeOutputPathError) as exc:
@@ -333,6 +346,8 @@ def with_session(command: Any) -> Any:
                 raise SystemExit(session.finish_stopped(s, session.SweepStopped(signum=s.stop_signal)))
             finish = session.finish_dry_run if mode == "dry-run" else session.finish_run
             code = finish(s, code)
+            if code and s.unreadable:  # a file could not be read: the same status as preflight and verify-configs
+                code = EXIT_INPUT
         if code:
             _remove_if_new_and_empty(output_dir, existed)
         raise SystemExit(code)

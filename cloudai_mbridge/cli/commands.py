@@ -14,6 +14,7 @@ import click
 from cloudai.cli import handlers
 
 from ..safe_read import MAX_TOML_BYTES, read_text
+from .exits import EXIT_INPUT, EXIT_REFUSED
 
 PLUGIN_TEMPLATES = ("MBridgeTraining", "MBridgeRefit")
 
@@ -99,7 +100,8 @@ def explain_failures(kinds: dict[str, list[Path]], tests_dir: Path | None) -> li
 
 
 def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path | None,
-                    system_cfg: Path, skipped: list[str] | None = None) -> list[str]:
+                    system_cfg: Path, skipped: list[str] | None = None,
+                    unreadable: list[str] | None = None) -> list[str]:
     """dry-run's own checks of every scenario under ``configs`` (``kinds``: config_kinds(configs)) on ``system_cfg``,
     without writing anything: the parse, the folder names, every sweep point's rules and its job rendered in memory
     (preflight.scenario_check).
@@ -126,9 +128,13 @@ def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path
             _system, _tests, scenario = Parser(system_cfg, HOOK_ROOT).parse(tests_dir, path)
         except SystemExit:
             problems.append(f"{files}: CloudAI could not read it (its messages above)")
+            if unreadable is not None:
+                unreadable.append(str(path))
             continue
         except Exception as exc:
             problems.append(f"{files}: could not read it: {describe_error(exc)}. Fix: correct that field")
+            if unreadable is not None:
+                unreadable.append(str(path))
             continue
         if scenario is None:
             continue
@@ -168,7 +174,8 @@ def verify_configs_command() -> click.Command:
                   help="Check every scenario on this system with dry-run's own checks (default: the folder's only "
                   "system file, if it has exactly one).")
     def verify_configs(configs_dir: Path, tests_dir: Path | None, system_cfg: Path | None) -> None:
-        """Verify the configuration TOML files; exit 1 with each failing file's reason. Scenarios are checked
+        """Verify the configuration TOML files; exit 2 with each file that cannot be read and why, 1 when dry-run
+        would refuse a scenario. Scenarios are checked
         against the test/ folder beside theirs unless --tests-dir says otherwise, and, on a system (--system-config
         or the folder's only one), with everything dry-run checks: every sweep point's rules and its job rendered
         in memory. Nothing is written."""
@@ -186,7 +193,7 @@ def verify_configs_command() -> click.Command:
             for problem in early:
                 logging.error(f"verify-configs: {problem}")
             logging.error("verify-configs: %d problem(s)", len(early))
-            raise SystemExit(1)
+            raise SystemExit(EXIT_INPUT)
         from .session import verify_configs_session
 
         # without CloudAI's error for a missing conf/hook and its dummy kubeconfig in ~/.kube (session.py says why)
@@ -198,7 +205,7 @@ def verify_configs_command() -> click.Command:
                 logging.error(f"verify-configs: {reason}")
             logging.error("verify-configs: %d file(s) failed. Fix: correct the fields named above (each line names "
                           "the file, the field and the value)", failed)
-            raise SystemExit(1)
+            raise SystemExit(EXIT_INPUT)
         system_cfg = system_cfg or the_system(configs_dir, kinds)
         if system_cfg is None:
             logging.warning("verify-configs: scenarios checked by CloudAI's parser only; pass --system-config to run "
@@ -207,15 +214,16 @@ def verify_configs_command() -> click.Command:
         from .session import session
 
         skipped: list[str] = []
+        unreadable: list[str] = []
         with session("dry-run"):  # the cluster is not asked (no sinfo / scontrol), as in a dry-run
-            problems = scenario_checks(configs_dir, kinds, tests_dir, system_cfg, skipped)
+            problems = scenario_checks(configs_dir, kinds, tests_dir, system_cfg, skipped, unreadable)
         for line in skipped:
             logging.info(f"verify-configs: skipped {line}")
         for problem in problems:
             logging.error(f"verify-configs: {problem}")
         if problems:
             logging.error("verify-configs: %d problem(s) dry-run would refuse", len(problems))
-            raise SystemExit(1)
+            raise SystemExit(EXIT_INPUT if unreadable else EXIT_REFUSED)
         checked = len(kinds["scenario"]) - len(skipped)
         if kinds["scenario"] and not checked:
             logging.error(f"verify-configs: none of the {len(skipped)} scenario(s) has a point that would run on "
