@@ -58,8 +58,15 @@ def toml_files(args: list[str]) -> list[Path]:
     values = _option_values(args, _TOML_OPTIONS)
     if "verify-configs" in args:  # its positional folder / file
         rest = args[args.index("verify-configs") + 1:]
-        values += [a for i, a in enumerate(rest)
-                   if not a.startswith("-") and (i == 0 or not rest[i - 1].startswith("-"))]
+        named = [a for i, a in enumerate(rest)
+                 if not a.startswith("-") and (i == 0 or not rest[i - 1].startswith("-"))]
+        values += named
+        if not _option_values(args, ("--tests-dir",)):  # the test/ folder beside a scenario folder it reads too
+            for value in named:
+                path = Path(value).resolve()
+                beside = (path if path.is_dir() else path.parent).parent / "test"
+                if beside.is_dir() and not beside.is_relative_to(path if path.is_dir() else path.parent):
+                    values.append(str(beside))
     if _SCENARIO_VERBS.intersection(args) and not _option_values(args, ("--hook-dir",)):
         from cloudai.parser import HOOK_ROOT  # read by CloudAI's parser when --hook-dir is not given
 
@@ -68,7 +75,7 @@ def toml_files(args: list[str]) -> list[Path]:
         path = Path(value)
         # anything there but a folder is checked: a FIFO or a device is refused before CloudAI opens it (issue 32)
         files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.exists() else [])
-    return files
+    return list(dict.fromkeys(files))
 
 
 def toml_problems(args: list[str]) -> list[str]:
