@@ -123,3 +123,22 @@ def test_help_lists_the_exit_statuses(tmp_path: Path) -> None:
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     assert "Exit status: 0 done; 1 the checks refused" in text and "2 an input could not be read" in text
+
+
+def test_the_quick_starts_preflight_and_the_readmes_write_different_folders() -> None:
+    """scripts/quickstart.sh --dry-run's preflight and the README's preflight of another scenario used to share
+    results/preflight/, each overwriting the other's page."""
+    import re
+    import subprocess
+
+    from helpers import ROOT
+
+    script = (ROOT / "scripts" / "quickstart.sh").read_text()
+    (assign,) = [ln.strip() for ln in script.splitlines() if ln.strip().startswith("PREFLIGHT_OUT=")]
+    folder = subprocess.run(["bash", "-c", f'OUT=results SCENARIO={CONF / "test_scenario" / "refit_cpu_smoke.toml"}; '
+                             f'{assign}; echo "$PREFLIGHT_OUT"'], capture_output=True, text=True, check=True)
+    quick = folder.stdout.strip()
+    assert '--output-dir "$PREFLIGHT_OUT"' in script
+    readme = " ".join((ROOT / "README.md").read_text().replace("\\\n", " ").split())
+    readme_dirs = re.findall(r"cloudai-mbridge preflight [^`]*?--output-dir (\S+)", readme)
+    assert readme_dirs and quick not in readme_dirs, (quick, readme_dirs)
