@@ -8,8 +8,9 @@ srun arguments (``--export=ALL,AWS_SECRET_ACCESS_KEY=...``). A value that refers
 not a secret. What the terminal and logs show is also redacted after ``CREDENTIALS`` (the Kubernetes credentials
 setting). By shape, whatever the name: Hugging Face tokens (``hf_`` + 30 or more letters/digits), NGC keys
 (``nvapi-``), GitHub tokens, AWS access key ids, W&B API keys (40 hex digits, or ``local-`` + 40 hex: a git commit id
-has the same shape and is redacted too in what the terminal and debug.log show; generated files are never rewritten,
-a value of that shape is refused there only under a W&B / key name), and the password of a URL
+has the same shape and is redacted too in what the terminal and debug.log show, unless the text says it is a
+commit: right after ``@`` as in pip's ``git+https://...@<commit>``, or after the word ``commit``; generated files are
+never rewritten, a value of that shape is refused there only under a W&B / key name), and the password of a URL
 (``https://user:password@host``). An environment variable's value is also refused when it looks random
 (``looks_random``: 24 or more letters, digits, ``+``, ``/``, ``=`` without a separator, letters and digits mixed, not
 hex only, about 4 bits of entropy per character), whatever its name. Plus the values of the secret-named variables of
@@ -54,6 +55,10 @@ URL_PASSWORD = re.compile(r"(?P<head>://[^\s/@:'\"]*:)(?P<password>[^\s/@'\"]+)(
 # W&B's API key shape; alone it is also a git commit id, so generated files refuse it only under a key-like name.
 WANDB_SHAPE = re.compile(r"\b(?:local-)?[0-9a-f]{40}\b")
 _KEYLIKE_NAME = re.compile(r"(WANDB|KEY)", re.IGNORECASE)
+# What is shown keeps a commit id where the text says it is one: after "@" (pip's git+https://...@<commit>) or the
+# word commit ("commit 5b5c...", "/commit/5b5c..."), so an install hint can be copied (issue 32).
+_WANDB_SHOWN = re.compile(r"(?<!@)(?<!commit )(?<!commit/)(?<!commit=)(?<!commit:)" + WANDB_SHAPE.pattern,
+                          re.IGNORECASE)
 
 # NAME <sep> VALUE where NAME says credential: HF_TOKEN=x, "HF_TOKEN": "x", 'HF_TOKEN': 'x', HF_TOKEN = "x"; what is
 # shown (not what is refused) also hides the value of a ...CREDENTIALS setting (the Kubernetes one names Secrets, but a
@@ -131,7 +136,7 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     text = TOKEN_SHAPES.sub(REDACTED, text)
-    text = WANDB_SHAPE.sub(REDACTED, text)
+    text = _WANDB_SHOWN.sub(REDACTED, text)
     text = URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
     return _BY_NAME_SHOWN.sub(_by_name, text)
 

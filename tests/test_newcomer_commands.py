@@ -142,3 +142,45 @@ def test_the_quick_starts_preflight_and_the_readmes_write_different_folders() ->
     readme = " ".join((ROOT / "README.md").read_text().replace("\\\n", " ").split())
     readme_dirs = re.findall(r"cloudai-mbridge preflight [^`]*?--output-dir (\S+)", readme)
     assert readme_dirs and quick not in readme_dirs, (quick, readme_dirs)
+
+
+def _python_without_cloudai() -> str:
+    import subprocess
+
+    for candidate in ("python3", "/usr/bin/python3"):
+        path = shutil.which(candidate)
+        if path and subprocess.run([path, "-c", "import cloudai"], capture_output=True).returncode != 0:
+            return path
+    pytest.skip("no Python without CloudAI on this machine")
+
+
+def test_outside_the_venv_the_demo_and_the_cli_say_what_to_install_in_one_line(tmp_path: Path) -> None:
+    """The README's `python3 -m cloudai_mbridge.reports.demo ...` with a Python that lacks CloudAI: one line, the
+    install command with CloudAI's commit as it must be typed (a 40-hex commit is not a secret), nothing written."""
+    import os
+    import subprocess
+
+    from helpers import ROOT
+
+    from cloudai_mbridge._cloudai import TESTED_COMMIT
+
+    python = _python_without_cloudai()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out_dir = tmp_path / "demo"
+    for argv in (["-m", "cloudai_mbridge.reports.demo", "--output-dir", str(out_dir)],
+                 ["-m", "cloudai_mbridge", "dry-run", "--system-config", str(CONF / "system" / "local_slurm.toml")]):
+        proc = subprocess.run([python, *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        assert proc.returncode == 2, lines
+        assert len(lines) == 1 and "CloudAI is not installed" in lines[0], lines
+        assert f"git+https://github.com/NVIDIA/cloudai.git@{TESTED_COMMIT}'" in lines[0], lines
+    assert not out_dir.exists()
+
+
+def test_a_bare_40_hex_value_is_still_redacted_but_a_commit_is_shown() -> None:
+    from cloudai_mbridge.redact import REDACTED, redact
+
+    key = "9f1c2ab7e44d0b6358c1f2a9e07d5b34c6a8e912"
+    assert REDACTED in redact(f"wandb login {key}") and REDACTED in redact(f"value={key}.")
+    assert redact(f"pip install 'x @ git+https://h/x.git@{key}'").endswith(f"@{key}'")
+    assert redact(f"at commit {key}") == f"at commit {key}"
