@@ -217,17 +217,39 @@ def string_leaves(data: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 
 class RedactingStream(io.TextIOBase):
-    """A text stream that redacts what is written, then passes it on."""
+    """A text stream that redacts what is written, then passes it on. A write the operating system refuses (stdout
+    redirected to a full disk, /dev/full, a closed pipe) is kept in ``error``, not raised: the command goes on and
+    says so once at its end (cli/app.py), instead of a logging traceback per line."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
+        self.error: OSError | None = None
 
     def write(self, s: str) -> int:
-        self._inner.write(redact(s))
+        if self.error is None:
+            try:
+                self._inner.write(redact(s))
+            except OSError as exc:
+                self._failed(exc)
         return len(s)
 
     def flush(self) -> None:
-        self._inner.flush()
+        if self.error is None:
+            try:
+                self._inner.flush()
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        """Keep the first error; what is still buffered goes to the null device, so the interpreter's own flush at
+        exit does not print another traceback."""
+        import contextlib
+
+        self.error = exc
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._inner.fileno())
+            os.close(null)
 
     def writable(self) -> bool:
         return True
@@ -296,6 +318,16 @@ def protect_logging() -> None:
     for handler in logging.getLogger().handlers:
         if _FILTER not in handler.filters:
             handler.addFilter(_FILTER)
+
+
+def output_errors() -> list[tuple[str, OSError]]:
+    """(stream name, error) for standard output / error that the operating system refused to write (install())."""
+    found = []
+    for name, stream in (("standard output", sys.stdout), ("standard error", sys.stderr)):
+        error = getattr(stream, "error", None) if isinstance(stream, RedactingStream) else None
+        if error is not None:
+            found.append((name, error))
+    return found
 
 
 def install() -> None:

@@ -11,6 +11,7 @@ scenario's results, ``--version`` names the plugin (commands.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -137,6 +138,30 @@ def main(argv: list[str] | None = None) -> None:
 
     interrupts.install()  # Ctrl-C, SIGTERM, SIGHUP: a clean stop with a message, never a half-written file
     redact.install()  # nothing printed by this process (ours or CloudAI's) shows a secret-looking value
+    code: Any = 0
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        sys.stdout.flush()
+        failed = redact.output_errors()
+    if failed:  # stdout (or stderr) redirected to a full disk, /dev/full, a closed pipe: one line, never exit 0
+        from ..atomic import os_reason
+
+        for name, error in failed:
+            what, _fix = os_reason(error)
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # standard error itself may refuse it
+                print(f"cloudai-mbridge: could not write to {name} ({what}): what the command printed is "
+                      "incomplete. Fix: redirect it to a file on a disk with free space, or do not redirect it",
+                      file=sys.__stderr__, flush=True)
+        raise SystemExit(code if isinstance(code, int) and code else 1)
+    raise SystemExit(code)
+
+
+def _main(argv: list[str] | None) -> None:
+    from .. import redact
+    from . import interrupts
     try:
         require_cloudai()
     except CloudAIMissingError as exc:
