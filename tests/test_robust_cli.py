@@ -30,3 +30,21 @@ def test_a_dry_run_into_a_full_standard_output_says_so_in_one_line_and_fails(tmp
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr
     assert len(lines) == 1 and "could not write to standard output" in lines[0] and "[ENOSPC]" in lines[0], lines
+
+
+@pytest.mark.parametrize("signum", [2, 15], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("delay", [0.3, 0.9])
+def test_a_signal_while_cloudai_is_imported_is_one_line_not_a_traceback(tmp_path: Path, signum: int,
+                                                                        delay: float) -> None:
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cloudai_mbridge", "--log-file", str(tmp_path / "debug.log"), "dry-run",
+         "--system-config", str(LOCAL), "--test-scenario", str(SMOKE), "--output-dir", str(tmp_path / "r")],
+        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(delay)
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "stopped by SIG" in out

@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> None:
         _main(argv)
     except SystemExit as exc:
         code = exc.code
+    except (interrupts.Interrupted, KeyboardInterrupt) as exc:  # outside the command's own handling: while starting
+        code = interrupts.stopped_before_start(exc)
     finally:
         sys.stdout.flush()
         failed = redact.output_errors()
