@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CONF, ROOT
+from helpers import CONF, ROOT, dry_run, run_cli
 
 LOCAL = CONF / "system" / "local_slurm.toml"
 SMOKE = CONF / "test_scenario" / "refit_cpu_smoke.toml"
@@ -48,3 +48,32 @@ def test_a_signal_while_cloudai_is_imported_is_one_line_not_a_traceback(tmp_path
     assert proc.returncode == 128 + signum, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
     assert "stopped by SIG" in out
+
+
+def test_tests_dir_of_the_whole_disk_is_refused_at_once(tmp_path: Path) -> None:
+    import time
+
+    res = dry_run(LOCAL, SMOKE, tmp_path, "--tests-dir", "/")
+    assert res.returncode == 2, res.output[-2000:]
+    assert "--tests-dir / holds no .toml file" in res.output and "Fix: name the folder" in res.output
+    assert not res.output_dir.exists()
+    start = time.monotonic()
+    proc = run_cli("verify-configs", "/", cwd=tmp_path, timeout=120)
+    elapsed = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "/ holds more than 20,000 files and folders" in out, out[-2000:]
+    assert elapsed < 60 and "Traceback" not in out
+
+
+def test_a_large_folder_of_configs_is_still_read(tmp_path: Path) -> None:
+    """The bound is on entries looked at, far above a real conf/: the shipped conf/ with 2,000 unrelated files."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    extra = conf / "notes"
+    extra.mkdir()
+    for i in range(2000):
+        (extra / f"n{i}.txt").write_text("x")
+    proc = run_cli("verify-configs", str(conf / "test_scenario"), cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]

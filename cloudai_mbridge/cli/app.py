@@ -72,11 +72,51 @@ def toml_files(args: list[str]) -> list[Path]:
         from cloudai.parser import HOOK_ROOT  # read by CloudAI's parser when --hook-dir is not given
 
         values.append(str(HOOK_ROOT))
+    flat = {str(Path(v)) for v in _option_values(args, ("--tests-dir",))}  # CloudAI reads its *.toml, not below
     for value in values:
         path = Path(value)
         # anything there but a folder is checked: a FIFO or a device is refused before CloudAI opens it (issue 32)
-        files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.exists() else [])
+        if path.is_dir():
+            files.extend(_folder_tomls(path, recursive=str(path) not in flat))
+        elif path.exists():
+            files.append(path)
     return list(dict.fromkeys(files))
+
+
+MAX_FOLDER_ENTRIES = 20_000  # files and folders looked at under one folder named on the command line
+
+
+class FolderTooLargeError(Exception):
+    pass
+
+
+def _folder_tomls(folder: Path, recursive: bool) -> list[Path]:
+    """The *.toml files of ``folder`` (and below it when ``recursive``), looking at MAX_FOLDER_ENTRIES entries at
+    most: a folder such as / or a home folder is refused in a second instead of scanned for minutes (issue 32)."""
+    import os
+
+    found: list[Path] = []
+    seen = 0
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > MAX_FOLDER_ENTRIES:
+                        raise FolderTooLargeError(
+                            f"{folder} holds more than {MAX_FOLDER_ENTRIES:,} files and folders"
+                            f"{' (with its subfolders)' if recursive else ''}; it does not look like a folder of "
+                            "CloudAI configs. Fix: name the folder that holds them (conf/ for verify-configs, "
+                            "conf/test for --tests-dir)")
+                    if entry.name.endswith(".toml") and not entry.is_dir(follow_symlinks=True):
+                        found.append(Path(entry.path))
+                    elif recursive and entry.is_dir(follow_symlinks=False):
+                        pending.append(Path(entry.path))
+        except OSError:
+            continue  # a folder that cannot be listed: CloudAI's own reading says so if it matters
+    return sorted(found)
 
 
 def toml_problems(args: list[str]) -> list[str]:
@@ -86,8 +126,15 @@ def toml_problems(args: list[str]) -> list[str]:
     traceback from deep inside the parser or whatever reads the parsed tables next."""
     from .config_files import toml_file_problem
 
-    files = toml_files(args)
+    try:
+        files = toml_files(args)
+    except FolderTooLargeError as exc:
+        return [str(exc)]
     problems = []
+    for value in _option_values(args, ("--tests-dir",)):
+        if Path(value).is_dir() and not _folder_tomls(Path(value), recursive=False):
+            problems.append(f"--tests-dir {value} holds no .toml file (CloudAI reads the test TOMLs of that folder "
+                            "itself, not of its subfolders). Fix: name the folder of the test TOMLs, such as conf/test")
     for option in ("--system-config", "--test-scenario"):
         for value in _option_values(args, (option,)):
             if Path(value).is_dir():
