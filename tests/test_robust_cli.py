@@ -77,3 +77,23 @@ def test_a_large_folder_of_configs_is_still_read(tmp_path: Path) -> None:
         (extra / f"n{i}.txt").write_text("x")
     proc = run_cli("verify-configs", str(conf / "test_scenario"), cwd=tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_a_test_name_with_a_zero_width_space_is_refused_showing_the_character(tmp_path: Path) -> None:
+    """A test file names its test 't\\u200b', the scenario asks for 't': CloudAI said "Test 't' is not defined",
+    which shows no difference. The refusal names the file and shows the character as its escape."""
+    import shutil
+
+    shutil.copytree(CONF / "test", tmp_path / "conf" / "test")
+    (tmp_path / "conf" / "test_scenario").mkdir()
+    test_file = tmp_path / "conf" / "test" / "zw.toml"
+    text = (CONF / "test" / "refit_cpu_smoke.toml").read_text()
+    test_file.write_text(text.replace('name = "refit_cpu_smoke"', 'name = "t\u200b"', 1))
+    scenario = tmp_path / "conf" / "test_scenario" / "zw.toml"
+    scenario.write_text((CONF / "test_scenario" / "refit_cpu_smoke.toml").read_text()
+                        .replace('test_name = "refit_cpu_smoke"', 'test_name = "t"'))
+    res = dry_run(LOCAL, scenario, tmp_path)
+    assert res.returncode == 2, res.output[-2000:]
+    assert f"{test_file}: name = 't\\u200b' holds a character that does not show (U+200B ZERO WIDTH SPACE" \
+        in res.output, res.output[-2000:]
+    assert "is not defined" not in res.output and not res.output_dir.exists()

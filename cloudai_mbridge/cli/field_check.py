@@ -145,7 +145,55 @@ def scenario_file_problems(paths: list[Path]) -> list[str]:
     return problems
 
 
+_NAME_FIELDS = ("name", "test_template_name")  # of a test or scenario file; [[Tests]]: id, test_name
+
+
+def invisible(text: str) -> list[tuple[int, str]]:
+    """(position, character) of each character a terminal does not show, or shows as another: control and format
+    characters (zero-width space U+200B, joiners, the byte-order mark, direction marks) and every space but ' '."""
+    import unicodedata
+
+    return [(i, ch) for i, ch in enumerate(text)
+            if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cn", "Zl", "Zp") or (ch.isspace() and ch != " ")
+            or (unicodedata.category(ch) == "Zs" and ch != " ")]
+
+
+def invisible_problem(where: str, field: str, value: str) -> str | None:
+    """A name with a character nobody sees, shown with its escape (\u200b) and name: a test named 't\u200b' is
+    otherwise 'Test 't' is not defined' for a scenario that asks for 't'."""
+    import unicodedata
+
+    found = invisible(value)
+    if not found:
+        return None
+    shown = value.encode("unicode_escape").decode("ascii")
+    chars = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'control character')} at position {i + 1}"
+                      for i, ch in found[:3])
+    return (f"{where}: {field} = '{shown}' holds a character that does not show ({chars}). Fix: type the name "
+            "again without it (letters, digits, '_', '-', '.')")
+
+
+def invisible_name_problems(files: list[Path]) -> list[str]:
+    """The names and ids of the test and scenario TOMLs ``files`` that hold an invisible character."""
+    problems = []
+    for path in files:
+        data = _load(path)
+        if not data:
+            continue
+        named = [(f, data.get(f)) for f in _NAME_FIELDS]
+        tests = data.get("Tests")
+        if isinstance(tests, list):
+            for i, entry in enumerate(tests):
+                if isinstance(entry, dict):
+                    named += [(f"[[Tests]] #{i + 1} {f}", entry.get(f)) for f in ("id", "test_name")]
+        for field, value in named:
+            problem = invisible_problem(str(path), field, value) if isinstance(value, str) else None
+            if problem:
+                problems.append(problem)
+    return problems
+
+
 def typo_problems(files: list[Path]) -> list[str]:
-    """Both checks over the TOMLs a command reads (each picks its own kind: a test names test_template_name, a
-    scenario holds [[Tests]])."""
-    return test_file_problems(files) + scenario_file_problems(files)
+    """The checks over the TOMLs a command reads (each picks its own kind: a test names test_template_name, a
+    scenario holds [[Tests]]): invisible characters in names, unknown fields and values."""
+    return invisible_name_problems(files) + test_file_problems(files) + scenario_file_problems(files)
