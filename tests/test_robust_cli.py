@@ -97,3 +97,22 @@ def test_a_test_name_with_a_zero_width_space_is_refused_showing_the_character(tm
     assert f"{test_file}: name = 't\\u200b' holds a character that does not show (U+200B ZERO WIDTH SPACE" \
         in res.output, res.output[-2000:]
     assert "is not defined" not in res.output and not res.output_dir.exists()
+
+
+@pytest.mark.parametrize("limit", ["0:99999999999999999999", "99999999999999999999d"])
+def test_a_time_limit_too_large_for_any_duration_is_refused_naming_the_field(tmp_path: Path, limit: str) -> None:
+    import shutil
+
+    shutil.copytree(CONF / "test", tmp_path / "conf" / "test")
+    (tmp_path / "conf" / "test_scenario").mkdir()
+    scenario = tmp_path / "conf" / "test_scenario" / "tl.toml"
+    text = SMOKE.read_text()
+    assert 'time_limit = "00:10:00"' in text
+    scenario.write_text(text.replace('time_limit = "00:10:00"', f'time_limit = "{limit}"'))
+    for verb in ("dry-run", "preflight"):
+        proc = run_cli(verb, "--system-config", str(LOCAL), "--test-scenario", str(scenario), "--output-dir",
+                       str(tmp_path / verb), cwd=tmp_path)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2, f"{verb}: {out[-2000:]}"
+        assert f"time_limit = '{limit}' holds a number too large for any duration. Fix:" in out, out[-2000:]
+        assert "unexpected" not in out and not (tmp_path / verb).exists()
