@@ -109,6 +109,7 @@ def current() -> Session | None:
 
 
 def note_rejected(name: str) -> None:
+    """A rule rejected a point of test run ``name`` (workloads/base.py tells it through its rejection listeners)."""
     if _current is not None:
         _current.rejected.append(name)
 
@@ -422,10 +423,14 @@ def session(mode: str) -> Iterator[Session]:
                 f = _DropNoise()
                 handler.addFilter(f)
                 noise.append((handler, f))
+    from ..workloads.base import add_rejection_listener, remove_rejection_listener
+
     _current = s
+    add_rejection_listener(note_rejected)
     try:
         yield s
     finally:
+        remove_rejection_listener(note_rejected)
         _current = None
         signals.close()
         p.restore()
