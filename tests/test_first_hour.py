@@ -78,7 +78,7 @@ def test_verify_configs_says_why_a_file_fails(tmp_path: Path) -> None:
     proc = run_cli("verify-configs", str(scenario.parent), cwd=tmp_path)
     assert proc.returncode == 2  # an input that cannot be read (exits.py)
     test_file = tmp_path / "conf" / "test" / "case.toml"
-    assert (f"{test_file}: [cmd_args] bogus = 1 is not a field of the MBridgeTraining test" in proc.stderr
+    assert (f"{test_file}: 'cmd_args.bogus' = 1 is not a field of the MBridgeTraining test" in proc.stderr
             and "Extra inputs are not permitted" not in proc.stdout + proc.stderr), proc.stdout + proc.stderr
 
 

@@ -86,10 +86,9 @@ def validation_problems(where: str, model: type, data: dict, what: str) -> list[
             close = _suggest(key, names)
             hint = f"did you mean {close!r}? Fix: rename it to {close}" if close else (
                 f"Fix: remove it or use one of {', '.join(names[:40])}" if names else "Fix: remove it")
-            section = f"[{'.'.join(parent)}] " if parent else ""
             shown = repr(err.get("input"))
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            line = f"{where}: {section}{key} = {shown} is not a field of {what}; {hint}"
+            line = f"{where}: '{dotted}' = {shown} is not a field of {what}; {hint}"
         elif err["type"] == "literal_error":
             expected = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
             if not expected:
@@ -97,7 +96,7 @@ def validation_problems(where: str, model: type, data: dict, what: str) -> list[
             value = err.get("input")
             close = _suggest(str(value), expected)
             hint = f"did you mean {close!r}? " if close else ""
-            line = (f"{where}: {dotted} = {value!r} is not one of {', '.join(repr(e) for e in expected)}; {hint}"
+            line = (f"{where}: '{dotted}' = {value!r} is not one of {', '.join(repr(e) for e in expected)}; {hint}"
                     f"Fix: write one of those")
         else:
             continue
