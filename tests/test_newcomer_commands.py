@@ -42,7 +42,7 @@ def test_a_broken_scenario_in_the_folder_is_an_error_not_skipped(tmp_path: Path)
     proc = run_cli("verify-configs", str(conf), "--system-config", str(conf / "system" / "local_slurm.toml"),
                    cwd=tmp_path)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out[-3000:]
+    assert proc.returncode == 2, out[-3000:]  # a scenario that cannot be read (cli/exits.py)
     assert "broken.toml" in out and "[ERROR]" in out
 
 
