@@ -8,8 +8,9 @@ srun arguments (``--export=ALL,AWS_SECRET_ACCESS_KEY=...``). A value that refers
 not a secret. What the terminal and logs show is also redacted after ``CREDENTIALS`` (the Kubernetes credentials
 setting). By shape, whatever the name: Hugging Face tokens (``hf_`` + 30 or more letters/digits), NGC keys
 (``nvapi-``), GitHub tokens, AWS access key ids, W&B API keys (40 hex digits, or ``local-`` + 40 hex: a git commit id
-has the same shape and is redacted too in what the terminal and debug.log show; generated files are never rewritten,
-a value of that shape is refused there only under a W&B / key name), and the password of a URL
+has the same shape and is redacted too in what the terminal and debug.log show, unless the text says it is a
+commit: right after ``@`` as in pip's ``git+https://...@<commit>``, or after the word ``commit``; generated files are
+never rewritten, a value of that shape is refused there only under a W&B / key name), and the password of a URL
 (``https://user:password@host``). An environment variable's value is also refused when it looks random
 (``looks_random``: 24 or more letters, digits, ``+``, ``/``, ``=`` without a separator, letters and digits mixed, not
 hex only, about 4 bits of entropy per character), whatever its name. Plus the values of the secret-named variables of
@@ -54,6 +55,10 @@ URL_PASSWORD = re.compile(r"(?P<head>://[^\s/@:'\"]*:)(?P<password>[^\s/@'\"]+)(
 # W&B's API key shape; alone it is also a git commit id, so generated files refuse it only under a key-like name.
 WANDB_SHAPE = re.compile(r"\b(?:local-)?[0-9a-f]{40}\b")
 _KEYLIKE_NAME = re.compile(r"(WANDB|KEY)", re.IGNORECASE)
+# What is shown keeps a commit id where the text says it is one: after "@" (pip's git+https://...@<commit>) or the
+# word commit ("commit 5b5c...", "/commit/5b5c..."), so an install hint can be copied (issue 32).
+_WANDB_SHOWN = re.compile(r"(?<!@)(?<!commit )(?<!commit/)(?<!commit=)(?<!commit:)" + WANDB_SHAPE.pattern,
+                          re.IGNORECASE)
 
 # NAME <sep> VALUE where NAME says credential: HF_TOKEN=x, "HF_TOKEN": "x", 'HF_TOKEN': 'x', HF_TOKEN = "x"; what is
 # shown (not what is refused) also hides the value of a ...CREDENTIALS setting (the Kubernetes one names Secrets, but a
@@ -131,7 +136,7 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, REDACTED)
     text = TOKEN_SHAPES.sub(REDACTED, text)
-    text = WANDB_SHAPE.sub(REDACTED, text)
+    text = _WANDB_SHOWN.sub(REDACTED, text)
     text = URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED, text)
     return _BY_NAME_SHOWN.sub(_by_name, text)
 
@@ -212,17 +217,39 @@ def string_leaves(data: Any, prefix: str = "") -> list[tuple[str, str]]:
 
 
 class RedactingStream(io.TextIOBase):
-    """A text stream that redacts what is written, then passes it on."""
+    """A text stream that redacts what is written, then passes it on. A write the operating system refuses (stdout
+    redirected to a full disk, /dev/full, a closed pipe) is kept in ``error``, not raised: the command goes on and
+    says so once at its end (cli/app.py), instead of a logging traceback per line."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
+        self.error: OSError | None = None
 
     def write(self, s: str) -> int:
-        self._inner.write(redact(s))
+        if self.error is None:
+            try:
+                self._inner.write(redact(s))
+            except OSError as exc:
+                self._failed(exc)
         return len(s)
 
     def flush(self) -> None:
-        self._inner.flush()
+        if self.error is None:
+            try:
+                self._inner.flush()
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        """Keep the first error; what is still buffered goes to the null device, so the interpreter's own flush at
+        exit does not print another traceback."""
+        import contextlib
+
+        self.error = exc
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._inner.fileno())
+            os.close(null)
 
     def writable(self) -> bool:
         return True
@@ -291,6 +318,16 @@ def protect_logging() -> None:
     for handler in logging.getLogger().handlers:
         if _FILTER not in handler.filters:
             handler.addFilter(_FILTER)
+
+
+def output_errors() -> list[tuple[str, OSError]]:
+    """(stream name, error) for standard output / error that the operating system refused to write (install())."""
+    found = []
+    for name, stream in (("standard output", sys.stdout), ("standard error", sys.stderr)):
+        error = getattr(stream, "error", None) if isinstance(stream, RedactingStream) else None
+        if error is not None:
+            found.append((name, error))
+    return found
 
 
 def install() -> None:

@@ -181,10 +181,12 @@ for d in "$OUT"/refit_cpu_smoke_*; do
 done
 reports=()
 if [[ $mode == dry-run ]]; then
-    say "cloudai-mbridge preflight (every point: rules, memory, GPU-hours) into $OUT/preflight"
+    # its own folder, named by the scenario: the README's preflight of another scenario writes results/preflight/
+    PREFLIGHT_OUT="$OUT/preflight_$(basename "$SCENARIO" .toml)"
+    say "cloudai-mbridge preflight (every point: rules, memory, GPU-hours) into $PREFLIGHT_OUT"
     "$VPY" -m cloudai_mbridge preflight --system-config "$SYSTEM" --test-scenario "$SCENARIO" \
-        --output-dir "$OUT/preflight" >/dev/null || rc=$?
-    reports+=("$OUT/preflight/preflight.csv" "$OUT/preflight/preflight.html")
+        --output-dir "$PREFLIGHT_OUT" >/dev/null || rc=$?
+    reports+=("$PREFLIGHT_OUT/preflight.csv" "$PREFLIGHT_OUT/preflight.html")
 fi
 if [[ -n $root ]]; then
     for f in "$root"/*; do

@@ -111,7 +111,10 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path, test_toml: str, sce
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     # a file that is not TOML is named with its line before CloudAI reads anything (cli.py toml_problems)
-    expected = "case.toml: not valid TOML (" if "= =" in test_toml else "preflight: could not read"
+    # an unknown field is named with "did you mean" before CloudAI's parser answers it (cli/field_check.py)
+    expected = ("case.toml: not valid TOML (" if "= =" in test_toml
+                else "case.toml: 'cmd_args.bogus_field' = 1 is not a field of the MBridgeTraining test"
+                if "bogus" in test_toml else "preflight: could not read")
     assert expected in proc.stderr
     assert list(cwd.iterdir()) == [] and not (tmp_path / "out").exists()
 

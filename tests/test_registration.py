@@ -104,5 +104,5 @@ def test_verify_configs_passes_on_conf_and_fails_on_a_broken_file(tmp_path) -> N
         'gpu = "b300"\ntp = 0\n'
     )
     proc = run_cli("verify-configs", str(broken), cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a file that cannot be read (cli/exits.py), as from dry-run and preflight
     assert "cmd_args.tp" in proc.stdout + proc.stderr

@@ -123,7 +123,7 @@ def _axes_text(fig) -> list[tuple[str, str, str]]:
 def test_per_run_figure_has_titles_units_and_no_warmup() -> None:
     import matplotlib.pyplot as plt
 
-    from cloudai_mbridge.reports.plots import series_figure
+    from cloudai_mbridge.plots import series_figure
     from cloudai_mbridge.workloads.reporting import training_figure_panels, training_title
 
     m = parse_training_run(BRIDGE)
@@ -150,7 +150,7 @@ def _overlaps(boxes) -> list[tuple[int, int]]:
 def test_time_rows_name_each_arm_with_interval_whiskers_and_say_why_one_is_missing() -> None:
     import matplotlib.pyplot as plt
 
-    from cloudai_mbridge.reports.plots import RangeRow, range_figure
+    from cloudai_mbridge.plots import RangeRow, range_figure
 
     fig = range_figure("time by dispatcher", "time per iteration (s)", [
         RangeRow("mbs=1\ndispatcher=alltoall (baseline)", 5.0, (4.9, 5.2), [4.95, 5.05], group="mbs=1"),
@@ -179,7 +179,7 @@ def test_many_long_mapping_labels_do_not_overlap() -> None:
     """The old refit plot rotated long x labels into each other; rows on the y axis cannot collide."""
     import matplotlib.pyplot as plt
 
-    from cloudai_mbridge.reports.plots import RangeRow, range_figure
+    from cloudai_mbridge.plots import RangeRow, range_figure
 
     rows = [RangeRow(f"TP{2 ** (i % 4)}·PP2·EP{2 ** (i % 5)} → TP{2 ** (i % 3)}·PP1·EP{2 ** (i % 6)}\n"
                      "non-collocated, nvshmem (64 MiB messages)", 40.0 + i, (39.0 + i, 42.0 + i), group=str(i // 3))

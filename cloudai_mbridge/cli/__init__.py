@@ -9,6 +9,11 @@ from __future__ import annotations
 def main(argv: list[str] | None = None) -> None:
     """The console script (``cloudai-mbridge``; ``argv`` defaults to the process's arguments); imported on call so
     that the package's modules can import from this folder without loading CloudAI's CLI."""
-    from .app import main as _main
+    from . import interrupts
 
+    interrupts.install()  # before anything heavy is imported: a signal then is one line, not a traceback
+    try:
+        from .app import main as _main
+    except (interrupts.Interrupted, KeyboardInterrupt) as exc:
+        raise SystemExit(interrupts.stopped_before_start(exc)) from None
     _main(argv)

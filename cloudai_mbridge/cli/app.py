@@ -11,12 +11,14 @@ scenario's results, ``--version`` names the plugin (commands.py).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
 from .._cloudai import CloudAIMissingError, require_cloudai
+from .exits import EXIT_INPUT, HELP
 
 _SCENARIO_VERBS = {"run", "dry-run", "preflight", "install", "uninstall", "generate-report"}
 
@@ -50,6 +52,73 @@ def _option_values(args: list[str], names: tuple[str, ...]) -> list[str]:
     return out
 
 
+def toml_files(args: list[str]) -> list[Path]:
+    """Every TOML file the command will read: the configs named on the command line, the *.toml of the folders
+    (--tests-dir, verify-configs' folder) and CloudAI's hook folder."""
+    files: list[Path] = []
+    values = _option_values(args, _TOML_OPTIONS)
+    if "verify-configs" in args:  # its positional folder / file
+        rest = args[args.index("verify-configs") + 1:]
+        named = [a for i, a in enumerate(rest)
+                 if not a.startswith("-") and (i == 0 or not rest[i - 1].startswith("-"))]
+        values += named
+        if not _option_values(args, ("--tests-dir",)):  # the test/ folder beside a scenario folder it reads too
+            for value in named:
+                path = Path(value).resolve()
+                beside = (path if path.is_dir() else path.parent).parent / "test"
+                if beside.is_dir() and not beside.is_relative_to(path if path.is_dir() else path.parent):
+                    values.append(str(beside))
+    if _SCENARIO_VERBS.intersection(args) and not _option_values(args, ("--hook-dir",)):
+        from cloudai.parser import HOOK_ROOT  # read by CloudAI's parser when --hook-dir is not given
+
+        values.append(str(HOOK_ROOT))
+    flat = {str(Path(v)) for v in _option_values(args, ("--tests-dir",))}  # CloudAI reads its *.toml, not below
+    for value in values:
+        path = Path(value)
+        # anything there but a folder is checked: a FIFO or a device is refused before CloudAI opens it (issue 32)
+        if path.is_dir():
+            files.extend(_folder_tomls(path, recursive=str(path) not in flat))
+        elif path.exists():
+            files.append(path)
+    return list(dict.fromkeys(files))
+
+
+MAX_FOLDER_ENTRIES = 20_000  # files and folders looked at under one folder named on the command line
+
+
+class FolderTooLargeError(Exception):
+    pass
+
+
+def _folder_tomls(folder: Path, recursive: bool) -> list[Path]:
+    """The *.toml files of ``folder`` (and below it when ``recursive``), looking at MAX_FOLDER_ENTRIES entries at
+    most: a folder such as / or a home folder is refused in a second instead of scanned for minutes (issue 32)."""
+    import os
+
+    found: list[Path] = []
+    seen = 0
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > MAX_FOLDER_ENTRIES:
+                        raise FolderTooLargeError(
+                            f"{folder} holds more than {MAX_FOLDER_ENTRIES:,} files and folders"
+                            f"{' (with its subfolders)' if recursive else ''}; it does not look like a folder of "
+                            "CloudAI configs. Fix: name the folder that holds them (conf/ for verify-configs, "
+                            "conf/test for --tests-dir)")
+                    if entry.name.endswith(".toml") and not entry.is_dir(follow_symlinks=True):
+                        found.append(Path(entry.path))
+                    elif recursive and entry.is_dir(follow_symlinks=False):
+                        pending.append(Path(entry.path))
+        except OSError:
+            continue  # a folder that cannot be listed: CloudAI's own reading says so if it matters
+    return sorted(found)
+
+
 def toml_problems(args: list[str]) -> list[str]:
     """Every TOML file the command will read (the configs named on the command line, the *.toml of the folders,
     CloudAI's hook folder), decoded, parsed and measured here first (config_files.toml_file_problem): a file that is
@@ -57,21 +126,15 @@ def toml_problems(args: list[str]) -> list[str]:
     traceback from deep inside the parser or whatever reads the parsed tables next."""
     from .config_files import toml_file_problem
 
-    files: list[Path] = []
-    values = _option_values(args, _TOML_OPTIONS)
-    if "verify-configs" in args:  # its positional folder / file
-        rest = args[args.index("verify-configs") + 1:]
-        values += [a for i, a in enumerate(rest)
-                   if not a.startswith("-") and (i == 0 or not rest[i - 1].startswith("-"))]
-    if _SCENARIO_VERBS.intersection(args) and not _option_values(args, ("--hook-dir",)):
-        from cloudai.parser import HOOK_ROOT  # read by CloudAI's parser when --hook-dir is not given
-
-        values.append(str(HOOK_ROOT))
-    for value in values:
-        path = Path(value)
-        # anything there but a folder is checked: a FIFO or a device is refused before CloudAI opens it (issue 32)
-        files.extend(sorted(path.rglob("*.toml")) if path.is_dir() else [path] if path.exists() else [])
+    try:
+        files = toml_files(args)
+    except FolderTooLargeError as exc:
+        return [str(exc)]
     problems = []
+    for value in _option_values(args, ("--tests-dir",)):
+        if Path(value).is_dir() and not _folder_tomls(Path(value), recursive=False):
+            problems.append(f"--tests-dir {value} holds no .toml file (CloudAI reads the test TOMLs of that folder "
+                            "itself, not of its subfolders). Fix: name the folder of the test TOMLs, such as conf/test")
     for option in ("--system-config", "--test-scenario"):
         for value in _option_values(args, (option,)):
             if Path(value).is_dir():
@@ -122,6 +185,32 @@ def main(argv: list[str] | None = None) -> None:
 
     interrupts.install()  # Ctrl-C, SIGTERM, SIGHUP: a clean stop with a message, never a half-written file
     redact.install()  # nothing printed by this process (ours or CloudAI's) shows a secret-looking value
+    code: Any = 0
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    except (interrupts.Interrupted, KeyboardInterrupt) as exc:  # outside the command's own handling: while starting
+        code = interrupts.stopped_before_start(exc)
+    finally:
+        sys.stdout.flush()
+        failed = redact.output_errors()
+    if failed:  # stdout (or stderr) redirected to a full disk, /dev/full, a closed pipe: one line, never exit 0
+        from ..atomic import os_reason
+
+        for name, error in failed:
+            what, _fix = os_reason(error)
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # standard error itself may refuse it
+                print(f"cloudai-mbridge: could not write to {name} ({what}): what the command printed is "
+                      "incomplete. Fix: redirect it to a file on a disk with free space, or do not redirect it",
+                      file=sys.__stderr__, flush=True)
+        raise SystemExit(code if isinstance(code, int) and code else 1)
+    raise SystemExit(code)
+
+
+def _main(argv: list[str] | None) -> None:
+    from .. import redact
+    from . import interrupts
     try:
         require_cloudai()
     except CloudAIMissingError as exc:
@@ -162,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         callback=setup,
         params=[p for p in cloudai_cli.main.params if p.name != "version"],
         help="CloudAI with the Megatron-Bridge MoE plugin (cloudai-mbridge) loaded.",
+        epilog=HELP,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     for name, command in cloudai_cli.main.commands.items():
@@ -176,10 +266,14 @@ def main(argv: list[str] | None = None) -> None:
     group.add_command(preflight_command(cloudai_cli.main.commands["dry-run"]), "preflight")
     args = _default_tests_dir(sys.argv[1:] if argv is None else argv)
     problems = toml_problems(args)
+    if not problems and "--help" not in args and "-h" not in args:
+        from .field_check import typo_problems
+
+        problems = typo_problems(toml_files(args))  # an unknown field or value: "did you mean", in our words
     if problems:
         for problem in problems:
             print(f"cloudai-mbridge: {problem}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(EXIT_INPUT)
     try:
         group.main(args=args, prog_name="cloudai-mbridge")
     except (PointRejectedError, ResultsExistError, UnsafeOutputPathError) as exc:
@@ -333,6 +427,8 @@ def with_session(command: Any) -> Any:
                 raise SystemExit(session.finish_stopped(s, session.SweepStopped(signum=s.stop_signal)))
             finish = session.finish_dry_run if mode == "dry-run" else session.finish_run
             code = finish(s, code)
+            if code and s.unreadable:  # a file could not be read: the same status as preflight and verify-configs
+                code = EXIT_INPUT
         if code:
             _remove_if_new_and_empty(output_dir, existed)
         raise SystemExit(code)

@@ -14,6 +14,7 @@ import click
 from cloudai.cli import handlers
 
 from ..safe_read import MAX_TOML_BYTES, read_text
+from .exits import EXIT_INPUT, EXIT_REFUSED
 
 PLUGIN_TEMPLATES = ("MBridgeTraining", "MBridgeRefit")
 
@@ -99,14 +100,22 @@ def explain_failures(kinds: dict[str, list[Path]], tests_dir: Path | None) -> li
 
 
 def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path | None,
-                    system_cfg: Path) -> list[str]:
+                    system_cfg: Path, skipped: list[str] | None = None,
+                    unreadable: list[str] | None = None) -> list[str]:
     """dry-run's own checks of every scenario under ``configs`` (``kinds``: config_kinds(configs)) on ``system_cfg``,
     without writing anything: the parse, the folder names, every sweep point's rules and its job rendered in memory
-    (preflight.scenario_refusals)."""
+    (preflight.scenario_check).
+
+    A conf/ folder holds scenarios for several systems (each sized for one GPU and node count): when a folder is
+    checked, a scenario that dry-run would refuse on ``system_cfg`` only because a test of it has no point the rules
+    accept there (the GPU, the node count, the memory) is meant for another system: it is appended to ``skipped`` as
+    one line with the first reason, not an error. Everything else (a file CloudAI cannot read, a folder name, a
+    secret, an empty sweep) is an error. A scenario file named on its own is checked strictly: every refusal is an
+    error."""
     from cloudai.core import Parser
     from cloudai.parser import HOOK_ROOT
 
-    from .preflight import scenario_refusals
+    from .preflight import scenario_check
     from .session import describe_error
 
     problems = []
@@ -119,12 +128,27 @@ def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path
             _system, _tests, scenario = Parser(system_cfg, HOOK_ROOT).parse(tests_dir, path)
         except SystemExit:
             problems.append(f"{files}: CloudAI could not read it (its messages above)")
+            if unreadable is not None:
+                unreadable.append(str(path))
             continue
         except Exception as exc:
             problems.append(f"{files}: could not read it: {describe_error(exc)}. Fix: correct that field")
+            if unreadable is not None:
+                unreadable.append(str(path))
             continue
-        if scenario is not None:
-            problems += scenario_refusals(_system, scenario, files)
+        if scenario is None:
+            continue
+        refusals, report = scenario_check(_system, scenario, files)
+        tallies = [report.tests.get(tr.name) for tr in scenario.test_runs] if report is not None else [None]
+        misfits = [t for t in tallies if t is not None and not t.runnable]
+        if skipped is not None and configs.is_dir() and refusals and misfits and None not in tallies:
+            first = next((r for t in misfits for r in t.reasons), "every point rejected")
+            first = first.split(" Fix:")[0].split(" | ")[0]
+            first = first if len(first) <= 160 else first[:157] + "..."
+            skipped.append(f"{path.name}: not for this system: {len(misfits)} of its {len(tallies)} test(s) "
+                           f"have no point that runs on {system_cfg.name} ({first})")
+            continue
+        problems += refusals
     return problems
 
 
@@ -150,7 +174,8 @@ def verify_configs_command() -> click.Command:
                   help="Check every scenario on this system with dry-run's own checks (default: the folder's only "
                   "system file, if it has exactly one).")
     def verify_configs(configs_dir: Path, tests_dir: Path | None, system_cfg: Path | None) -> None:
-        """Verify the configuration TOML files; exit 1 with each failing file's reason. Scenarios are checked
+        """Verify the configuration TOML files; exit 2 with each file that cannot be read and why, 1 when dry-run
+        would refuse a scenario. Scenarios are checked
         against the test/ folder beside theirs unless --tests-dir says otherwise, and, on a system (--system-config
         or the folder's only one), with everything dry-run checks: every sweep point's rules and its job rendered
         in memory. Nothing is written."""
@@ -168,7 +193,7 @@ def verify_configs_command() -> click.Command:
             for problem in early:
                 logging.error(f"verify-configs: {problem}")
             logging.error("verify-configs: %d problem(s)", len(early))
-            raise SystemExit(1)
+            raise SystemExit(EXIT_INPUT)
         from .session import verify_configs_session
 
         # without CloudAI's error for a missing conf/hook and its dummy kubeconfig in ~/.kube (session.py says why)
@@ -180,7 +205,7 @@ def verify_configs_command() -> click.Command:
                 logging.error(f"verify-configs: {reason}")
             logging.error("verify-configs: %d file(s) failed. Fix: correct the fields named above (each line names "
                           "the file, the field and the value)", failed)
-            raise SystemExit(1)
+            raise SystemExit(EXIT_INPUT)
         system_cfg = system_cfg or the_system(configs_dir, kinds)
         if system_cfg is None:
             logging.warning("verify-configs: scenarios checked by CloudAI's parser only; pass --system-config to run "
@@ -188,14 +213,26 @@ def verify_configs_command() -> click.Command:
             raise SystemExit(0)
         from .session import session
 
+        skipped: list[str] = []
+        unreadable: list[str] = []
         with session("dry-run"):  # the cluster is not asked (no sinfo / scontrol), as in a dry-run
-            problems = scenario_checks(configs_dir, kinds, tests_dir, system_cfg)
+            problems = scenario_checks(configs_dir, kinds, tests_dir, system_cfg, skipped, unreadable)
+        for line in skipped:
+            logging.info(f"verify-configs: skipped {line}")
         for problem in problems:
             logging.error(f"verify-configs: {problem}")
         if problems:
             logging.error("verify-configs: %d problem(s) dry-run would refuse", len(problems))
+            raise SystemExit(EXIT_INPUT if unreadable else EXIT_REFUSED)
+        checked = len(kinds["scenario"]) - len(skipped)
+        if kinds["scenario"] and not checked:
+            logging.error(f"verify-configs: none of the {len(skipped)} scenario(s) has a point that would run on "
+                          f"{system_cfg}. Fix: check a scenario meant for it (verify-configs <scenario.toml> "
+                          "--system-config <system> says why each point is rejected)")
             raise SystemExit(1)
-        logging.info(f"verify-configs: every scenario passes dry-run's checks on {system_cfg}")
+        more = (f"; {len(skipped)} scenario(s) meant for other systems skipped (above; `verify-configs "
+                "<scenario.toml> --system-config <system>` gives every reason for one)") if skipped else ""
+        logging.info(f"verify-configs: {checked} scenario(s) pass dry-run's checks on {system_cfg}{more}")
         raise SystemExit(0)
 
     return verify_configs

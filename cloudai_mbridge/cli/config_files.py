@@ -137,6 +137,8 @@ def _time_limit_problem(value: Any) -> str | None:
         limit = parse_time_limit(text)
     except (ValueError, TypeError):
         return "is not a Slurm time limit"
+    except OverflowError:  # "0:99999999999999999999": a number no duration holds (issue 32)
+        return "holds a number too large for any duration"
     if ":" in text and any(int(part) > 59 for part in text.split("-")[-1].split(":")[1:]):
         return "has minutes or seconds above 59"
     if limit.total_seconds() <= 0:

@@ -88,3 +88,15 @@ def on_first_signal(callback: Callable[[int], None]) -> Iterator[None]:
         yield
     finally:
         _callback, _stopping = saved
+
+
+def stopped_before_start(exc: BaseException) -> int:
+    """A signal (or KeyboardInterrupt) while the command was still starting (CloudAI being imported, nothing read or
+    written yet): say so in one line on standard error; the exit status, 128 + the signal."""
+    import sys
+
+    signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+    with contextlib.suppress(OSError, ValueError):
+        print(f"cloudai-mbridge: stopped by {signal_name(signum)} while starting, before anything was "
+              "written. Run the command again to do it", file=sys.stderr, flush=True)
+    return 128 + signum

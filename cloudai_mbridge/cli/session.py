@@ -45,6 +45,7 @@ class Session:
     scenario_roots: list[Path] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     refused: bool = False  # the whole scenario was refused before anything was written
+    unreadable: bool = False  # ... because a file could not be read (exits.EXIT_INPUT)
     files: str = ""  # the scenario and system files of the command, for messages
     output_dir: Path | None = None  # --output-dir of the command (None: the system's output_path)
     inputs: dict[str, Any] = field(default_factory=dict)  # system_config, test_scenario, tests_dir of the command
@@ -108,6 +109,7 @@ def current() -> Session | None:
 
 
 def note_rejected(name: str) -> None:
+    """A rule rejected a point of test run ``name`` (workloads/base.py tells it through its rejection listeners)."""
     if _current is not None:
         _current.rejected.append(name)
 
@@ -235,10 +237,11 @@ def replace_setup(p: Patches, s: Session) -> None:
         if early:
             for problem in early:
                 logging.error(f"{mode}: {problem}")
-            s.refused = True
+            s.refused = s.unreadable = True
             return None
-        fix = ("Fix: correct the field(s) named above; `cloudai-mbridge verify-configs <conf folder> --system-config "
-               "<system>` checks the files without running anything")
+        fix = ("Fix: correct the field(s) named above; `cloudai-mbridge verify-configs "
+               f"{getattr(args, 'test_scenario', None) or '<scenario.toml>'} --system-config "
+               f"{getattr(args, 'system_config', None) or '<system.toml>'}` checks them without running anything")
         try:
             result = setup(args)
         except ScenarioRefusedError as exc:
@@ -250,14 +253,15 @@ def replace_setup(p: Patches, s: Session) -> None:
             return None
         except SystemExit:  # CloudAI logged what it could not read (file, field, value) and exits
             logging.error(f"{mode}: could not read {s.files}. {fix}")
-            s.refused = True
+            s.refused = s.unreadable = True
             raise
         except Exception as exc:  # CloudAI's parser raises (a bad time_limit, an override it cannot apply)
             logging.error(f"{mode}: could not read {s.files}: {describe_error(exc)}. {fix}")
-            s.refused = True
+            s.refused = s.unreadable = True
             return None
         if result is None:
             logging.error(f"{mode}: could not read {s.files}. {fix}")
+            s.unreadable = True
         return result
 
     p.replace(handlers, "_setup_system_and_scenario", checked_setup)
@@ -419,10 +423,14 @@ def session(mode: str) -> Iterator[Session]:
                 f = _DropNoise()
                 handler.addFilter(f)
                 noise.append((handler, f))
+    from ..workloads.base import add_rejection_listener, remove_rejection_listener
+
     _current = s
+    add_rejection_listener(note_rejected)
     try:
         yield s
     finally:
+        remove_rejection_listener(note_rejected)
         _current = None
         signals.close()
         p.restore()

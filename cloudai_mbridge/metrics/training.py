@@ -759,3 +759,21 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         gc_iterations=gc_its,
         iteration_time_ms_no_gc=no_gc,
     )
+
+
+def run_title(config: Mapping[str, Any]) -> str:
+    """What one training point is, in words: model, precision, dispatcher, parallelism, batch, GPUs."""
+    model = config.get("model")
+    name = model.get("name") if isinstance(model, Mapping) else model
+    parallel = " ".join(
+        f"{k.upper()}{config[k]}" for k in ("tp", "pp", "vp", "cp", "ep", "etp") if config.get(k) not in (None, 1)
+    )
+    gpus = config.get("world_size")
+    parts = [
+        f"{name} {config.get('precision', '')}".strip(),
+        str(config.get("dispatcher") or ""),
+        parallel or "no model parallelism",
+        f"mbs {config.get('mbs')} gbs {config.get('gbs')} seq {config.get('seq_length')}",
+        f"{gpus} x {config.get('gpu')}" if gpus else str(config.get("gpu") or ""),
+    ]
+    return ", ".join(p for p in parts if p)

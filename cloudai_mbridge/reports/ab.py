@@ -28,6 +28,7 @@ from pydantic import Field, field_validator
 from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
 from ..metrics.training import config_int
+from ..plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
 from ..redact import redact_report
 from . import ab_starts
 from .common import (
@@ -43,7 +44,6 @@ from .common import (
 from .dispatch_bench import attach_training, dispatch_rows
 from .dispatch_bench import section as dispatch_section
 from .page import headline, verdict_badge
-from .plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
 from .provenance import RunSource, collect
 
 # Cells that get a per-iteration plot on the page (the first ones by label); the tables hold every cell.

@@ -12,6 +12,7 @@ from cloudai.core import Reporter, TestRun
 
 from ..metrics import safejson
 from ..metrics.layout import config_problem
+from ..metrics.training import run_title  # noqa: F401  (the reports import it from here)
 from .page import fmt, html_page, html_table  # noqa: F401  (the reports import them from here)
 
 
@@ -86,24 +87,6 @@ def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str
             continue
         found.append((tr, config))
     return found
-
-
-def run_title(config: Mapping[str, Any]) -> str:
-    """What one training point is, in words: model, precision, dispatcher, parallelism, batch, GPUs."""
-    model = config.get("model")
-    name = model.get("name") if isinstance(model, Mapping) else model
-    parallel = " ".join(
-        f"{k.upper()}{config[k]}" for k in ("tp", "pp", "vp", "cp", "ep", "etp") if config.get(k) not in (None, 1)
-    )
-    gpus = config.get("world_size")
-    parts = [
-        f"{name} {config.get('precision', '')}".strip(),
-        str(config.get("dispatcher") or ""),
-        parallel or "no model parallelism",
-        f"mbs {config.get('mbs')} gbs {config.get('gbs')} seq {config.get('seq_length')}",
-        f"{gpus} x {config.get('gpu')}" if gpus else str(config.get("gpu") or ""),
-    ]
-    return ", ".join(p for p in parts if p)
 
 
 def scenario_facts(configs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:

@@ -58,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the pages and a copy of the runs go (default: results/demo)")
     parser.add_argument("--runs", type=Path, default=GPU_RUNS, help="the recorded run folders (default: %(default)s)")
     args = parser.parse_args(argv)
+    from .._cloudai import CloudAIMissingError, require_cloudai
+
+    try:  # the report code reads runs through CloudAI's test-run objects
+        require_cloudai()
+    except CloudAIMissingError as exc:
+        print(f"demo: {exc} Or run the demo with the Python of the checkout's .venv (scripts/quickstart.sh "
+              f"--setup-only makes it): .venv/bin/python -m cloudai_mbridge.reports.demo --output-dir "
+              f"{args.output_dir}", file=sys.stderr)
+        return 2
     missing = [name for name in (*AB_RUNS, *REFIT_RUNS) if not (args.runs / name / "mbridge_config.json").is_file()]
     if missing:
         print(f"demo: {args.runs} lacks {', '.join(missing)}: the recorded GPU runs ship with the source checkout "

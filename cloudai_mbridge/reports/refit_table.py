@@ -20,6 +20,7 @@ from cloudai.core import Reporter
 
 from ..atomic import write_atomic
 from ..metrics import parse_refit_run
+from ..plots import RangeRow, inline_png, range_figure, save
 from ..redact import redact_report
 from .common import (
     TolerantLoading,
@@ -31,7 +32,6 @@ from .common import (
     skipped_section,
 )
 from .page import headline, verdict_badge
-from .plots import RangeRow, inline_png, range_figure, save
 from .provenance import RunSource, collect
 
 MIN_N = 5  # timed refits per mapping below which no ranking is called clear

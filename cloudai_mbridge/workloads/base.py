@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import pickle
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from cloudai.core import DockerImage, Installable, JobStatusResult, System, TestRun
 from cloudai.models.workload import TestDefinition
 from pydantic import PrivateAttr, field_validator
 
-from ..cli.session import note_rejected
 from ..redact import redact, text_secret_problem
 from ..rules import Violation
 from ..systems.common import (
@@ -23,6 +23,25 @@ from ..systems.common import (
 )
 from .fields import rule_ids
 from .reporting import run_status
+
+# Who wants to know that a point was rejected (the CLI's session counts them, cli/session.py): registered by the
+# layer above, so that the workloads never import the command line.
+_rejection_listeners: list[Callable[[str], None]] = []
+
+
+def add_rejection_listener(listener: Callable[[str], None]) -> None:
+    _rejection_listeners.append(listener)
+
+
+def remove_rejection_listener(listener: Callable[[str], None]) -> None:
+    if listener in _rejection_listeners:
+        _rejection_listeners.remove(listener)
+
+
+def note_rejected(name: str) -> None:
+    """Test run ``name`` had a point rejected by a rule: tell every registered listener."""
+    for listener in list(_rejection_listeners):
+        listener(name)
 
 
 class MBridgeTestDefinition(TestDefinition):

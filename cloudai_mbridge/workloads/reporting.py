@@ -12,9 +12,9 @@ from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGener
 from ..atomic import write_together
 from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_csv, load_layout, parse_run, refit_frame
 from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
+from ..metrics.training import run_title
+from ..plots import Panel, series_plot, time_panel
 from ..redact import redact_report
-from ..reports.common import run_title
-from ..reports.plots import Panel, series_plot, time_panel
 
 Metrics = TrainingRunMetrics | RefitRunMetrics
 

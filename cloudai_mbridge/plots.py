@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_atomic
+from .atomic import write_atomic
 
 Points = Sequence[tuple[float, float]]
 # Axes titles sit just above their axes (where matplotlib puts them when nothing is drawn above an axes, as in every

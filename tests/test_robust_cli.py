@@ -1,0 +1,118 @@
+"""Issue 32, robustness of the command line itself: a full standard output, a signal while CloudAI is imported,
+a tests folder that is the whole disk, invisible characters in names, an absurd time limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import CONF, ROOT, dry_run, run_cli
+
+LOCAL = CONF / "system" / "local_slurm.toml"
+SMOKE = CONF / "test_scenario" / "refit_cpu_smoke.toml"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_dry_run_into_a_full_standard_output_says_so_in_one_line_and_fails(tmp_path: Path) -> None:
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cloudai_mbridge", "--log-file", str(tmp_path / "debug.log"), "dry-run",
+             "--system-config", str(LOCAL), "--test-scenario", str(SMOKE), "--output-dir", str(tmp_path / "r")],
+            cwd=tmp_path, env=_env(), stdout=full, stderr=subprocess.PIPE, text=True, timeout=300)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr
+    assert len(lines) == 1 and "could not write to standard output" in lines[0] and "[ENOSPC]" in lines[0], lines
+
+
+@pytest.mark.parametrize("signum", [2, 15], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("delay", [0.3, 0.9])
+def test_a_signal_while_cloudai_is_imported_is_one_line_not_a_traceback(tmp_path: Path, signum: int,
+                                                                        delay: float) -> None:
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cloudai_mbridge", "--log-file", str(tmp_path / "debug.log"), "dry-run",
+         "--system-config", str(LOCAL), "--test-scenario", str(SMOKE), "--output-dir", str(tmp_path / "r")],
+        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(delay)
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signum, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert "stopped by SIG" in out
+
+
+def test_tests_dir_of_the_whole_disk_is_refused_at_once(tmp_path: Path) -> None:
+    import time
+
+    res = dry_run(LOCAL, SMOKE, tmp_path, "--tests-dir", "/")
+    assert res.returncode == 2, res.output[-2000:]
+    assert "--tests-dir / holds no .toml file" in res.output and "Fix: name the folder" in res.output
+    assert not res.output_dir.exists()
+    start = time.monotonic()
+    proc = run_cli("verify-configs", "/", cwd=tmp_path, timeout=120)
+    elapsed = time.monotonic() - start
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "/ holds more than 20,000 files and folders" in out, out[-2000:]
+    assert elapsed < 60 and "Traceback" not in out
+
+
+def test_a_large_folder_of_configs_is_still_read(tmp_path: Path) -> None:
+    """The bound is on entries looked at, far above a real conf/: the shipped conf/ with 2,000 unrelated files."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    extra = conf / "notes"
+    extra.mkdir()
+    for i in range(2000):
+        (extra / f"n{i}.txt").write_text("x")
+    proc = run_cli("verify-configs", str(conf / "test_scenario"), cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_a_test_name_with_a_zero_width_space_is_refused_showing_the_character(tmp_path: Path) -> None:
+    """A test file names its test 't\\u200b', the scenario asks for 't': CloudAI said "Test 't' is not defined",
+    which shows no difference. The refusal names the file and shows the character as its escape."""
+    import shutil
+
+    shutil.copytree(CONF / "test", tmp_path / "conf" / "test")
+    (tmp_path / "conf" / "test_scenario").mkdir()
+    test_file = tmp_path / "conf" / "test" / "zw.toml"
+    text = (CONF / "test" / "refit_cpu_smoke.toml").read_text()
+    test_file.write_text(text.replace('name = "refit_cpu_smoke"', 'name = "t\u200b"', 1))
+    scenario = tmp_path / "conf" / "test_scenario" / "zw.toml"
+    scenario.write_text((CONF / "test_scenario" / "refit_cpu_smoke.toml").read_text()
+                        .replace('test_name = "refit_cpu_smoke"', 'test_name = "t"'))
+    res = dry_run(LOCAL, scenario, tmp_path)
+    assert res.returncode == 2, res.output[-2000:]
+    assert f"{test_file}: name = 't\\u200b' holds a character that does not show (U+200B ZERO WIDTH SPACE" \
+        in res.output, res.output[-2000:]
+    assert "is not defined" not in res.output and not res.output_dir.exists()
+
+
+@pytest.mark.parametrize("limit", ["0:99999999999999999999", "99999999999999999999d"])
+def test_a_time_limit_too_large_for_any_duration_is_refused_naming_the_field(tmp_path: Path, limit: str) -> None:
+    import shutil
+
+    shutil.copytree(CONF / "test", tmp_path / "conf" / "test")
+    (tmp_path / "conf" / "test_scenario").mkdir()
+    scenario = tmp_path / "conf" / "test_scenario" / "tl.toml"
+    text = SMOKE.read_text()
+    assert 'time_limit = "00:10:00"' in text
+    scenario.write_text(text.replace('time_limit = "00:10:00"', f'time_limit = "{limit}"'))
+    for verb in ("dry-run", "preflight"):
+        proc = run_cli(verb, "--system-config", str(LOCAL), "--test-scenario", str(scenario), "--output-dir",
+                       str(tmp_path / verb), cwd=tmp_path)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2, f"{verb}: {out[-2000:]}"
+        assert f"time_limit = '{limit}' holds a number too large for any duration. Fix:" in out, out[-2000:]
+        assert "unexpected" not in out and not (tmp_path / verb).exists()
