@@ -65,8 +65,12 @@ def load_test_runs(reporter: Reporter) -> None:
 
 def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str, Any]]]:
     """(test run, the config its payload ran with) for every run of ``tdef_type`` whose config file is a JSON
-    object; a run whose config is damaged is left out with a warning (its own report says invalid_config)."""
-    reporter.load_test_runs()
+    object; a run whose config is damaged is left out with a warning (its own report says invalid_config).
+    CloudAI's load_test_runs appends to ``reporter.trs``: it runs once per reporter, however many kinds of run a
+    report asks for (a second load counted every run twice)."""
+    if not getattr(reporter, "_mbridge_runs_loaded", False):
+        reporter.load_test_runs()
+        reporter._mbridge_runs_loaded = True
     found = []
     for tr in reporter.trs:
         if not isinstance(tr.test, tdef_type):
