@@ -94,7 +94,7 @@ def test_a_test_name_with_a_zero_width_space_is_refused_showing_the_character(tm
                         .replace('test_name = "refit_cpu_smoke"', 'test_name = "t"'))
     res = dry_run(LOCAL, scenario, tmp_path)
     assert res.returncode == 2, res.output[-2000:]
-    assert f"{test_file}: name = 't\\u200b' holds a character that does not show (U+200B ZERO WIDTH SPACE" \
+    assert f"{test_file}: test name = 't\\u200b' holds a character that does not show (U+200B ZERO WIDTH SPACE" \
         in res.output, res.output[-2000:]
     assert "is not defined" not in res.output and not res.output_dir.exists()
 

@@ -99,6 +99,32 @@ def explain_failures(kinds: dict[str, list[Path]], tests_dir: Path | None) -> li
     return reasons
 
 
+# Rules whose verdict depends on the system a scenario runs on (its GPU, GPUs per node, node count, fabric): a
+# scenario refused only by these is meant for another system. Any other refusal (a secret, an API-server limit, a
+# field the rules refuse everywhere) is an error on every system.
+SYSTEM_FIT_RULES = frozenset({
+    "system-gpu", "memory", "node-shape", "dispatcher-gpu", "fp8-recipe-gpu", "hybridep-nvlink-domain",
+    "deepep-network", "world-size-expert-parallel", "world-size-model-parallel", "global-batch", "flex-dispatcher-ep",
+    "refit-transport-device", "refit-layout", "refit-model-size", "interleaved-microbatches",
+    # a shipped recipe that upstream itself cannot run (conf/test/nvidia062_*: the file's header says why) is refused
+    # on its own system too; the scenario's line names the rule
+    "pipeline-layout", "standalone-one-node",
+})
+
+
+def _fits_elsewhere(reason: str) -> bool:
+    """A refusal that another system would not give: a system-fit rule, or a Kubernetes system's need of a container
+    image (its API-server limits are errors everywhere)."""
+    rule = _rule_of(reason)
+    return rule in SYSTEM_FIT_RULES or (rule == "kubernetes" and "container_image" in reason)
+
+
+def _rule_of(reason: str) -> str:
+    """The rule id a refusal line starts with ('[memory] ...' -> 'memory'), or '' when it names none."""
+    found = re.match(r"\s*\[([A-Za-z0-9_-]+)\]", reason)
+    return found.group(1) if found else ""
+
+
 def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path | None,
                     system_cfg: Path, skipped: list[str] | None = None,
                     unreadable: list[str] | None = None) -> list[str]:
@@ -141,7 +167,8 @@ def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path
         refusals, report = scenario_check(_system, scenario, files)
         tallies = [report.tests.get(tr.name) for tr in scenario.test_runs] if report is not None else [None]
         misfits = [t for t in tallies if t is not None and not t.runnable]
-        if skipped is not None and configs.is_dir() and refusals and misfits and None not in tallies:
+        fit_only = all(_fits_elsewhere(r) for t in misfits for r in t.reasons)
+        if skipped is not None and configs.is_dir() and refusals and misfits and fit_only and None not in tallies:
             first = next((r for t in misfits for r in t.reasons), "every point rejected")
             first = first.split(" Fix:")[0].split(" | ")[0]
             first = first if len(first) <= 160 else first[:157] + "..."

@@ -179,12 +179,14 @@ def invisible_name_problems(files: list[Path]) -> list[str]:
         data = _load(path)
         if not data:
             continue
-        named = [(f, data.get(f)) for f in _NAME_FIELDS]
         tests = data.get("Tests")
+        kind = "scenario" if isinstance(tests, list) else "test"
+        named = [(f"{kind} name" if f == "name" else f, data.get(f)) for f in _NAME_FIELDS]
         if isinstance(tests, list):
             for i, entry in enumerate(tests):
                 if isinstance(entry, dict):
-                    named += [(f"[[Tests]] #{i + 1} {f}", entry.get(f)) for f in ("id", "test_name")]
+                    named += [(f"[[Tests]] #{i + 1} test id", entry.get("id")),
+                              (f"[[Tests]] #{i + 1} test_name", entry.get("test_name"))]
         for field, value in named:
             problem = invisible_problem(str(path), field, value) if isinstance(value, str) else None
             if problem:

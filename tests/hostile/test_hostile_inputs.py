@@ -5,6 +5,7 @@ secret printed or written. Valid rows must still be accepted."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,6 @@ def test_valid_input_is_still_accepted(outcomes: dict, case, verb: str) -> None:
     elif verb == "preflight":
         assert "point(s) accepted" in o.output and "dry-run and run would refuse" not in o.output
     else:
-        assert "passes dry-run's checks" in o.output
+        assert re.search(r"pass(es)? dry-run's checks", o.output), o.output[-2000:]
     assert _stray(o) == []
     assert leaks(o) == []
