@@ -42,7 +42,11 @@ def bench_violations(config: dict[str, Any], capacity_factor: float | None = Non
                      deepep_impl: str | None = None) -> list[Violation]:
     c = config
     out = []
-    if c["num_experts"] % c["world_size"]:
+    if c["world_size"] < 2:
+        out.append(Violation("dispatch-bench-ep", {"ranks": c["world_size"]},
+                             "one rank exchanges no tokens: dispatch and combine would time local copies",
+                             "run on a system with at least 2 GPUs (the A/B's cells use 4)"))
+    elif c["num_experts"] % c["world_size"]:
         out.append(Violation("dispatch-bench-ep",
                              {"model": c["model"], "num_experts": c["num_experts"], "ranks": c["world_size"]},
                              "every rank holds the same number of experts, so the ranks must divide the experts",
