@@ -151,13 +151,13 @@ def test_mcore_engine_limits_are_checked_at_dry_run(tmp_path: Path) -> None:
     assert "Fix: use engine = 'bridge'" in res.output
 
 
-def test_refit_coalesce_sweeps_and_refuses_nvshmem(tmp_path: Path) -> None:
+def test_refit_coalesce_sweeps_and_refuses_nvshmem_and_nixl(tmp_path: Path) -> None:
     import json
 
     _, scenario = write_case(
         tmp_path,
         'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeRefit"\n[cmd_args]\nmodel = "kimi_k2"\n'
-        'transport = ["nccl", "nvshmem"]\ncoalesce_mib = [0, 1024]\nsrc = { tp = 8, ep = 8 }\n'
+        'transport = ["nccl", "nvshmem", "nixl"]\ncoalesce_mib = [0, 1024]\nsrc = { tp = 8, ep = 8 }\n'
         'dst = { tp = 8, ep = 16 }\n',
         'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 16\n',
     )
@@ -165,7 +165,7 @@ def test_refit_coalesce_sweeps_and_refuses_nvshmem(tmp_path: Path) -> None:
     assert res.returncode == 0, res.output
     configs = [json.loads((s.parent / "mbridge_config.json").read_text()) for s in sbatch_scripts(res.output_dir)]
     assert sorted((c["transport"], c["coalesce_mib"]) for c in configs) == [
-        ("nccl", 0), ("nccl", 1024), ("nvshmem", 0)]
+        ("nccl", 0), ("nccl", 1024), ("nixl", 0), ("nvshmem", 0)]
     assert "[refit-coalesce-transport]" in res.output and "set coalesce_mib = 0" in res.output
 
 

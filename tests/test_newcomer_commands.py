@@ -68,7 +68,7 @@ TYPOS = [  # (where, the line written in, what the message must say)
     ("test", ("transport = \"gloo\"", "transprt = \"gloo\""),
      "'cmd_args.transprt' = 'gloo' is not a field of the MBridgeRefit test; did you mean 'transport'?"),
     ("test", ("transport = \"gloo\"", "transport = \"glo\""),
-     "'cmd_args.transport' = 'glo' is not one of 'gloo', 'nccl', 'nvshmem'; did you mean 'gloo'?"),
+     "'cmd_args.transport' = 'glo' is not one of 'gloo', 'nccl', 'nvshmem', 'nixl'; did you mean 'gloo'?"),
     ("scenario", ("num_nodes = 2", "num_node = 2"),
      "'Tests.num_node' = 2 is not a field of the test scenario; did you mean 'num_nodes'?"),
 ]

@@ -31,7 +31,7 @@ def _layout(p: RefitPlan) -> Iterator[Violation]:
 
 @rule("refit-transport-device")
 def _transport(p: RefitPlan) -> Iterator[Violation]:
-    """megatron/core/resharding: the nccl and nvshmem copy services move CUDA tensors; gloo works on both."""
+    """megatron/core/resharding: the nccl, nvshmem and nixl copy services move CUDA tensors; gloo works on both."""
     c = p.config
     if c["transport"] != "gloo" and c["device"] != "cuda":
         yield Violation("", {"transport": c["transport"], "device": c["device"]},
@@ -45,10 +45,10 @@ def _transport(p: RefitPlan) -> Iterator[Violation]:
 @rule("refit-coalesce-transport")
 def _coalesce(p: RefitPlan) -> Iterator[Violation]:
     """payload/refit/coalesce.py packs slices into send/recv messages (torch.distributed isend/irecv): gloo and
-    nccl only; nvshmem has its own copy service."""
+    nccl only; nvshmem and nixl have their own copy services."""
     c = p.config
-    if c.get("coalesce_mib") and c["transport"] == "nvshmem":
-        yield Violation("", {"coalesce_mib": c["coalesce_mib"], "transport": "nvshmem"},
+    if c.get("coalesce_mib") and c["transport"] in ("nvshmem", "nixl"):
+        yield Violation("", {"coalesce_mib": c["coalesce_mib"], "transport": c["transport"]},
                         "coalesced messages apply to the send/recv transports only",
                         "set coalesce_mib = 0 or transport = \"nccl\"")
 

@@ -57,6 +57,10 @@ def test_padded_vocab_is_shared_by_both_sides():
         ({"device": "cpu", "transport": "nccl"}, 1, ["transport='nccl'", "gloo"]),
         ({"src": {"tp": 1, "ep": 1, "world": 2}, "dst": {}}, 4, ["src.world=2", "collocated"]),
         ({"iterations": 0}, 1, ["iterations=0"]),
+        ({"device": "cuda", "transport": "nixl", "coalesce_mib": 64}, 1, ["coalesce_mib=64", "'nixl'"]),
+        ({"device": "cuda", "transport": "nvshmem", "coalesce_mib": 64}, 1, ["coalesce_mib=64", "'nvshmem'"]),
+        ({"device": "cpu", "transport": "nixl"}, 1, ["transport='nixl'", "gloo"]),
+        ({"profile": 1}, 1, ["profile=1", "true or false"]),
     ],
 )
 def test_config_errors_name_field_value_and_fix(kw, world, needles):

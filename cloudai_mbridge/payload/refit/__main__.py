@@ -11,7 +11,7 @@ sides as --src-tp / --dst-ep, the rest as --mode, --transport, --timeout-s ...):
              "num_experts": int, "moe_router_topk": int, "moe_shared_expert_intermediate_size": int|null,
              "vocab_size": int, "seq_length": int},
    "src": {"tp": 1, "pp": 1, "ep": 1, "etp": 1}, "dst": {...same},
-   "mode": "collocated"|"non-collocated", "transport": "gloo"|"nccl"|"nvshmem",
+   "mode": "collocated"|"non-collocated", "transport": "gloo"|"nccl"|"nvshmem"|"nixl",
    "warmup": int>=1, "iterations": int>=1, "seed": int, "verify": true, "timeout_s": int, "device": "cpu"|"cuda"}
 Optional keys (defaults in brackets):
   src/dst "etp" [= tp, Megatron's default], src/dst "world" [see layout], "dtype": "bf16"|"fp16"|"fp32" [bf16],

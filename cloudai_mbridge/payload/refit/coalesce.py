@@ -79,14 +79,14 @@ class CoalescingCopyService:
         self.recvs: list[_Op] = []
         self.stats = {"rounds": 0, "messages": 0, "bytes": 0}
 
-    def submit_send(self, src_tensor, dest_rank: int) -> None:
-        self.sends.append(_Op(None, src_tensor, dest_rank, len(self.sends)))
+    def submit_send(self, src_tensor, dest_rank: int, task_id: int | None = None) -> None:
+        self.sends.append(_Op(task_id, src_tensor, dest_rank, len(self.sends)))
 
     def submit_send_with_id(self, task_id: int, src_tensor, dest_rank: int) -> None:
         self.sends.append(_Op(task_id, src_tensor, dest_rank, len(self.sends)))
 
-    def submit_recv(self, dest_tensor, src_rank: int) -> None:
-        self.recvs.append(_Op(None, dest_tensor, src_rank, len(self.recvs)))
+    def submit_recv(self, dest_tensor, src_rank: int, task_id: int | None = None) -> None:
+        self.recvs.append(_Op(task_id, dest_tensor, src_rank, len(self.recvs)))
 
     def submit_recv_with_id(self, task_id: int, dest_tensor, src_rank: int) -> None:
         self.recvs.append(_Op(task_id, dest_tensor, src_rank, len(self.recvs)))

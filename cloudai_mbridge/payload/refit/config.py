@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODES = ("collocated", "non-collocated")
-TRANSPORTS = ("gloo", "nccl", "nvshmem")
+TRANSPORTS = ("gloo", "nccl", "nvshmem", "nixl")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("bf16", "fp16", "fp32")
 # Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times TP; both sides must end
@@ -83,6 +83,9 @@ class RefitConfig:
     # > 0: megatron-core's plan carried by payload/refit/coalesce.py, slices packed into messages of at most this
     # many MiB per peer (gloo or nccl); 0: megatron-core's own copy service for `transport`, one message per slice.
     coalesce_mib: int = 0
+    # true: time the phases of every timed refit (submit vs run of the copy service; for coalesce_mib > 0 also
+    # local/pack/comm/unpack, with CUDA syncs between them) and print REFIT_PHASES on rank 0.
+    profile: bool = False
     # Set by the generator (a fresh id per generated job): printed back in REFIT_CONFIG and on every rank, so a
     # report can tell this run's logs from logs copied in from another run.
     run_id: str | None = None
@@ -259,10 +262,10 @@ def validate(cfg: RefitConfig) -> None:
     if cfg.run_id is not None and not (isinstance(cfg.run_id, str) and cfg.run_id.isascii() and cfg.run_id.isalnum()
                                        and len(cfg.run_id) <= 64):
         raise ConfigError(f"run_id={cfg.run_id!r}: must be letters and digits (at most 64); the generator writes one")
-    if cfg.coalesce_mib and cfg.transport == "nvshmem":
-        raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport='nvshmem': packing applies to the "
+    if cfg.coalesce_mib and cfg.transport in ("nvshmem", "nixl"):
+        raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport={cfg.transport!r}: packing applies to the "
                           "send/recv transports only; set coalesce_mib to 0 or transport to 'nccl'")
-    for name in ("verify", "_corrupt_after_refit", "_stale_copy_service", "_no_adapter"):
+    for name in ("verify", "profile", "_corrupt_after_refit", "_stale_copy_service", "_no_adapter"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r}: must be true or false")
     if cfg.device == "cpu" and cfg.transport != "gloo":

@@ -17,7 +17,7 @@ from ..fields import Bool, NonNegInt, Parallel, PosInt, Seed, check_expected_rej
 
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
-Transport = Literal["gloo", "nccl", "nvshmem"]
+Transport = Literal["gloo", "nccl", "nvshmem", "nixl"]
 
 
 def new_run_id() -> str:
