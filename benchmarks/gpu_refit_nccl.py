@@ -56,21 +56,53 @@ KIMI_SHAPE = {
 PAIRS = {
     "tp2-ep2": ({"tp": 2, "pp": 1, "ep": 1}, {"tp": 1, "pp": 1, "ep": 2}),
     "tp1ep2-tp2ep1": ({"tp": 1, "pp": 1, "ep": 2}, {"tp": 2, "pp": 1, "ep": 1}),
+    # 4 GPUs (--world 4)
+    "tp4-ep4": ({"tp": 4, "pp": 1, "ep": 1}, {"tp": 1, "pp": 1, "ep": 4}),
+    "tp2ep2-tp4": ({"tp": 2, "pp": 1, "ep": 2}, {"tp": 4, "pp": 1, "ep": 1}),
 }
+TRANSPORTS = ("gloo", "nccl", "nvshmem", "nixl")
 EXCHANGE_SIZES_MIB = (16, 64, 256, 1024, 4096)
 BATCHED_OP_MIB = (4, 16, 64, 256)  # each batched test moves the largest exchange size as K ops of this size
 
 
-def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib: int = 0) -> dict:
+def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib: int = 0,
+                 transport: str = "nccl") -> dict:
     src, dst = PAIRS[pair]
-    return {
+    cfg = {
         "coalesce_mib": coalesce_mib,
         "workload": "refit",
         "model": {"name": f"kimi-k2-shaped-{layers}layer", "num_layers": layers, **KIMI_SHAPE},
-        "src": src, "dst": dst, "mode": "collocated", "transport": "nccl", "warmup": args.warmup,
+        "src": src, "dst": dst, "mode": "collocated", "transport": transport, "warmup": args.warmup,
         "iterations": args.iterations, "seed": 0, "verify": True, "timeout_s": args.refit_timeout_s,
         "device": "cuda",
     }
+    if getattr(args, "profile", False):
+        cfg["profile"] = True
+    return cfg
+
+
+def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """(pair, transport, coalesce_mib) per refit run: coalescing is combined with nccl only."""
+    return [(pair, t, c) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
+            if c == 0 or t == "nccl"]
+
+
+def run_name(pair: str, layers: int, transport: str, coalesce_mib: int) -> str:
+    """nccl runs keep their old names (refit_<pair>_<n>l[_c<mib>]); other transports add _<transport>."""
+    return (f"refit_{pair}_{layers}l" + ("" if transport == "nccl" else f"_{transport}")
+            + (f"_c{coalesce_mib}" if coalesce_mib else ""))
+
+
+def first_error_line(row: dict, tail: str) -> str | None:
+    """The payload's REFIT_ERROR message, else the last exception-looking line of the ranks' output."""
+    err = row.get("error")
+    if isinstance(err, dict) and err.get("message"):
+        return f"phase={err.get('phase')} rank={err.get('rank')} {err['message']}"
+    lines = [ln.strip() for ln in tail.splitlines()]
+    for ln in reversed(lines):
+        if ln.startswith("REFIT_ERROR") or ("Error" in ln and ":" in ln) or "Exception" in ln or "Killed" in ln:
+            return ln[:400]
+    return next((ln[:400] for ln in reversed(lines) if ln and not ln.startswith("---")), None)
 
 
 # --- P2P ceiling ---------------------------------------------------------------------------------------------------
@@ -194,19 +226,21 @@ def write_run_folder(folder: Path, cfg: dict, run) -> None:
         (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
 
 
-def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coalesce_mib: int = 0) -> dict:
+def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coalesce_mib: int = 0,
+              transport: str = "nccl") -> dict:
     from cloudai_mbridge.metrics import parse_refit_run
     from cloudai_mbridge.payload.refit.local import launch
 
-    cfg = refit_config(pair, layers, args, coalesce_mib)
-    name = f"refit_{pair}_{layers}l" + (f"_c{coalesce_mib}" if coalesce_mib else "")
+    cfg = refit_config(pair, layers, args, coalesce_mib, transport)
+    name = run_name(pair, layers, transport, coalesce_mib)
     start = time.perf_counter()
     run = launch(cfg, args.world, timeout=args.refit_timeout_s + 60, env={"PYTHONUNBUFFERED": "1"}, cwd=ROOT)
     wall = time.perf_counter() - start
     folder = out / "runs" / name
     write_run_folder(folder, cfg, run)
     m = parse_refit_run(folder)
-    row = {"name": name, "pair": pair, "layers": layers, "coalesce_mib": coalesce_mib, "src": cfg["src"],
+    row = {"name": name, "pair": pair, "layers": layers, "transport": transport, "coalesce_mib": coalesce_mib,
+           "src": cfg["src"],
            "dst": cfg["dst"],
            "returncodes": run.returncodes, "wall_s": wall, "status": m.status, "problems": list(m.problems),
            "verify": m.verify.status if m.verify else None,
@@ -217,9 +251,13 @@ def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coale
     result = m.result or {}
     row.update(model_bytes=result.get("model_bytes"), held_bytes=result.get("held_bytes"),
                logits=(result.get("verify") or {}).get("logits"), versions=result.get("versions"),
-               error=run.parsed.get("refit_error"))
+               error=run.parsed.get("refit_error"), phases=getattr(m, "phases", None))
+    if row["times_ms"]:
+        first, last = row["times_ms"][0], row["times_ms"][-1]
+        row.update(first_ms=first, last_ms=last, drift_pct=(last - first) / first * 100 if first else None)
     if not m.ok:
         row["tail"] = run.describe()[-4000:]
+        row["first_error"] = first_error_line(row, run.describe())
     return row
 
 
@@ -245,19 +283,24 @@ def derive(row: dict, world: int, ceiling: dict | None, batched: list[dict]) -> 
 
 
 def print_refit(rows: list[dict]) -> None:
-    print("\nRefit over NCCL (collocated, Kimi-K2-shaped layers, bf16); times = slowest rank, 5 timed iterations")
-    print(f"{'run':>24} {'verify':>6} {'model GB':>9} {'remote GB':>9} {'local GB':>9} {'median_ms':>10} "
+    print("\nRefit (collocated, Kimi-K2-shaped layers, bf16); times = slowest rank per timed iteration")
+    print(f"{'run':>32} {'verify':>6} {'model GB':>9} {'remote GB':>9} {'local GB':>9} {'median_ms':>10} "
           f"{'min..max ms':>16} {'payload GB/s':>12} {'remote GB/s/GPU':>15} {'% p2p':>6} {'% batched':>9}")
     for r in rows:
         if r.get("median_ms") is None:
-            print(f"{r['name']:>24} {r.get('verify')!s:>6} status={r['status']} rc={r['returncodes']} "
-                  f"error={r.get('error')}")
+            print(f"{r['name']:>32} {r.get('verify')!s:>6} status={r['status']} rc={r['returncodes']} "
+                  f"error={r.get('first_error') or r.get('error')}")
             continue
-        print(f"{r['name']:>24} {r['verify']:>6} {(r['model_bytes'] or 0) / 1e9:>9.2f} {r['bytes_remote'] / 1e9:>9.2f} "
+        print(f"{r['name']:>32} {r['verify']:>6} {(r['model_bytes'] or 0) / 1e9:>9.2f} {r['bytes_remote'] / 1e9:>9.2f} "
               f"{r['bytes_local'] / 1e9:>9.2f} {r['median_ms']:>10.2f} "
               f"{r['min_ms']:>7.2f}..{r['max_ms']:<8.2f} {r['payload_bandwidth_gbps']:>12.1f} "
               f"{r.get('remote_gbps_per_gpu', float('nan')):>15.1f} {r.get('pct_of_p2p', float('nan')):>6.1f} "
               f"{r.get('pct_of_batched', float('nan')):>9.1f}", flush=True)
+        if r.get("times_ms"):
+            print(f"{'':>32} iterations ms: first {r['first_ms']:.2f} last {r['last_ms']:.2f} drift "
+                  f"{r['drift_pct']:+.1f} % all {[round(t, 2) for t in r['times_ms']]}")
+        if r.get("phases"):
+            print(f"{'':>32} phases (median ms): " + " ".join(f"{k}={v:.2f}" for k, v in r["phases"].items()))
 
 
 # --- provenance ----------------------------------------------------------------------------------------------------
@@ -273,6 +316,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--p2p-warmup", type=int, default=3)
     parser.add_argument("--p2p-reps", type=int, default=10)
     parser.add_argument("--skip-p2p", action="store_true")
+    parser.add_argument("--transports", nargs="+", default=["nccl"], choices=TRANSPORTS,
+                        help="refit_method per run; coalesce sizes > 0 run with nccl only")
+    parser.add_argument("--profile", action="store_true",
+                        help="payload profile=true: REFIT_PHASES (submit/run; coalesce: local/pack/comm/unpack)")
     parser.add_argument("--coalesce-mib", type=int, nargs="+", default=[0],
                         help="refit payload coalesce_mib values to run per pair (0: megatron-core's NCCL service)")
     parser.add_argument("--p2p-sizes-mib", type=int, nargs="+", default=list(EXCHANGE_SIZES_MIB))
@@ -293,9 +340,16 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --world must be >= 2 (refit and p2p need two GPUs)", file=sys.stderr)
         return 2
     if args.dry_run:
-        for pair in args.pairs:
-            for c in args.coalesce_mib:
-                print(f"refit {pair}: {json.dumps(refit_config(pair, args.layers, args, c), sort_keys=True)}")
+        from cloudai_mbridge.payload.refit.config import ConfigError, derive_layouts, from_dict
+
+        for pair, transport, c in refit_runs(args):
+            cfg = refit_config(pair, args.layers, args, c, transport)
+            try:
+                derive_layouts(from_dict(cfg), args.world)
+                check = "layout ok"
+            except ConfigError as exc:
+                check = f"LAYOUT REFUSED: {exc}"
+            print(f"refit {run_name(pair, args.layers, transport, c)} ({check}): {json.dumps(cfg, sort_keys=True)}")
         print(f"p2p plan: {json.dumps(p2p_plan(args.world, args.p2p_sizes_mib, args.p2p_batched_op_mib))}")
         return 0
     problem = None if args.p2p_device == "cpu" and args.p2p_only else gpu_problem(args.world)
@@ -329,18 +383,25 @@ def main(argv: list[str] | None = None) -> int:
     total = max((r["bytes"] for r in p2p), default=0)
     batched = [r for r in p2p if r["mode"] == "exchange" and r["bytes"] == total]
 
-    runs = [] if args.p2p_only else [(pair, c) for pair in args.pairs for c in args.coalesce_mib]
-    for pair, coalesce in runs:
-        row = run_refit(pair, args.layers, args, args.out, coalesce)
+    runs = [] if args.p2p_only else refit_runs(args)
+    for pair, transport, coalesce in runs:
+        try:
+            row = run_refit(pair, args.layers, args, args.out, coalesce, transport)
+        except Exception as exc:  # one transport's failure must not stop the others
+            row = {"name": run_name(pair, args.layers, transport, coalesce), "pair": pair, "layers": args.layers,
+                   "transport": transport, "coalesce_mib": coalesce, "status": "harness-error", "returncodes": [],
+                   "verify": None, "median_ms": None, "wall_s": 0.0, "error": f"{type(exc).__name__}: {exc}",
+                   "first_error": f"{type(exc).__name__}: {exc}"}
         if row["status"] != "ok" and args.layers > 1 and not args.no_fallback:
             print(f"{row['name']}: status {row['status']} rc {row['returncodes']} error {row.get('error')}; "
                   "retrying with 1 layer", flush=True)
             result["refit"].append(row)
-            row = run_refit(pair, 1, args, args.out, coalesce)
+            row = run_refit(pair, 1, args, args.out, coalesce, transport)
         derive(row, args.world, ceiling, batched)
         result["refit"].append(row)
         print(f"[{row['name']}] status={row['status']} verify={row['verify']} median_ms={row['median_ms']} "
-              f"wall_s={row['wall_s']:.1f}", flush=True)
+              f"wall_s={row['wall_s']:.1f}" + (f" error={row.get('first_error')}" if row['status'] != "ok" else ""),
+              flush=True)
         (args.out / "gpu_refit_nccl.json").write_text(json.dumps(result, indent=1, sort_keys=True))
 
     if p2p:
@@ -359,20 +420,27 @@ def main(argv: list[str] | None = None) -> int:
     for r in result["refit"]:
         tag = f"{r['pair'].replace('-', '_to_')}_{r['layers']}l" + (
             f"_coalesce{r['coalesce_mib']}mib" if r.get("coalesce_mib") else "")
+        prefix = f"refit_{r.get('transport', 'nccl')}_{tag}"
         if r.get("median_ms") is None:
             failed = True
-            print(f"RESULT refit_nccl_{tag}_status={r['status']}")
+            print(f"RESULT {prefix}_status={r['status']}")
             continue
-        print(f"RESULT refit_nccl_{tag}_median_ms={r['median_ms']:.2f} ms")
-        print(f"RESULT refit_nccl_{tag}_spread_ms={r['max_ms'] - r['min_ms']:.2f} ms")
-        print(f"RESULT refit_nccl_{tag}_payload_bandwidth={r['payload_bandwidth_gbps']:.1f} GB/s")
-        print(f"RESULT refit_nccl_{tag}_remote_per_gpu={r.get('remote_gbps_per_gpu', float('nan')):.1f} GB/s")
-        print(f"RESULT refit_nccl_{tag}_moved_per_gpu={r.get('moved_gbps_per_gpu', float('nan')):.1f} GB/s")
+        if r.get("drift_pct") is not None:
+            print(f"RESULT {prefix}_first_iter_ms={r['first_ms']:.2f} ms")
+            print(f"RESULT {prefix}_last_iter_ms={r['last_ms']:.2f} ms")
+            print(f"RESULT {prefix}_drift_pct={r['drift_pct']:.1f} %")
+        for k, v in (r.get("phases") or {}).items():
+            print(f"RESULT {prefix}_phase_{k}={v:.2f} ms")
+        print(f"RESULT {prefix}_median_ms={r['median_ms']:.2f} ms")
+        print(f"RESULT {prefix}_spread_ms={r['max_ms'] - r['min_ms']:.2f} ms")
+        print(f"RESULT {prefix}_payload_bandwidth={r['payload_bandwidth_gbps']:.1f} GB/s")
+        print(f"RESULT {prefix}_remote_per_gpu={r.get('remote_gbps_per_gpu', float('nan')):.1f} GB/s")
+        print(f"RESULT {prefix}_moved_per_gpu={r.get('moved_gbps_per_gpu', float('nan')):.1f} GB/s")
         if "pct_of_p2p" in r:
-            print(f"RESULT refit_nccl_{tag}_pct_of_p2p={r['pct_of_p2p']:.1f} %")
+            print(f"RESULT {prefix}_pct_of_p2p={r['pct_of_p2p']:.1f} %")
         if "pct_of_batched" in r:
-            print(f"RESULT refit_nccl_{tag}_pct_of_batched_p2p={r['pct_of_batched']:.1f} %")
-        print(f"RESULT refit_nccl_{tag}_verify={r['verify']}")
+            print(f"RESULT {prefix}_pct_of_batched_p2p={r['pct_of_batched']:.1f} %")
+        print(f"RESULT {prefix}_verify={r['verify']}")
         failed |= r["verify"] != "pass"
     (args.out / "gpu_refit_nccl.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return 1 if failed else 0

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,9 +94,10 @@ def launch(
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=rank_env, cwd=cwd,
             ))
         outputs = []
+        deadline = time.monotonic() + timeout  # one deadline for all ranks: a hung rank cannot wait N timeouts
         for proc in procs:
             try:
-                outputs.append(proc.communicate(timeout=timeout))
+                outputs.append(proc.communicate(timeout=max(0.1, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 for other in procs:
                     other.kill()
