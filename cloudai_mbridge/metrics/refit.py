@@ -75,6 +75,8 @@ _BANDWIDTH_RE = re.compile(rf"Effective bandwidth:\s+(?P<gbps>{_FLOAT}) GB/s")
 _RESULT_RE = re.compile(r"REFIT_RESULT\s+(?P<json>\{.*\})\s*$")
 _CONFIG_RE = re.compile(r"REFIT_CONFIG\s+(?P<json>\{.*\})\s*$")
 _RANK_RE = re.compile(r"REFIT_RANK\s+rank=(?P<rank>\d{1,9})\s+run_id=(?P<run_id>\S+)\s+config_digest=(?P<digest>\S+)")
+# "profile": true runs: medians (ms, rank 0) of the phases of a refit (payload/refit/phases.py)
+_PHASES_RE = re.compile(r"REFIT_PHASES((?:\s+[a-z]+_ms=[0-9.]+)+)\s*$")
 _TENSOR_RE = re.compile(r"REFIT_TENSOR\s+result=(?P<result>ok|mismatch)\s+name=(?P<name>\S+)\s*$")
 _DAMAGE = ("\ufffd", "\x00")  # what undecodable bytes (or NULs) leave in a decoded line
 
@@ -133,6 +135,8 @@ class RefitRunMetrics:
     time_errors: tuple[str, ...] = ()
     recorded: Mapping[str, Any] | None = None  # the REFIT_CONFIG header: what ran
     invalid_reasons: tuple[str, ...] = ()  # why no number of this run may be used (foreign logs, edits, damage)
+    # REFIT_PHASES (config "profile": true): phase name (submit, run, rest, local, pack, comm, unpack) -> median ms
+    phases: Mapping[str, float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -225,7 +229,7 @@ def parse_refit_run(
     printed: dict[str, float] = {}
     printed_text: dict[str, str] = {}
     tensors: dict[str, str] = {}
-    bandwidth = stats_match = verify = result = recorded = None
+    bandwidth = stats_match = verify = result = recorded = phases = None
     for line in lines:
         if not line.terminated:
             continue
@@ -261,6 +265,8 @@ def parse_refit_run(
             if not (math.isfinite(bandwidth) and bandwidth >= 0.0):
                 bandwidth = None
         stats_match = _STATS_RE.search(text) or stats_match
+        if m := _PHASES_RE.search(text):
+            phases = {k[:-3]: float(v) for k, _, v in (kv.partition("=") for kv in m.group(1).split())}
         if m := _VERIFY_RE.search(text):
             verify = RefitVerify(
                 m.group("status"), int(m.group("params")), int(m.group("mismatched")), (m.group("detail") or "").strip()
@@ -365,6 +371,7 @@ def parse_refit_run(
         time_errors=tuple(time_errors),
         recorded=recorded,
         invalid_reasons=tuple(invalid),
+        phases=phases,
     )
 
 

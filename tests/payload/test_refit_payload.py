@@ -203,3 +203,28 @@ def test_the_same_layout_with_the_real_coalescing_service_sends_every_new_versio
     verdict = result.parsed["refit_verify"]
     assert verdict["status"] == "pass" and "each-refit" in verdict["detail"], verdict
     assert "stale" not in verdict["detail"]
+
+
+@pytest.mark.parametrize("coalesce_mib", [0, 1], ids=["gloo-service", "coalescing"])
+def test_profile_prints_phases_that_the_parser_reads_and_stays_bit_exact(tmp_path, coalesce_mib):
+    import json
+
+    from cloudai_mbridge.metrics import parse_refit_run
+
+    cfg = config({"tp": 2, "ep": 2, "etp": 1}, {"tp": 1, "ep": 4}, profile=True, coalesce_mib=coalesce_mib,
+                 dump_shards=str(tmp_path / "shards"))
+    result = run(cfg)
+    final = assert_verified(result, tmp_path / "shards")
+    assert final["config"]["profile"] is True
+    (line,) = [x for x in result.out.splitlines() if x.startswith("REFIT_PHASES ")]
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    (folder / "mbridge_config.json").write_text(json.dumps(cfg))
+    for rank, (out, err) in enumerate(zip(result.stdout, result.stderr, strict=True)):
+        (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
+    phases = parse_refit_run(folder).phases
+    expected = {"submit", "run", "rest"} | ({"local", "pack", "comm", "unpack"} if coalesce_mib else set())
+    assert phases is not None and set(phases) == expected, line
+    assert all(v >= 0 for v in phases.values()) and phases["run"] > 0
+    if coalesce_mib:  # the split covers run() (the clock reads in between are all that is left out)
+        assert sum(phases[k] for k in ("local", "pack", "comm", "unpack")) <= phases["run"] * 1.01 + 0.5

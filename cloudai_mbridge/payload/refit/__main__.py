@@ -16,6 +16,7 @@ sides as --src-tp / --dst-ep, the rest as --mode, --transport, --timeout-s ...):
 Optional keys (defaults in brackets):
   src/dst "etp" [= tp, Megatron's default], src/dst "world" [see layout], "dtype": "bf16"|"fp16"|"fp32" [bf16],
   "verify_gather_max_bytes" [1 GiB], "dump_shards": dir [none; each rank writes rank<r>.pt with its shards],
+  "profile" [false; REFIT_PHASES, see phases.py],
   "_corrupt_after_refit" [false; testing], "_no_adapter" [false; testing: unpatched megatron-core].
   "seed" only seeds Megatron's CUDA RNG tracker (GPU builds need one; nothing random is drawn): the weights come
   from crc32(global parameter name), so every run of a model moves and checks the same values.
@@ -49,6 +50,8 @@ Output (stdout, rank 0, flushed):
   then, only when verification passed, one line per timed iteration:
   REFIT_ITER iter=<i> time_ms=<float>
   REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> per refit on rank 0     (before them, coalesce_mib > 0)
+  REFIT_PHASES submit_ms=.. run_ms=.. rest_ms=.. [local_ms=.. pack_ms=.. comm_ms=.. unpack_ms=..]   ("profile":
+      true) medians over the timed refits on rank 0: see phases.py
   REFIT_PROFILE wall_ms=.. nccl_ms=.. copy_ms=.. other_ms=.. kernels=..          (MBRIDGE_REFIT_PROFILE=1, _profile)
   REFIT_STATS bytes_remote=<int> bytes_local=<int> send_ops=<int> recv_ops=<int>
       counted from the cached reshard plan, summed over ranks; bytes on the receiving side (a "local" op is a
@@ -225,6 +228,15 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         from .coalesce import make_service
 
         method = make_service(max(cfg.coalesce_mib, 1) << 20, stale=cfg._stale_copy_service)
+    service = method
+    recorder = None
+    if cfg.profile:
+        import torch
+
+        from .phases import PhaseRecorder, profiled
+
+        recorder = PhaseRecorder(torch.cuda.synchronize if cfg.device == "cuda" else None)
+        method = profiled(method, recorder)
     version = 0
 
     def once() -> float:
@@ -235,9 +247,14 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         _sync(cfg)
         dist.barrier()
         start = time.perf_counter()
+        if recorder is not None:
+            recorder.begin(start)
         swap_model_weights(src_model, dst_model, refit_method=method)
         _sync(cfg)
-        return time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        if recorder is not None:
+            recorder.end(elapsed)
+        return elapsed
 
     _state["phase"] = "plan"
     for i in range(cfg.warmup):
@@ -245,10 +262,12 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         _state["phase"] = "warmup"
         print(f"[refit] warm-up {i + 1}/{cfg.warmup} done", file=sys.stderr, flush=True)
     if cfg.coalesce_mib:
-        stats = method.stats
+        stats = service.stats
         _emit(f"REFIT_COALESCE bucket_mib={cfg.coalesce_mib} rounds={stats['rounds'] // cfg.warmup} "
               f"messages={stats['messages'] // cfg.warmup} per refit on rank 0")
     _state["phase"] = "timed"
+    if recorder is not None:
+        recorder.records.clear()
     times_ms, nan_iters, stale_iters = [], [], []
     for i in range(cfg.iterations):
         elapsed = once()
@@ -259,6 +278,8 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
             nan_iters.append(i)
         elif wrong_any:
             stale_iters.append(i)
+    if recorder is not None and (line := recorder.line()):
+        _emit(line)
     if os.environ.get(PROFILE_ENV) == "1":
         _state["phase"] = "profile"
         _profile(once, cuda=cfg.device == "cuda")

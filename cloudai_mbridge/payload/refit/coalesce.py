@@ -78,6 +78,10 @@ class CoalescingCopyService:
         self.sends: list[_Op] = []
         self.recvs: list[_Op] = []
         self.stats = {"rounds": 0, "messages": 0, "bytes": 0}
+        # Profiling (payload/refit/phases.py sets both): ms per phase of run(), with `phase_sync` (a CUDA sync)
+        # before every clock read so the time lands in the phase that queued the work. None: no clock, no sync.
+        self.phase_ms: dict[str, float] | None = None
+        self.phase_sync = None
 
     def submit_send(self, src_tensor, dest_rank: int, task_id: int | None = None) -> None:
         self.sends.append(_Op(task_id, src_tensor, dest_rank, len(self.sends)))
@@ -96,7 +100,9 @@ class CoalescingCopyService:
 
         try:
             with torch.no_grad():
+                t = self._clock()
                 self._local_copies()
+                self._lap("local", t)
                 self._remote()
         finally:
             self.sends.clear()
@@ -135,6 +141,7 @@ class CoalescingCopyService:
         send_plan, recv_plan = self._bucketed(sends), self._bucketed(recvs)
         rounds = max([len(b) for b in (*send_plan.values(), *recv_plan.values())], default=0)
         for r in range(rounds):
+            t = self._clock()
             p2p, unpack = [], []
             for peer, plan in send_plan.items():
                 if r < len(plan):
@@ -147,13 +154,33 @@ class CoalescingCopyService:
                                       device=targets[0].device)
                     p2p.append(dist.P2POp(dist.irecv, buf, peer, group=self.group))
                     unpack.append((buf, targets))
+            t = self._lap("pack", t)
             for req in dist.batch_isend_irecv(p2p):
                 req.wait()
+            t = self._lap("comm", t)
             for buf, targets in unpack:
                 self._unpack(buf, targets)
+            self._lap("unpack", t)
             self.stats["rounds"] += 1
             self.stats["messages"] += len(p2p)
             self.stats["bytes"] += sum(op.tensor.numel() for op in p2p)
+
+    def _clock(self) -> float:
+        import time
+
+        if self.phase_ms is None:
+            return 0.0
+        if self.phase_sync is not None:
+            self.phase_sync()
+        return time.perf_counter()
+
+    def _lap(self, phase: str, since: float) -> float:
+        """Add the time since `since` to `phase` (profiling on) and return the new start."""
+        if self.phase_ms is None:
+            return 0.0
+        now = self._clock()
+        self.phase_ms[phase] = self.phase_ms.get(phase, 0.0) + (now - since) * 1e3
+        return now
 
     @staticmethod
     def _pack(tensors: list) -> object:
