@@ -94,14 +94,14 @@ def run_name(pair: str, layers: int, transport: str, coalesce_mib: int) -> str:
 
 
 def first_error_line(row: dict, tail: str) -> str | None:
-    """The payload's REFIT_ERROR message, else the last exception-looking line of the ranks' output."""
-    err = row.get("error")
-    if isinstance(err, dict) and err.get("message"):
-        return f"phase={err.get('phase')} rank={err.get('rank')} {err['message']}"
+    """The payload's first REFIT_ERROR line (whole), else the last exception-looking line of the ranks' output."""
     lines = [ln.strip() for ln in tail.splitlines()]
+    for ln in lines:
+        if ln.startswith("REFIT_ERROR"):
+            return ln[:600]
     for ln in reversed(lines):
-        if ln.startswith("REFIT_ERROR") or ("Error" in ln and ":" in ln) or "Exception" in ln or "Killed" in ln:
-            return ln[:400]
+        if ("Error" in ln and ":" in ln) or "Exception" in ln or "Killed" in ln:
+            return ln[:600]
     return next((ln[:400] for ln in reversed(lines) if ln and not ln.startswith("---")), None)
 
 
