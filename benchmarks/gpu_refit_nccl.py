@@ -221,7 +221,10 @@ def _size(n: int) -> str:
 # --- refit ---------------------------------------------------------------------------------------------------------
 def write_run_folder(folder: Path, cfg: dict, run) -> None:
     (folder / "logs").mkdir(parents=True, exist_ok=True)
-    (folder / "mbridge_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    from cloudai_mbridge.payload.refit.local import config_text
+
+    # the bytes the ranks read (their logged digest must match the folder's config, or the run reads as edited)
+    (folder / "mbridge_config.json").write_text(config_text(cfg))
     for rank, (out, err) in enumerate(zip(run.stdout, run.stderr, strict=True)):
         (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
 

@@ -98,3 +98,21 @@ def test_bad_world_size_exits_with_a_message_naming_the_field(tmp_path):
     assert error["phase"] == "config"
     assert "src.tp*src.pp" in proc.stdout and "WORLD_SIZE=3" in proc.stdout
     assert "REFIT_RESULT" not in proc.stdout
+
+
+def test_nvshmem_gets_the_cta_limit_megatron_core_insists_on():
+    """Without NVSHMEM_MAX_CTAS=2 Megatron-Core's NVSHMEM service stops at planning ("NVSHMEM_MAX_CTAS must be set to
+    '2'", 4 x H100, 2026-11-28); the payload sets it, leaves a user's own value alone, and touches nothing for the
+    other transports."""
+    from cloudai_mbridge.payload.refit.__main__ import transport_env
+
+    env: dict[str, str] = {}
+    transport_env("nvshmem", env)
+    assert env == {"NVSHMEM_MAX_CTAS": "2"}
+    mine = {"NVSHMEM_MAX_CTAS": "4"}
+    transport_env("nvshmem", mine)
+    assert mine == {"NVSHMEM_MAX_CTAS": "4"}
+    for other in ("nccl", "gloo", "nixl"):
+        env = {}
+        transport_env(other, env)
+        assert env == {}

@@ -228,3 +228,29 @@ def test_profile_prints_phases_that_the_parser_reads_and_stays_bit_exact(tmp_pat
     assert all(v >= 0 for v in phases.values()) and phases["run"] > 0
     if coalesce_mib:  # the split covers run() (the clock reads in between are all that is left out)
         assert sum(phases[k] for k in ("local", "pack", "comm", "unpack")) <= phases["run"] * 1.01 + 0.5
+
+
+def test_a_benchmark_run_folder_reads_back_as_the_run_that_happened(tmp_path):
+    """benchmarks/gpu_refit_nccl.py keeps each run as a folder (config + rank logs). On 4 x H100 (2026-11-28) every
+    such folder read back as `config_changed`: the script wrote the config pretty-printed after the run, the ranks had
+    read it compact, and the digests differed. The folder must hold the bytes the ranks read."""
+    import importlib.util
+    import sys
+
+    from cloudai_mbridge.metrics import parse_refit_run
+
+    bench = Path(__file__).resolve().parents[2] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_refit_nccl_under_test", bench / "gpu_refit_nccl.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(bench))
+    cfg = config({"tp": 2}, {"tp": 1})
+    result = run(cfg)
+    folder = tmp_path / "runs" / "refit"
+    module.write_run_folder(folder, cfg, result)
+    metrics = parse_refit_run(folder)
+    assert metrics.status == "ok", metrics.problems
+    assert metrics.verify is not None and metrics.verify.status == "pass"

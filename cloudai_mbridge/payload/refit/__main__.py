@@ -431,6 +431,7 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv, digest: str | None = None) -> i
     _emit(rank_line(env.rank, cfg, digest), all_ranks=True)
 
     _state["phase"] = "init"
+    transport_env(cfg.transport, os.environ)
     if cfg.device == "cuda":
         torch.cuda.set_device(env.local_rank)
     dist.init_process_group("nccl" if cfg.device == "cuda" else "gloo", rank=env.rank, world_size=env.world_size,
@@ -476,6 +477,15 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv, digest: str | None = None) -> i
     dist.barrier()
     dist.destroy_process_group()
     return EXIT_VERIFY if verdict["status"] == "fail" else 0
+
+
+def transport_env(transport: str, environ) -> None:
+    """What a transport needs in the environment before it starts. Megatron-Core's NVSHMEM copy service refuses to
+    start unless NVSHMEM_MAX_CTAS is exactly "2" (its initialisation can hang with more CTAs:
+    resharding/nvshmem_copy_service/core/gpu_resource_manager.py); seen on 4 x H100, 2026-11-28. A value the user set
+    is left alone, so their choice and Megatron's error about it stay visible."""
+    if transport == "nvshmem":
+        environ.setdefault("NVSHMEM_MAX_CTAS", "2")
 
 
 def main(argv: list[str] | None = None) -> int:

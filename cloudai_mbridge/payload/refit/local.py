@@ -65,6 +65,12 @@ def parse(stdout: str) -> dict:
     return parsed
 
 
+def config_text(config: dict) -> str:
+    """The exact text `launch` hands the ranks. A run folder that keeps the config must write this text: the payload
+    logs the sha256 of the file it read, and the metrics call any other bytes an edit after the run."""
+    return json.dumps(config)
+
+
 def launch(
     config: dict,
     world_size: int,
@@ -78,7 +84,7 @@ def launch(
     """Start `world_size` ranks of the payload on this host with torchrun-style variables and wait for all."""
     with tempfile.TemporaryDirectory(prefix="refit-") as tmp:
         cfg_path = Path(tmp) / "refit.json"
-        cfg_path.write_text(json.dumps(config))
+        cfg_path.write_text(config_text(config))
         port = free_port()
         procs = []
         for rank in range(world_size):
