@@ -2,8 +2,14 @@
 # One device command: refit over nccl / nvshmem / nixl / gloo on 4 GPUs (tp4 -> ep4) and nccl on 2 GPUs (tp2 -> ep2),
 # each with coalescing (1024 MiB messages) next to megatron-core's own service, phases profiled (REFIT_PHASES).
 #   usage: bash benchmarks/gpu_refit_run.sh <budget_s>      (run from anywhere; writes under $OUT, default /tmp/gpu_out)
-# Needs the pre-installed stack /tmp/mbridge_stack/bridge-0.6.2/env.sh (megatron-core, torch). Optional carried
-# wheels: .whl/nvshmem/*.whl (nvshmem4py: nvshmem.core) and .whl/nixl/*.whl (nixl._api), installed to /tmp/refit_site.
+# Megatron-Core: the pre-installed stack /tmp/mbridge_stack/bridge-0.6.2/env.sh when it is there, otherwise a carried
+# wheel .whl/mcore/megatron_core-*.whl (2.4 MB: it needs only torch, numpy and packaging, which the host has), which
+# spares the 8 transfers of the Bridge + Transformer Engine stack. Optional carried wheels: .whl/nvshmem/*.whl
+# (nvshmem4py: nvshmem.core) and .whl/nixl/*.whl (nixl._api), installed to /tmp/refit_site. A wheel too large for one
+# transfer comes cut in pieces, .whl/<name>_a/<wheel>.part0, .whl/<name>_b/<wheel>.part1, ... each folder with the
+# same SHA256SUMS (carried in separate calls; the host keeps them between calls): joined and checked here.
+# The two steps' arguments can be replaced: REFIT_W4_ARGS / REFIT_W2_ARGS (gpu_refit_nccl.py options after --out;
+# "skip" skips the step).
 # Every step runs under `timeout` sized from what is left of the budget (and is skipped when too little is left);
 # timeout signals its whole process group, so the payload's ranks die with gpu_refit_nccl.py.
 set -u -o pipefail
@@ -17,14 +23,40 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 log() { echo "[gpu_refit_run $(date -u +%H:%M:%S) t=${SECONDS}s] $*" | tee -a "$LOG"; }
 
 STACK=/tmp/mbridge_stack/bridge-0.6.2/env.sh
-if [ ! -f "$STACK" ]; then
-  log "error: $STACK is missing (the pre-installed megatron-core stack); nothing run"
+wheels=()
+if [ -f "$STACK" ]; then
+  # shellcheck disable=SC1090
+  source "$STACK"
+elif compgen -G ".whl/mcore/megatron_core-*.whl" > /dev/null; then
+  wheels+=(.whl/mcore/megatron_core-*.whl)
+  log "megatron-core from the carried wheel (no Bridge stack on this host)"
+else
+  log "error: neither $STACK (the pre-installed stack) nor .whl/mcore/megatron_core-*.whl (carry it); nothing run"
   exit 2
 fi
-# shellcheck disable=SC1090
-source "$STACK"
 
-wheels=()
+# pieces of a cut wheel: .whl/<name>_<x>/<wheel>.part<N> (+ SHA256SUMS) -> /tmp/refit_joined/<wheel>
+mkdir -p /tmp/refit_joined
+for sums in .whl/*_a/SHA256SUMS; do
+  [ -f "$sums" ] || continue
+  base=${sums%_a/SHA256SUMS}
+  while read -r want name; do
+    parts=$(ls "$base"_*/"$name".part* 2>/dev/null | awk -F'.part' '{print $NF" "$0}' | sort -n | cut -d' ' -f2-)
+    n=$(echo "$parts" | grep -c . || true)
+    # shellcheck disable=SC2086
+    cat $parts > "/tmp/refit_joined/$name" 2>/dev/null
+    got=$(sha256sum "/tmp/refit_joined/$name" | awk '{print $1}')
+    if [ "$got" = "$want" ]; then
+      log "joined $name from $n piece(s)"
+      wheels+=("/tmp/refit_joined/$name")
+    else
+      log "warning: $name: $n piece(s) here, sha256 differs (a piece not carried?); not installed"
+      rm -f "/tmp/refit_joined/$name"
+    fi
+  done < "$sums"
+  for w in "$base"_a/*.whl; do [ -f "$w" ] && wheels+=("$w"); done
+done
+
 for dir in .whl/nvshmem .whl/nixl; do
   if compgen -G "$dir/*.whl" > /dev/null; then
     wheels+=("$dir"/*.whl)
@@ -32,11 +64,11 @@ for dir in .whl/nvshmem .whl/nixl; do
     log "warning: no wheels in $dir (not carried?); that transport will fail if the stack lacks it"
   fi
 done
-if [ ${#wheels[@]} -gt 0 ]; then
-  log "installing ${wheels[*]} into /tmp/refit_site"
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/refit_site \
-    "${wheels[@]}" 2>&1 | tee -a "$LOG" || log "warning: pip install failed (rc=$?); continuing"
-fi
+for w in "${wheels[@]}"; do  # one at a time: a wheel that does not install costs only its own transport
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/refit_site --upgrade "$w" \
+    2>&1 | tee -a "$LOG"
+  [ "${PIPESTATUS[0]}" = 0 ] && log "installed $(basename "$w")" || log "warning: $(basename "$w") did not install"
+done
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/refit_site"
 
 python3 - <<'PY' 2>&1 | tee -a "$LOG"
@@ -69,11 +101,14 @@ step() {
   log "END $name rc=$rc$([ "$rc" = 124 ] && echo ' (timed out)')"
 }
 
-step w4 120 python3 benchmarks/gpu_refit_nccl.py --out "$OUT/w4" --world 4 --layers 1 --pairs tp4-ep4 \
-  --transports nccl nvshmem nixl gloo --coalesce-mib 0 1024 --profile --iterations 8 --warmup 2 \
-  --refit-timeout-s 120 --no-fallback
-step w2 90 python3 benchmarks/gpu_refit_nccl.py --out "$OUT/w2" --world 2 --layers 1 --pairs tp2-ep2 \
-  --transports nccl --coalesce-mib 0 1024 --profile --iterations 8 --warmup 2 --refit-timeout-s 120 --no-fallback
+W4_ARGS=${REFIT_W4_ARGS:-"--world 4 --layers 1 --pairs tp4-ep4 --transports nccl nvshmem nixl gloo --coalesce-mib 0 1024 \
+--profile --iterations 8 --warmup 2 --refit-timeout-s 120 --no-fallback"}
+W2_ARGS=${REFIT_W2_ARGS:-"--world 2 --layers 1 --pairs tp2-ep2 --transports nccl --coalesce-mib 0 1024 --profile \
+--iterations 8 --warmup 2 --refit-timeout-s 120 --no-fallback"}
+# shellcheck disable=SC2086
+[ "$W4_ARGS" = skip ] || step w4 120 python3 benchmarks/gpu_refit_nccl.py --out "$OUT/w4" $W4_ARGS
+# shellcheck disable=SC2086
+[ "$W2_ARGS" = skip ] || step w2 90 python3 benchmarks/gpu_refit_nccl.py --out "$OUT/w2" $W2_ARGS
 
 parts=()
 for d in w4 w2; do
