@@ -311,7 +311,7 @@ def build_grid(args: argparse.Namespace) -> list[Point]:
     """Every (mbs, overlap, arm) point, repeated --starts times. Order: start by start, and inside a start point by
     point with the arms back to back, so that a drift of the host over the campaign falls on every arm alike."""
     points = []
-    for start in range(args.starts):
+    for start in range(args.first_start, args.first_start + args.starts):
         for mbs in args.mbs:
             for overlap in args.overlaps:
                 for arm in args.arms:
@@ -622,6 +622,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--arms", nargs="+", choices=[BASELINE, *FLEX_ARMS],
                         help=f"dispatchers to run (default: {BASELINE} deepep [hybridep]); {BASELINE} is the baseline")
     parser.add_argument("--starts", type=int, default=1, help="process starts per (point, arm), interleaved")
+    parser.add_argument("--first-start", type=int, default=0,
+                        help="number the starts from this one (run folders <point>_<arm>_s<N>): a later window on "
+                             "the SAME host adds starts to an earlier window's cell (put both windows' run folders "
+                             "in one folder for --report; the report refuses a cell whose runs recorded different "
+                             "machines). With it, --arms may leave out the baseline.")
     parser.add_argument("--overlap", choices=("off", "on", "both"), default="both", help="a2a overlap points")
     parser.add_argument("--bridge-version", default="0.6", choices=("0.4", "0.5", "0.6"),
                         help="the Megatron-Bridge release the rules check against (bridge engine)")
@@ -645,9 +650,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--iters {args.iters} leaves no steady-state iteration after --warmup {args.warmup}")
     if args.arms is None:
         args.arms = [BASELINE, "deepep", *(["hybridep"] if args.with_hybridep else [])]
-    elif BASELINE not in args.arms:
-        parser.error(f"--arms must include the baseline {BASELINE}")
-    args.arms = [BASELINE, *[a for a in dict.fromkeys(args.arms) if a != BASELINE]]
+    elif BASELINE not in args.arms and args.first_start == 0:
+        parser.error(f"--arms must include the baseline {BASELINE} (or add starts to an earlier window's cell "
+                     "with --first-start N)")
+    arms = dict.fromkeys(args.arms)
+    args.arms = [*([BASELINE] if BASELINE in arms else []), *[a for a in arms if a != BASELINE]]
+    if args.first_start < 0:
+        parser.error("--first-start must be >= 0")
     args.overlaps = {"off": [False], "on": [True], "both": list(OVERLAPS)}[args.overlap]
     if args.starts < 1:
         parser.error("--starts must be >= 1")

@@ -229,3 +229,63 @@ def test_a_baseline_that_does_not_repeat_itself_proves_no_work(tmp_path):
     row = _report(tmp_path, runs)["ncclep"]
     assert row["verdict"] == "work not proven (baseline not repeatable)"
     assert ab_starts.NOT_REPEATABLE in row["work"]
+
+
+# --- one machine per cell ------------------------------------------------------------------------------------------
+H3_CELL = ROOT / "benchmarks" / "results" / "bridge_ab_4gpu" / "dsv3_mbs1_h3" / "runs"
+
+
+def test_machine_gate():
+    assert ab_starts.same_machine([("a", "gpus-1"), ("b", "gpus-1")]).state == "pass"
+    assert ab_starts.same_machine([("a", None), ("b", None)]).state == "unknown"
+    partly = ab_starts.same_machine([("a", "gpus-1"), ("b", None)])
+    assert partly.state == "unknown" and "not recorded in 1" in partly.detail
+    mixed = ab_starts.same_machine([("a", "gpus-1"), ("b", "gpus-1"), ("c", "gpus-2")])
+    assert mixed.state == "fail" and "c on gpus-2" in mixed.detail
+
+
+def _stamp_machine(run: Path, machine: str) -> None:
+    _edit(run / "logs" / "rank-0.log", r'MBRIDGE_VERSIONS \{', f'MBRIDGE_VERSIONS {{"machine": "{machine}", ')
+
+
+def test_starts_from_two_machines_are_not_pooled_into_a_verdict(tmp_path):
+    """Host 3's DSV3 mbs 1 cell is `ncclep faster`; the same runs with one alltoall start stamped as another machine's
+    (as when a later window on a fresh host adds starts to a cell) get no winner."""
+    runs = tmp_path / "runs"
+    shutil.copytree(H3_CELL, runs)
+    for run in runs.iterdir():
+        _stamp_machine(run, "gpus-aaaaaaaaaaaaaaaa")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    assert _report(tmp_path / "one", runs)["ncclep"]["verdict"] == "ncclep faster"
+    _edit(runs / "mbs1_overlap-off_alltoall_s2" / "logs" / "rank-0.log", "gpus-a{16}", "gpus-bbbbbbbbbbbbbbbb")
+    row = _report(tmp_path / "two", runs)["ncclep"]
+    assert row["verdict"].startswith("invalid:") and "2 machines" in row["verdict"], row["verdict"]
+
+
+def test_the_payload_names_the_machine_by_its_gpus():
+    from cloudai_mbridge.payload.versions import machine_id
+
+    class Props:
+        def __init__(self, uuid):
+            self.uuid = uuid
+
+    class Cuda:
+        def __init__(self, uuids):
+            self.uuids = uuids
+
+        def device_count(self):
+            return len(self.uuids)
+
+        def get_device_properties(self, i):
+            return Props(self.uuids[i])
+
+    class Torch:
+        def __init__(self, uuids):
+            self.cuda = Cuda(uuids)
+
+    one = machine_id(Torch(["ef50", "9f68", "33ef", "9c88"]))
+    assert one and one.startswith("gpus-") and len(one) == 21
+    assert machine_id(Torch(["9c88", "33ef", "9f68", "ef50"])) == one  # order of enumeration does not matter
+    assert machine_id(Torch(["ef50", "9f68", "33ef", "0000"])) != one
+    assert machine_id(Torch([])) is None and machine_id(Torch(["ef50", ""])) is None

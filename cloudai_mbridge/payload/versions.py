@@ -3,13 +3,14 @@
 ``MBRIDGE_VERSIONS {json}``: date_utc (when the payload started), host (rank 0's node), python, torch, cuda (torch's
 build), nccl (the libnccl.so mapped into the process, by its own ncclGetVersion; nccl_library: its path),
 nccl_torch_build (torch.cuda.nccl.version(): torch's build-time NCCL, which is not the one loaded when another
-libnccl.so.2 came first), megatron_core, megatron_bridge, transformer_engine; a package that is not installed is left
-out. The refit payload puts the same dict under "versions" in its REFIT_CONFIG line. Stdlib only;
-torch is asked only when it is already imported or importable.
+libnccl.so.2 came first), machine (a digest of the UUIDs of the GPUs rank 0 sees), megatron_core, megatron_bridge,
+transformer_engine; a package that is not installed is left out. The refit payload puts the same dict under
+"versions" in its REFIT_CONFIG line. Stdlib only; torch is asked only when it is already imported or importable.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 from datetime import datetime, timezone
@@ -37,6 +38,20 @@ def _dist_version(names: tuple[str, ...]) -> str | None:
     return None
 
 
+def machine_id(torch) -> str | None:
+    """``gpus-<16 hex>``: a digest of the sorted UUIDs of the GPUs this process sees, the identity of the machine.
+    Hostnames do not tell lent GPU hosts apart (every one is "vm"), and an A/B that pools starts from two hosts
+    measures the hosts (about 8 % apart on 4 x H100), not the arms (reports/ab_starts.py same_machine)."""
+    try:
+        found = sorted(str(getattr(torch.cuda.get_device_properties(i), "uuid", "") or "")
+                       for i in range(torch.cuda.device_count()))
+        if not found or not all(found):
+            return None
+        return "gpus-" + hashlib.sha256(",".join(found).encode()).hexdigest()[:16]
+    except Exception:
+        return None
+
+
 def software_versions() -> dict[str, str]:
     out = {"date_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
            "python": platform.python_version()}
@@ -48,6 +63,8 @@ def software_versions() -> dict[str, str]:
             out["cuda"] = str(torch.version.cuda)
         if torch.cuda.is_available():
             out["nccl_torch_build"] = ".".join(map(str, torch.cuda.nccl.version()))
+            if machine := machine_id(torch):
+                out["machine"] = machine
     except Exception:
         pass
     # The NCCL that serves this process, which torch.cuda.nccl.version() does not say (payload/nccl_runtime.py).

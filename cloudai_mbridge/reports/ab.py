@@ -44,7 +44,7 @@ from .common import (
 from .dispatch_bench import attach_training, dispatch_rows
 from .dispatch_bench import section as dispatch_section
 from .page import headline, verdict_badge
-from .provenance import RunSource, collect
+from .provenance import RunSource, collect, recorded_versions
 
 # Cells that get a per-iteration plot on the page (the first ones by label); the tables hold every cell.
 CELL_PLOTS = 12
@@ -363,6 +363,11 @@ class MBridgeABReport(TolerantLoading, Reporter):
             if value == base_value:
                 continue
             gates = [f"{a.value} {a.run_dir.name}: {g}" for a in (*base_runs, *runs) for g in a.gates()]
+            machine = ab_starts.same_machine([(f"{a.value} {a.run_dir.name}",
+                                               recorded_versions(a.run_dir).get("machine"))
+                                              for a in (*base_runs, *runs)])
+            if machine.state == "fail":
+                gates.append(machine.detail)
             base_series, arm_series = [_series(a.metrics) for a in base_runs], [_series(a.metrics) for a in runs]
             boot = None if gates else ab_starts.bootstrap_delta(base_series, arm_series)
             routing = ab_starts.same_routing([(f"{a.value} {a.run_dir.name}", a.metrics.routing)

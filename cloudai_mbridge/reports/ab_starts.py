@@ -9,6 +9,8 @@ alltoall configuration gave 608-744 ms medians over six starts on one 4 x H100 h
 - **95 % interval**: a two-level bootstrap (starts drawn with replacement within each arm, then iterations with
   replacement within each drawn start; :data:`RESAMPLES` draws, fixed seed, percentile interval). With one start on
   a side only that side's iteration noise enters: the interval is then narrower than the truth, and says so;
+- **one machine**: every run of the cell recorded the same machine (``machine`` in ``MBRIDGE_VERSIONS``: a digest of
+  its GPUs' UUIDs), where recorded; starts from two hosts make the cell invalid;
 - **same routing**: every run of the cell (both arms, every start) carries the same ``MBRIDGE_ROUTING`` hash at every
   (rank, iteration) they share; a dispatcher must not change which expert a token goes to;
 - **same work**: every start of the arm has its lm loss inside the baseline starts' envelope at every shared iteration
@@ -115,6 +117,25 @@ def same_routing(runs: Sequence[tuple[str, Mapping[tuple[int, int], str]]]) -> G
         return Gate("unknown", "routing hashes share no (rank, iteration)" + note)
     return Gate("pass" if not missing else "unknown",
                 f"same routing in {len(recorded)} runs ({len(compared)} (rank, iteration) hashes each){note}")
+
+
+def same_machine(runs: Sequence[tuple[str, str | None]]) -> Gate:
+    """Every run of the cell ran on the same GPUs; ``runs``: (name, the machine its rank 0 recorded, a digest of its
+    GPUs' UUIDs, or None for a log from before the payload recorded it). Host to host is about 8 % on 4 x H100
+    (2026-11-27): starts pooled from two hosts measure the hosts."""
+    recorded = [(name, ids) for name, ids in runs if ids]
+    machines: dict[str, list[str]] = {}
+    for name, ids in recorded:
+        machines.setdefault(ids, []).append(name)
+    if len(machines) > 1:
+        (first, a), (second, b) = list(machines.items())[:2]
+        return Gate("fail", f"runs from {len(machines)} machines: {a[0]} on {first}, {b[0]} on {second}; a cell "
+                            "pools the starts of one machine only")
+    if not recorded:
+        return Gate("unknown", "machine not recorded")
+    missing = len(runs) - len(recorded)
+    return Gate("pass" if not missing else "unknown",
+                f"one machine ({len(recorded)} runs)" + (f"; not recorded in {missing}" if missing else ""))
 
 
 def _inside(x: float, values: Sequence[float], rtol: float) -> tuple[bool, float, float]:
