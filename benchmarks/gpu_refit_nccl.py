@@ -26,6 +26,7 @@ each rank's stdout then its stderr) and read back with ``cloudai_mbridge.metrics
 
 Run (on a GPU host, megatron-core importable): python3 benchmarks/gpu_refit_nccl.py --out /tmp/refit
           [--layers 2] [--pairs tp2-ep2 tp1ep2-tp2ep1] [--skip-p2p] [--dry-run: print the configs, no GPU needed]
+          [--coalesce-mib 0 1024 [--coalesce-overlap on|off|both (default: each size with and without overlap)]]
 Prints a short table and ``RESULT <metric>=<value> <unit>`` lines; writes ``<out>/gpu_refit_nccl.json``.
 """
 
@@ -66,7 +67,7 @@ BATCHED_OP_MIB = (4, 16, 64, 256)  # each batched test moves the largest exchang
 
 
 def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib: int = 0,
-                 transport: str = "nccl") -> dict:
+                 transport: str = "nccl", overlap: bool | None = None) -> dict:
     src, dst = PAIRS[pair]
     cfg = {
         "coalesce_mib": coalesce_mib,
@@ -78,19 +79,31 @@ def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib:
     }
     if getattr(args, "profile", False):
         cfg["profile"] = True
+    if coalesce_mib and overlap is not None:
+        cfg["coalesce_overlap"] = overlap
     return cfg
 
 
-def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int]]:
-    """(pair, transport, coalesce_mib) per refit run: coalescing is combined with nccl only."""
-    return [(pair, t, c) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
-            if c == 0 or t == "nccl"]
+OVERLAP_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
 
 
-def run_name(pair: str, layers: int, transport: str, coalesce_mib: int) -> str:
-    """nccl runs keep their old names (refit_<pair>_<n>l[_c<mib>]); other transports add _<transport>."""
+def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int, bool | None]]:
+    """(pair, transport, coalesce_mib, coalesce_overlap) per refit run: coalescing is combined with nccl only, and
+    each coalesce size runs once per --coalesce-overlap choice (None: megatron-core's service, no such switch)."""
+    overlaps = OVERLAP_CHOICES[getattr(args, "coalesce_overlap", "both")]
+    return [(pair, t, c, ov) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
+            if c == 0 or t == "nccl" for ov in ((None,) if c == 0 else overlaps)]
+
+
+def overlap_suffix(overlap: bool | None) -> str:
+    return "" if overlap is None else ("_ov" if overlap else "_noov")
+
+
+def run_name(pair: str, layers: int, transport: str, coalesce_mib: int, overlap: bool | None = None) -> str:
+    """nccl runs keep their old names (refit_<pair>_<n>l[_c<mib>]); other transports add _<transport>; coalescing
+    runs end in _ov / _noov (coalesce_overlap on / off)."""
     return (f"refit_{pair}_{layers}l" + ("" if transport == "nccl" else f"_{transport}")
-            + (f"_c{coalesce_mib}" if coalesce_mib else ""))
+            + (f"_c{coalesce_mib}" if coalesce_mib else "") + overlap_suffix(overlap))
 
 
 def first_error_line(row: dict, tail: str) -> str | None:
@@ -230,12 +243,12 @@ def write_run_folder(folder: Path, cfg: dict, run) -> None:
 
 
 def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coalesce_mib: int = 0,
-              transport: str = "nccl") -> dict:
+              transport: str = "nccl", overlap: bool | None = None) -> dict:
     from cloudai_mbridge.metrics import parse_refit_run
     from cloudai_mbridge.payload.refit.local import launch
 
-    cfg = refit_config(pair, layers, args, coalesce_mib, transport)
-    name = run_name(pair, layers, transport, coalesce_mib)
+    cfg = refit_config(pair, layers, args, coalesce_mib, transport, overlap)
+    name = run_name(pair, layers, transport, coalesce_mib, overlap)
     start = time.perf_counter()
     run = launch(cfg, args.world, timeout=args.refit_timeout_s + 60, env={"PYTHONUNBUFFERED": "1"}, cwd=ROOT)
     wall = time.perf_counter() - start
@@ -243,7 +256,7 @@ def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coale
     write_run_folder(folder, cfg, run)
     m = parse_refit_run(folder)
     row = {"name": name, "pair": pair, "layers": layers, "transport": transport, "coalesce_mib": coalesce_mib,
-           "src": cfg["src"],
+           "coalesce_overlap": overlap, "src": cfg["src"],
            "dst": cfg["dst"],
            "returncodes": run.returncodes, "wall_s": wall, "status": m.status, "problems": list(m.problems),
            "verify": m.verify.status if m.verify else None,
@@ -325,6 +338,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="payload profile=true: REFIT_PHASES (submit/run; coalesce: local/pack/comm/unpack)")
     parser.add_argument("--coalesce-mib", type=int, nargs="+", default=[0],
                         help="refit payload coalesce_mib values to run per pair (0: megatron-core's NCCL service)")
+    parser.add_argument("--coalesce-overlap", choices=sorted(OVERLAP_CHOICES), default="both",
+                        help="payload coalesce_overlap for coalesce sizes > 0: on, off, or both (each size twice, "
+                             "run names _ov / _noov); with --profile the payload serializes the phases either way")
     parser.add_argument("--p2p-sizes-mib", type=int, nargs="+", default=list(EXCHANGE_SIZES_MIB))
     parser.add_argument("--p2p-batched-op-mib", type=int, nargs="+", default=list(BATCHED_OP_MIB))
     parser.add_argument("--p2p-only", action="store_true", help="measure the ceiling, run no refit")
@@ -345,14 +361,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         from cloudai_mbridge.payload.refit.config import ConfigError, derive_layouts, from_dict
 
-        for pair, transport, c in refit_runs(args):
-            cfg = refit_config(pair, args.layers, args, c, transport)
+        for pair, transport, c, ov in refit_runs(args):
+            cfg = refit_config(pair, args.layers, args, c, transport, ov)
             try:
                 derive_layouts(from_dict(cfg), args.world)
                 check = "layout ok"
             except ConfigError as exc:
                 check = f"LAYOUT REFUSED: {exc}"
-            print(f"refit {run_name(pair, args.layers, transport, c)} ({check}): {json.dumps(cfg, sort_keys=True)}")
+            print(f"refit {run_name(pair, args.layers, transport, c, ov)} ({check}): {json.dumps(cfg, sort_keys=True)}")
         print(f"p2p plan: {json.dumps(p2p_plan(args.world, args.p2p_sizes_mib, args.p2p_batched_op_mib))}")
         return 0
     problem = None if args.p2p_device == "cpu" and args.p2p_only else gpu_problem(args.world)
@@ -387,19 +403,20 @@ def main(argv: list[str] | None = None) -> int:
     batched = [r for r in p2p if r["mode"] == "exchange" and r["bytes"] == total]
 
     runs = [] if args.p2p_only else refit_runs(args)
-    for pair, transport, coalesce in runs:
+    for pair, transport, coalesce, overlap in runs:
         try:
-            row = run_refit(pair, args.layers, args, args.out, coalesce, transport)
+            row = run_refit(pair, args.layers, args, args.out, coalesce, transport, overlap)
         except Exception as exc:  # one transport's failure must not stop the others
-            row = {"name": run_name(pair, args.layers, transport, coalesce), "pair": pair, "layers": args.layers,
-                   "transport": transport, "coalesce_mib": coalesce, "status": "harness-error", "returncodes": [],
+            row = {"name": run_name(pair, args.layers, transport, coalesce, overlap), "pair": pair,
+                   "layers": args.layers, "transport": transport, "coalesce_mib": coalesce,
+                   "coalesce_overlap": overlap, "status": "harness-error", "returncodes": [],
                    "verify": None, "median_ms": None, "wall_s": 0.0, "error": f"{type(exc).__name__}: {exc}",
                    "first_error": f"{type(exc).__name__}: {exc}"}
         if row["status"] != "ok" and args.layers > 1 and not args.no_fallback:
             print(f"{row['name']}: status {row['status']} rc {row['returncodes']} error {row.get('error')}; "
                   "retrying with 1 layer", flush=True)
             result["refit"].append(row)
-            row = run_refit(pair, 1, args, args.out, coalesce, transport)
+            row = run_refit(pair, 1, args, args.out, coalesce, transport, overlap)
         derive(row, args.world, ceiling, batched)
         result["refit"].append(row)
         print(f"[{row['name']}] status={row['status']} verify={row['verify']} median_ms={row['median_ms']} "
@@ -422,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for r in result["refit"]:
         tag = f"{r['pair'].replace('-', '_to_')}_{r['layers']}l" + (
-            f"_coalesce{r['coalesce_mib']}mib" if r.get("coalesce_mib") else "")
+            f"_coalesce{r['coalesce_mib']}mib{overlap_suffix(r.get('coalesce_overlap'))}" if r.get("coalesce_mib")
+            else "")
         prefix = f"refit_{r.get('transport', 'nccl')}_{tag}"
         if r.get("median_ms") is None:
             failed = True

@@ -74,3 +74,86 @@ def test_a_local_receive_without_its_send_is_an_error(tmp_path) -> None:
             service.run()
     finally:
         dist.destroy_process_group()
+
+
+def _strided_pairs(seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(source, destination) pairs with non-contiguous views on either side and mixed dtypes."""
+    gen = torch.Generator().manual_seed(seed)
+    big = (torch.randn(12, 10, generator=gen) * 100).to(torch.bfloat16)
+    dst_big = torch.zeros(10, 12, dtype=torch.bfloat16)
+    ints = torch.randint(-1000, 1000, (6, 8), generator=gen, dtype=torch.int64)
+    dst_ints = torch.zeros(10, 8, dtype=torch.int64)
+    flat = torch.randn(33, generator=gen)
+    return [
+        (big[:, 2:5], dst_big.t()[:, 7:10]),  # strided source, strided destination
+        (big.t()[1:4], torch.zeros(3, 12, dtype=torch.bfloat16)),  # transposed source, contiguous destination
+        (ints[1:4], dst_ints[0:3]),  # contiguous rows on both sides
+        (ints[:, ::2], dst_ints[4:10, 4:8]),  # every other column into a column block
+        (flat, torch.zeros(33)),
+        (torch.tensor(7.5), torch.tensor(0.0)),  # 0-dim
+        (torch.empty(0, 4), torch.empty(0, 4)),  # empty
+    ]
+
+
+@pytest.mark.parametrize("foreach", ["torch", "raises"])
+def test_copy_all_handles_strided_views_and_mixed_dtypes(monkeypatch, foreach) -> None:
+    from cloudai_mbridge.payload.refit import coalesce
+
+    calls = []
+    real = torch._foreach_copy_
+
+    def fake(dsts, srcs):
+        calls.append(len(dsts))
+        if foreach == "raises":
+            raise RuntimeError("no foreach here")
+        return real(dsts, srcs)
+
+    monkeypatch.setattr(torch, "_foreach_copy_", fake)
+    pairs = _strided_pairs(0)
+    coalesce.copy_all([d for _, d in pairs], [s for s, _ in pairs])
+    assert all(torch.equal(d, s) for s, d in pairs)
+    assert sum(calls) == len(pairs) and len(calls) < len(pairs)  # grouped: fewer calls than tensors
+
+
+def _loopback(service: CoalescingCopyService) -> int:
+    """Run the service's current submissions with the wire replaced by a copy of each send message into the
+    receive message of the same peer and round (the receiver's plan must cut the same bytes). Returns builds."""
+    plan = service._plan_for()
+    service._local_copies(plan)
+    for r in range(plan.rounds):
+        service._pack(plan, r)
+        for peer, send in plan.sends.items():
+            recv = plan.recvs[peer][r]
+            assert recv.message.numel() == send[r].message.numel()
+            recv.message.copy_(send[r].message)
+        service._unpack(plan, r)
+    service.sends.clear()
+    service.recvs.clear()
+    return service.stats["plan_builds"]
+
+
+def test_plan_is_cached_per_signature_and_the_layout_is_exact(tmp_path) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store2'}", rank=0, world_size=1)
+    try:
+        service = CoalescingCopyService(96)  # small buckets: several rounds, the 2000-byte item alone
+        assert service._slots_wanted(torch.device("cpu")) == 1  # no side streams without CUDA
+
+        def submit(seed: int, extra: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            # fresh tensors every refit, as megatron-core builds new slice views; "peer" 1 is looped back
+            pairs = [*_strided_pairs(seed), (torch.arange(500.0 + extra) + seed, torch.zeros(500 + extra))]
+            for task_id, (src, _) in reversed(list(enumerate(pairs))):
+                service.submit_send_with_id(task_id, src, 1)
+            for task_id, (_, dst) in enumerate(pairs):
+                service.submit_recv_with_id(task_id, dst, 1)
+            service.submit_send_with_id(99, pairs[0][0] * 2, 0)  # a same-rank copy, strided destination
+            local_dst = torch.zeros(3, 12, dtype=torch.bfloat16).t()
+            service.submit_recv_with_id(99, local_dst, 0)
+            return [*pairs, (pairs[0][0] * 2, local_dst)]
+
+        for seed, extra, builds in ((1, 0, 1), (2, 0, 1), (3, 0, 1), (4, 4, 2), (5, 4, 2)):
+            pairs = submit(seed, extra)
+            assert _loopback(service) == builds, (seed, extra)
+            assert all(torch.equal(d, s) for s, d in pairs), seed
+        assert len(service._plan.sends[1]) > 3
+    finally:
+        dist.destroy_process_group()

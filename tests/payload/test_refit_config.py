@@ -61,6 +61,7 @@ def test_padded_vocab_is_shared_by_both_sides():
         ({"device": "cuda", "transport": "nvshmem", "coalesce_mib": 64}, 1, ["coalesce_mib=64", "'nvshmem'"]),
         ({"device": "cpu", "transport": "nixl"}, 1, ["transport='nixl'", "gloo"]),
         ({"profile": 1}, 1, ["profile=1", "true or false"]),
+        ({"coalesce_overlap": "yes"}, 1, ["coalesce_overlap='yes'", "true or false"]),
     ],
 )
 def test_config_errors_name_field_value_and_fix(kw, world, needles):

@@ -121,6 +121,8 @@ def test_coalesced_transport_is_bit_exact_with_fewer_messages(tmp_path, src, dst
     sends_rank0 = int(result.parsed["refit_stats"]["send_ops"])  # summed over ranks: an upper bound for rank 0
     # a model this small fits one 1 MiB message per peer: one round, at most one message per peer and direction
     assert fields["rounds"] == "1" and 0 < int(fields["messages"]) <= 2 * (WORLD - 1) < sends_rank0
+    # every refit submits the same slices: the plan is built once (warm-up 1) and reused; CPU: no side streams
+    assert "plan_builds=1 " in line and "overlapped=false" in line, line
 
 
 def test_non_collocated_refit_is_bit_exact(tmp_path):

@@ -16,7 +16,8 @@ sides as --src-tp / --dst-ep, the rest as --mode, --transport, --timeout-s ...):
 Optional keys (defaults in brackets):
   src/dst "etp" [= tp, Megatron's default], src/dst "world" [see layout], "dtype": "bf16"|"fp16"|"fp32" [bf16],
   "verify_gather_max_bytes" [1 GiB], "dump_shards": dir [none; each rank writes rank<r>.pt with its shards],
-  "profile" [false; REFIT_PHASES, see phases.py],
+  "profile" [false; REFIT_PHASES, see phases.py], "coalesce_overlap" [true; coalesce_mib > 0 on CUDA: pack/NCCL/
+  unpack of successive rounds on side streams, see coalesce.py; profile=true runs them serially],
   "_corrupt_after_refit" [false; testing], "_no_adapter" [false; testing: unpatched megatron-core].
   "seed" only seeds Megatron's CUDA RNG tracker (GPU builds need one; nothing random is drawn): the weights come
   from crc32(global parameter name), so every run of a model moves and checks the same values.
@@ -49,7 +50,8 @@ Output (stdout, rank 0, flushed):
       run, make the run invalid)
   then, only when verification passed, one line per timed iteration:
   REFIT_ITER iter=<i> time_ms=<float>
-  REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> per refit on rank 0     (before them, coalesce_mib > 0)
+  REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> overlapped=<true|false> plan_builds=<n> per refit on rank 0
+      (before them, coalesce_mib > 0; overlapped: the last warm-up ran on side streams; plan_builds: so far)
   REFIT_PHASES submit_ms=.. run_ms=.. rest_ms=.. [local_ms=.. pack_ms=.. comm_ms=.. unpack_ms=..]   ("profile":
       true) medians over the timed refits on rank 0: see phases.py
   REFIT_PROFILE wall_ms=.. nccl_ms=.. copy_ms=.. other_ms=.. kernels=..          (MBRIDGE_REFIT_PROFILE=1, _profile)
@@ -227,7 +229,8 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
     if cfg.coalesce_mib or cfg._stale_copy_service:
         from .coalesce import make_service
 
-        method = make_service(max(cfg.coalesce_mib, 1) << 20, stale=cfg._stale_copy_service)
+        method = make_service(max(cfg.coalesce_mib, 1) << 20, stale=cfg._stale_copy_service,
+                              overlap=cfg.coalesce_overlap)
     service = method
     recorder = None
     if cfg.profile:
@@ -264,7 +267,8 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
     if cfg.coalesce_mib:
         stats = service.stats
         _emit(f"REFIT_COALESCE bucket_mib={cfg.coalesce_mib} rounds={stats['rounds'] // cfg.warmup} "
-              f"messages={stats['messages'] // cfg.warmup} per refit on rank 0")
+              f"messages={stats['messages'] // cfg.warmup} overlapped={str(stats.get('overlapped', False)).lower()} "
+              f"plan_builds={stats.get('plan_builds', 0)} per refit on rank 0")
     _state["phase"] = "timed"
     if recorder is not None:
         recorder.records.clear()

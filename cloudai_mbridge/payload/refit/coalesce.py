@@ -7,19 +7,33 @@ NCCL kernels). This service keeps the plan (same slices, same peers, same bytes)
 
 - per peer, the slices are ordered by the planner's ``task_id`` (both sides hold the same ids for the same transfer;
   without ids, the order of submission, which is what megatron-core's own service relies on);
-- they are packed back to back (16-byte aligned) into buckets of at most ``bucket_bytes`` (a slice larger than a
-  bucket gets one of its own); both sides cut the same ordered sizes the same way, so bucket ``i`` to a peer is
-  bucket ``i`` from it;
+- they are packed back to back (16-byte aligned, so every typed view of the buffer is aligned) into buckets of at
+  most ``bucket_bytes`` (a slice larger than a bucket gets one of its own); both sides cut the same ordered sizes the
+  same way, so bucket ``i`` to a peer is bucket ``i`` from it;
 - one round per bucket index: pack every peer's bucket, one ``batch_isend_irecv`` for all peers, wait, unpack.
-  Staging memory is one send and one receive bucket per peer.
 
-Same-rank slices are copied directly, as megatron-core does. Works on any backend that has ``isend``/``irecv``
-(NCCL on GPUs, gloo on CPUs, which is how the tests check it bit for bit).
+Speed (the same refit repeats every RL step with the same slices):
+
+- the plan (order, buckets, offsets, typed views of the staging buffers, local copy pairs) is cached per signature
+  (rank, device, and (peer, task_id, dtype, shape) of every send and receive in submission order; ``stats
+  ["plan_builds"]`` counts the builds); staging buffers are allocated with the plan and kept (``release()`` drops
+  them): one send and one receive buffer per peer, two (double buffering) when overlapping;
+- pack, unpack and same-rank copies are ``torch._foreach_copy_`` over lists grouped by dtype and contiguity (one
+  multi-tensor kernel for the contiguous ones instead of one ``copy_`` each; the rest go through the same call, which
+  loops in C++; ``copy_`` per tensor if it raises);
+- on CUDA with ``overlap`` (config ``coalesce_overlap``) and no profiling: same-rank copies on a side stream next to
+  the first round, round r+1 packed on a side stream while round r's NCCL ops run, round r unpacked on a third
+  stream (see :meth:`CoalescingCopyService._run_overlapped` for the event order). ``stats["overlapped"]`` tells
+  whether the last ``run()`` took that path. With profiling (payload/refit/phases.py sets ``phase_ms``), on CPU, or
+  with overlap off, the phases run one after the other on the current stream, timed per phase.
+
+Works on any backend that has ``isend``/``irecv`` (NCCL on GPUs, gloo on CPUs, which is how the tests check the
+packing and offsets bit for bit: both paths use the same plan and views).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ALIGN = 16
 
@@ -51,9 +65,37 @@ def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
     return out
 
 
-def make_service(bucket_bytes: int, group=None, stale: bool = False):
+def copy_all(dsts: list, srcs: list) -> None:
+    """``dst.copy_(src)`` for every pair, in as few launches as torch allows: ``torch._foreach_copy_`` per group of
+    one (dst dtype, src dtype) with both sides contiguous (its multi-tensor kernel), the others in one more call
+    (torch loops over them in C++); per-tensor ``copy_`` where ``_foreach_copy_`` raises (older torch, odd
+    layouts). Copies are idempotent, so a call that raised part-way is simply redone."""
+    import torch
+
+    groups: dict[tuple, tuple[list, list]] = {}
+    for d, s in zip(dsts, srcs, strict=True):
+        key = (d.dtype, s.dtype, d.is_contiguous() and s.is_contiguous())
+        g = groups.get(key)
+        if g is None:
+            groups[key] = g = ([], [])
+        g[0].append(d)
+        g[1].append(s)
+    foreach = getattr(torch, "_foreach_copy_", None)
+    for ds, ss in groups.values():
+        if foreach is not None:
+            try:
+                foreach(ds, ss)
+                continue
+            except (RuntimeError, TypeError, NotImplementedError):
+                pass
+        for d, s in zip(ds, ss, strict=True):
+            d.copy_(s)
+
+
+def make_service(bucket_bytes: int, group=None, stale: bool = False, overlap: bool = True):
     """A CoalescingCopyService that is also a megatron-core ``CopyService`` (0.16.x checks ``isinstance``; 0.17.x
-    accepts any object with its methods). ``stale``: the testing hook :class:`StaleCopyService`."""
+    accepts any object with its methods). ``stale``: the testing hook :class:`StaleCopyService`; ``overlap``: CUDA
+    side streams (module docstring; config ``coalesce_overlap``)."""
     from megatron.core.resharding.copy_services.base import CopyService
 
     base = StaleCopyService if stale else CoalescingCopyService
@@ -61,27 +103,50 @@ def make_service(bucket_bytes: int, group=None, stale: bool = False):
     class _Service(base, CopyService):
         pass
 
-    return _Service(bucket_bytes, group)
+    return _Service(bucket_bytes, group, overlap)
+
+
+@dataclass
+class _Bucket:
+    """One message to or from one peer: the op indices it carries (in transfer order), the message (a slice of a
+    staging buffer) and, per op, a typed view of the message with the op's shape."""
+    ops: list[int]
+    message: object  # torch.Tensor, uint8
+    views: list
+
+
+@dataclass
+class _Plan:
+    key: tuple
+    local: list[tuple[int, int]]  # (recv index, send index) of same-rank copies
+    sends: dict[int, list[_Bucket]]  # peer -> buckets in round order
+    recvs: dict[int, list[_Bucket]]
+    rounds: int
+    slots: int
+    buffers: list = field(default_factory=list)  # keeps the staging memory (the views hold it too)
 
 
 class CoalescingCopyService:
     """megatron-core CopyService API (submit_send[_with_id], submit_recv[_with_id], run) over packed buckets."""
 
-    def __init__(self, bucket_bytes: int, group=None):
+    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True):
         import torch.distributed as dist
 
         if bucket_bytes <= 0:
             raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
         self.bucket_bytes = bucket_bytes
         self.group = group
+        self.overlap = overlap
         self.rank = group.rank() if group is not None else dist.get_rank()
         self.sends: list[_Op] = []
         self.recvs: list[_Op] = []
-        self.stats = {"rounds": 0, "messages": 0, "bytes": 0}
+        self.stats = {"rounds": 0, "messages": 0, "bytes": 0, "plan_builds": 0, "overlapped": False}
         # Profiling (payload/refit/phases.py sets both): ms per phase of run(), with `phase_sync` (a CUDA sync)
         # before every clock read so the time lands in the phase that queued the work. None: no clock, no sync.
         self.phase_ms: dict[str, float] | None = None
         self.phase_sync = None
+        self._plan: _Plan | None = None  # the last signature's plan (one kept: a new signature replaces it)
+        self._streams: tuple | None = None
 
     def submit_send(self, src_tensor, dest_rank: int, task_id: int | None = None) -> None:
         self.sends.append(_Op(task_id, src_tensor, dest_rank, len(self.sends)))
@@ -95,27 +160,83 @@ class CoalescingCopyService:
     def submit_recv_with_id(self, task_id: int, dest_tensor, src_rank: int) -> None:
         self.recvs.append(_Op(task_id, dest_tensor, src_rank, len(self.recvs)))
 
+    def release(self) -> None:
+        """Drop the cached plan and its staging buffers (the next run() builds them again)."""
+        self._plan = None
+
     def run(self) -> None:
         import torch
 
         try:
             with torch.no_grad():
-                t = self._clock()
-                self._local_copies()
-                self._lap("local", t)
-                self._remote()
+                plan = self._plan_for()
+                overlapped = self._overlapping(plan)
+                self.stats["overlapped"] = overlapped
+                if overlapped:
+                    self._run_overlapped(plan)
+                else:
+                    self._run_serial(plan)
         finally:
             self.sends.clear()
             self.recvs.clear()
 
-    def _local_copies(self) -> None:
-        sends = {op.task_id: op for op in self.sends if op.peer == self.rank}
+    # --- plan --------------------------------------------------------------------------------------------------
+    def _device(self):
+        first = self.sends[0] if self.sends else (self.recvs[0] if self.recvs else None)
+        return first.tensor.device if first is not None else None
+
+    def _slots_wanted(self, device) -> int:
+        return 2 if self.overlap and self.phase_ms is None and device is not None and device.type == "cuda" else 1
+
+    def _signature(self, device) -> tuple:
+        return (self.rank, device, self._slots_wanted(device),
+                tuple((op.peer, op.task_id, op.tensor.dtype, op.tensor.shape) for op in self.sends),
+                tuple((op.peer, op.task_id, op.tensor.dtype, op.tensor.shape) for op in self.recvs))
+
+    def _plan_for(self) -> _Plan:
+        device = self._device()
+        key = self._signature(device)
+        if self._plan is None or self._plan.key != key:
+            self._plan = None  # free the old buffers before allocating new ones
+            self._plan = self._build_plan(key, device)
+            self.stats["plan_builds"] += 1
+        return self._plan
+
+    def _build_plan(self, key: tuple, device) -> _Plan:
+        import torch
+
+        slots = key[2]
+        local_sends = {op.task_id: op.order for op in self.sends if op.peer == self.rank}
+        local = []
         for op in (r for r in self.recvs if r.peer == self.rank):
-            src = sends.get(op.task_id) if op.task_id is not None else None
+            src = local_sends.get(op.task_id) if op.task_id is not None else None
             if src is None:
                 raise RuntimeError(f"coalescing copy service: rank {self.rank} has a local receive (task_id="
                                    f"{op.task_id}) without a matching local send with the same task_id")
-            op.tensor.copy_(src.tensor)
+            local.append((op.order, src))
+        plan = _Plan(key, local, {}, {}, 0, slots)
+        for ops, side in ((self.sends, plan.sends), (self.recvs, plan.recvs)):
+            for peer, items in self._ordered([op for op in ops if op.peer != self.rank]).items():
+                sizes = [op.tensor.nbytes for op in items]
+                layout = []  # (op indices, offsets, message bytes) per bucket
+                for idx in buckets(sizes, self.bucket_bytes):
+                    offsets, off = [], 0
+                    for i in idx:
+                        offsets.append(off)
+                        off += _aligned(sizes[i])
+                    layout.append((idx, offsets, off))
+                slot_bytes = [max((b[2] for r, b in enumerate(layout) if r % slots == s), default=0)
+                              for s in range(slots)]
+                bufs = [torch.empty(n, dtype=torch.uint8, device=device) for n in slot_bytes]
+                plan.buffers.extend(bufs)
+                side[peer] = []
+                for r, (idx, offsets, nbytes) in enumerate(layout):
+                    message = bufs[r % slots][:nbytes]
+                    views = [message[o:o + sizes[i]].view(items[i].tensor.dtype).view(items[i].tensor.shape)
+                             for i, o in zip(idx, offsets, strict=True)]
+                    side[peer].append(_Bucket([items[i].order for i in idx], message, views))
+        plan.rounds = max([len(b) for b in (*plan.sends.values(), *plan.recvs.values())], default=0)
+        return plan
 
     @staticmethod
     def _ordered(ops: list[_Op]) -> dict[int, list[_Op]]:
@@ -129,42 +250,129 @@ class CoalescingCopyService:
                 raise RuntimeError(f"coalescing copy service: ops with and without task_id to/from rank {peer}")
         return by_peer
 
-    def _bucketed(self, by_peer: dict[int, list[_Op]]) -> dict[int, list[list[int]]]:
-        return {peer: buckets([op.tensor.nbytes for op in ops], self.bucket_bytes) for peer, ops in by_peer.items()}
+    # --- the phases, shared by both paths ----------------------------------------------------------------------
+    def _local_copies(self, plan: _Plan) -> None:
+        if plan.local:
+            copy_all([self.recvs[r].tensor for r, _ in plan.local], [self.sends[s].tensor for _, s in plan.local])
 
-    def _remote(self) -> None:
-        import torch
+    def _pack(self, plan: _Plan, r: int) -> None:
+        dsts, srcs = [], []
+        for peer_buckets in plan.sends.values():
+            if r < len(peer_buckets):
+                b = peer_buckets[r]
+                dsts.extend(b.views)
+                srcs.extend(self.sends[i].tensor for i in b.ops)
+        if dsts:
+            copy_all(dsts, srcs)
+
+    def _unpack(self, plan: _Plan, r: int) -> None:
+        dsts, srcs = [], []
+        for peer_buckets in plan.recvs.values():
+            if r < len(peer_buckets):
+                b = peer_buckets[r]
+                dsts.extend(self.recvs[i].tensor for i in b.ops)
+                srcs.extend(b.views)
+        if dsts:
+            copy_all(dsts, srcs)
+
+    def _exchange(self, plan: _Plan, r: int) -> list:
+        """Post round r's sends and receives (one batch_isend_irecv); returns the requests."""
         import torch.distributed as dist
 
-        sends = self._ordered([op for op in self.sends if op.peer != self.rank])
-        recvs = self._ordered([op for op in self.recvs if op.peer != self.rank])
-        send_plan, recv_plan = self._bucketed(sends), self._bucketed(recvs)
-        rounds = max([len(b) for b in (*send_plan.values(), *recv_plan.values())], default=0)
-        for r in range(rounds):
+        p2p = [dist.P2POp(dist.isend, b[r].message, peer, group=self.group)
+               for peer, b in plan.sends.items() if r < len(b)]
+        p2p += [dist.P2POp(dist.irecv, b[r].message, peer, group=self.group)
+                for peer, b in plan.recvs.items() if r < len(b)]
+        self.stats["rounds"] += 1
+        self.stats["messages"] += len(p2p)
+        self.stats["bytes"] += sum(op.tensor.numel() for op in p2p)
+        return dist.batch_isend_irecv(p2p) if p2p else []
+
+    # --- serial path (CPU, profiling, overlap off) -------------------------------------------------------------
+    def _run_serial(self, plan: _Plan) -> None:
+        t = self._clock()
+        self._local_copies(plan)
+        self._lap("local", t)
+        for r in range(plan.rounds):
             t = self._clock()
-            p2p, unpack = [], []
-            for peer, plan in send_plan.items():
-                if r < len(plan):
-                    p2p.append(dist.P2POp(dist.isend, self._pack([sends[peer][i].tensor for i in plan[r]]), peer,
-                                          group=self.group))
-            for peer, plan in recv_plan.items():
-                if r < len(plan):
-                    targets = [recvs[peer][i].tensor for i in plan[r]]
-                    buf = torch.empty(sum(_aligned(t.nbytes) for t in targets), dtype=torch.uint8,
-                                      device=targets[0].device)
-                    p2p.append(dist.P2POp(dist.irecv, buf, peer, group=self.group))
-                    unpack.append((buf, targets))
+            self._pack(plan, r)
             t = self._lap("pack", t)
-            for req in dist.batch_isend_irecv(p2p):
+            for req in self._exchange(plan, r):
                 req.wait()
             t = self._lap("comm", t)
-            for buf, targets in unpack:
-                self._unpack(buf, targets)
+            self._unpack(plan, r)
             self._lap("unpack", t)
-            self.stats["rounds"] += 1
-            self.stats["messages"] += len(p2p)
-            self.stats["bytes"] += sum(op.tensor.numel() for op in p2p)
 
+    # --- overlapped path (CUDA) --------------------------------------------------------------------------------
+    def _overlapping(self, plan: _Plan) -> bool:
+        return plan.slots == 2 and self.phase_ms is None
+
+    def _side_streams(self, device) -> tuple:
+        import torch
+
+        if self._streams is None or self._streams[0] != device:
+            self._streams = (device, *(torch.cuda.Stream(device=device) for _ in range(3)))
+        return self._streams[1:]
+
+    def _run_overlapped(self, plan: _Plan) -> None:
+        """Event order (main = the caller's current stream, where NCCL ops are ordered; megatron-core and the
+        payload see only main):
+
+        - every side stream first waits for main (the sources were written and the destinations poisoned there);
+        - local copies run on ``local_s`` from the start, next to the rounds;
+        - pack(r) on ``pack_s`` writes send slot r % 2, last read by the sends of round r - 2: it waits comm_done[r-2]
+          (pack(r + 1) is queued right after round r's NCCL ops, so it runs while they do);
+        - round r's NCCL ops (their stream waits on main at launch) come after main waits pack_done[r] and, for the
+          receive slot r % 2, unpack_done[r-2] (the unpack that last read it); ``req.wait()`` then makes main wait
+          for the NCCL stream, and comm_done[r] is recorded on main;
+        - unpack(r) on ``unpack_s`` waits comm_done[r];
+        - at the end main waits for all three side streams, so anything after run() on main (write-back, frees and
+          reallocation of temporaries allocated on main) sees every copy done. The staging buffers live in the
+          plan, so the caching allocator cannot hand them out while a side stream or NCCL still uses them; the
+          slices themselves are the caller's and stay alive until run() returns, after which main is ordered
+          behind all the work (no record_stream needed).
+        """
+        import torch
+
+        device = plan.key[1]
+        main = torch.cuda.current_stream(device)
+        local_s, pack_s, unpack_s = self._side_streams(device)
+        start = main.record_event()
+        for s in (local_s, pack_s, unpack_s):
+            s.wait_event(start)
+        with torch.cuda.stream(local_s):
+            self._local_copies(plan)
+        pack_done: list = [None] * plan.rounds
+        comm_done: list = [None] * plan.rounds
+        unpack_done: list = [None] * plan.rounds
+
+        def pack(r: int) -> None:
+            with torch.cuda.stream(pack_s):
+                if r >= 2:
+                    pack_s.wait_event(comm_done[r - 2])
+                self._pack(plan, r)
+                pack_done[r] = pack_s.record_event()
+
+        if plan.rounds:
+            pack(0)
+        for r in range(plan.rounds):
+            main.wait_event(pack_done[r])
+            if r >= 2:
+                main.wait_event(unpack_done[r - 2])
+            reqs = self._exchange(plan, r)
+            if r + 1 < plan.rounds:
+                pack(r + 1)
+            for req in reqs:
+                req.wait()
+            comm_done[r] = main.record_event()
+            with torch.cuda.stream(unpack_s):
+                unpack_s.wait_event(comm_done[r])
+                self._unpack(plan, r)
+                unpack_done[r] = unpack_s.record_event()
+        for s in (local_s, pack_s, unpack_s):
+            main.wait_stream(s)
+
+    # --- profiling ---------------------------------------------------------------------------------------------
     def _clock(self) -> float:
         import time
 
@@ -182,24 +390,6 @@ class CoalescingCopyService:
         self.phase_ms[phase] = self.phase_ms.get(phase, 0.0) + (now - since) * 1e3
         return now
 
-    @staticmethod
-    def _pack(tensors: list) -> object:
-        import torch
-
-        buf = torch.empty(sum(_aligned(t.nbytes) for t in tensors), dtype=torch.uint8, device=tensors[0].device)
-        offset = 0
-        for t in tensors:
-            buf[offset:offset + t.nbytes].view(t.dtype).view(t.shape).copy_(t)
-            offset += _aligned(t.nbytes)
-        return buf
-
-    @staticmethod
-    def _unpack(buf, targets: list) -> None:
-        offset = 0
-        for t in targets:
-            t.copy_(buf[offset:offset + t.nbytes].view(t.dtype).view(t.shape))
-            offset += _aligned(t.nbytes)
-
 
 class StaleCopyService(CoalescingCopyService):
     """Testing hook (refit config ``_stale_copy_service``): the bug class of Megatron-LM #6823, where a transport's
@@ -207,8 +397,8 @@ class StaleCopyService(CoalescingCopyService):
     later refit sends those instead of the current ones; bytes, messages and timing stay as they were. A refit check
     that only looks for NaN, or compares against weights that never change, passes it."""
 
-    def __init__(self, bucket_bytes: int, group=None):
-        super().__init__(bucket_bytes, group)
+    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True):
+        super().__init__(bucket_bytes, group, overlap)
         self._kept: list = []
         self._refit = 0
 

@@ -83,6 +83,9 @@ class RefitConfig:
     # > 0: megatron-core's plan carried by payload/refit/coalesce.py, slices packed into messages of at most this
     # many MiB per peer (gloo or nccl); 0: megatron-core's own copy service for `transport`, one message per slice.
     coalesce_mib: int = 0
+    # coalesce_mib > 0 on CUDA: pack, NCCL and unpack of successive rounds overlap on side streams (off with
+    # "profile": true, which times the phases one after the other); false: the serial path (for comparison).
+    coalesce_overlap: bool = True
     # true: time the phases of every timed refit (submit vs run of the copy service; for coalesce_mib > 0 also
     # local/pack/comm/unpack, with CUDA syncs between them) and print REFIT_PHASES on rank 0.
     profile: bool = False
@@ -265,7 +268,7 @@ def validate(cfg: RefitConfig) -> None:
     if cfg.coalesce_mib and cfg.transport in ("nvshmem", "nixl"):
         raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport={cfg.transport!r}: packing applies to the "
                           "send/recv transports only; set coalesce_mib to 0 or transport to 'nccl'")
-    for name in ("verify", "profile", "_corrupt_after_refit", "_stale_copy_service", "_no_adapter"):
+    for name in ("verify", "profile", "coalesce_overlap", "_corrupt_after_refit", "_stale_copy_service", "_no_adapter"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r}: must be true or false")
     if cfg.device == "cpu" and cfg.transport != "gloo":
