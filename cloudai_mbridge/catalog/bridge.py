@@ -20,6 +20,11 @@ Read from the released wheels (megatron-bridge 0.3.0, 0.4.2, 0.5.1, 0.6.2 on PyP
   first with the ``ncclep`` backend (``transformer_config.py`` L869; 0.18 has ``deepep`` / ``hybridep`` only).
 - CUDA graphs: 0.6's ``utils/cuda_graph.py`` (L134-L155) runs ``cuda_graph_impl = "local"`` only as a full-iteration
   graph; 0.3-0.5 also take per-layer local graphs.
+- The MoE all-to-all overlap (``overlap_moe_expert_parallel_comm``): Megatron-Core 0.17.1 (transformer_config.py
+  L2137-L2141) refuses one MTP layer at pp = 1 and (L2143-L2151) any CUDA graph but Transformer Engine's; 0.19.2
+  (L2709-L2713, L2738-L2746) drops the MTP check and checks the scope of Transformer Engine graphs only, so a
+  full-iteration graph (``cuda_graph_impl = "full_iteration"``, or Bridge 0.6's ``"local"`` with scope
+  ``full_iteration``, utils/cuda_graph.py L121-L131) runs with the overlap. "0.3" and "0.5" keep 0.4's checks.
 - Kimi-K2: 0.4/0.5's ``kimi_k2_pretrain_config(optimizer_type=...)``; 0.6's takes no argument and configures Muon,
   ``_apply_kimi_k2_optimizer`` switches it (the payload calls it). The (pp, vp) tables are the same in every release
   read: DeepSeek-V3's seven pairs, Kimi-K2's eight (``KIMI_K2_LAYOUT_PP_VP``).
@@ -79,6 +84,12 @@ class BridgeRelease:
     # Megatron FSDP with a full-iteration CUDA graph (megatron_fsdp_cuda_graph_mode; Bridge 0.6.2's GB300 HSDP
     # recipe, perf_recipes/deepseek/gb300/deepseek_v3.py L334-L336)
     fsdp_full_iteration_graph: bool = False
+    # a2a overlap with one MTP layer needs pp > 1 (Megatron-Core 0.17.1 transformer_config.py L2137-L2141; gone in
+    # 0.19.2, whose check is L2709-L2713: mtp_num_layers in (None, 0, 1) only)
+    a2a_overlap_mtp_needs_pp: bool = True
+    # a2a overlap with a full-iteration CUDA graph (0.19.2 transformer_config.py L2738-L2746 checks Transformer
+    # Engine graphs only; 0.17.1 L2143-L2151 takes Transformer Engine graphs only)
+    a2a_overlap_full_iteration_graph: bool = False
 
     def deepep_allowed(self, gpu: GPUSpec) -> bool:
         name = device_name(gpu)
@@ -113,7 +124,8 @@ BRIDGE_RELEASES = {
                                                  "fp8_output_proj", "offload_modules", "outer_dp_sharding_strategy",
                                                  "cuda_graph_impl=full_iteration",
                                                  "offload_modules=fused_group_mlp"}),
-                         fsdp_full_iteration_graph=True),
+                         fsdp_full_iteration_graph=True, a2a_overlap_mtp_needs_pp=False,
+                         a2a_overlap_full_iteration_graph=True),
 }
 DEFAULT_BRIDGE = "0.4"
 # Container image (without registry tag suffix beyond the release) -> the Megatron-Bridge release it ships.

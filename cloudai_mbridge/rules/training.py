@@ -251,8 +251,10 @@ def _a2a_overlap(p: TrainingPlan) -> Iterator[Violation]:
     """*Differential.* megatron/core/transformer/transformer_config.py L1852-L1896 and bridge:training/
     comm_overlap.py L470-L505 (overlap_moe_expert_parallel_comm): EP > 1, VP when PP > 1, no full recompute,
     shared-expert overlap off, MTP layers None or 1 ('MTP layernum only supports 1') and, with one MTP layer,
-    PP > 1. main:transformer_config.py L3030-L3032 also refuses ``moe`` in recompute_modules (0.16.1 does not; we
-    follow main). Every precision here trains bf16 parameters, so the bf16/fp16 check cannot fail, and every
+    PP > 1. ``moe`` in recompute_modules is refused too (megatron-core 0.17.1 transformer_config.py L2121-L2123,
+    0.19.2 L2697-L2699; 0.16.1 does not). Per release (catalog/bridge.py ``a2a_overlap_mtp_needs_pp``): the
+    "one MTP layer needs PP > 1" check is megatron-core 0.17.1's (L2137-L2141), gone in 0.19.2 (L2709-L2713), so
+    bridge_version "0.6" takes one MTP layer at pp = 1. Every precision here trains bf16 parameters, so the bf16/fp16 check cannot fail, and every
     dispatcher is alltoall or flex."""
     if not p.moe_a2a_overlap:
         return
@@ -277,8 +279,8 @@ def _a2a_overlap(p: TrainingPlan) -> Iterator[Violation]:
         yield _v({"moe_a2a_overlap": True, "mtp_num_layers": mtp},
                  "a2a overlap supports only mtp_num_layers None or 1 ('MTP layernum only supports 1')",
                  "use mtp_num_layers 0 (or unset) for no MTP, or 1")
-    elif mtp == 1 and p.pp == 1:
-        yield _v({"moe_a2a_overlap": True, "mtp_num_layers": 1, "pp": p.pp},
+    elif mtp == 1 and p.pp == 1 and BRIDGE_RELEASES[p.bridge_version].a2a_overlap_mtp_needs_pp:
+        yield _v({"moe_a2a_overlap": True, "mtp_num_layers": 1, "pp": p.pp, "bridge_version": p.bridge_version},
                  "a2a overlap with an MTP layer needs pipeline parallelism", "use pp > 1 or moe_a2a_overlap = false")
 
 
@@ -298,13 +300,19 @@ def _a2a_overlap_bridge_vp(p: TrainingPlan) -> Iterator[Violation]:
 
 @rule("a2a-overlap-cuda-graph")
 def _a2a_overlap_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
-    """*Differential.* megatron/core/transformer/transformer_config.py L1898-L1906: with a2a overlap, CUDA graphs
-    must be Transformer Engine's and may not capture ``moe`` or ``mlp`` -- so a full-iteration (local) graph, the
-    MoE Echo setup, cannot be combined with the overlap."""
+    """*Differential.* megatron/core/transformer/transformer_config.py L1898-L1906 (0.17.1 L2143-L2151): with a2a
+    overlap, CUDA graphs must be Transformer Engine's and may not capture ``moe`` or ``mlp`` -- so a full-iteration
+    (local) graph, the MoE Echo setup, cannot be combined with the overlap. Per release (catalog/bridge.py
+    ``a2a_overlap_full_iteration_graph``): megatron-core 0.19.2 (L2738-L2746) checks only Transformer Engine graphs'
+    scope, so under bridge_version "0.6" a full-iteration graph (impl ``full_iteration``, or ``local`` with scope
+    ``full_iteration``, which Bridge 0.6.2 treats as one, utils/cuda_graph.py L121-L131) takes the overlap."""
     if p.moe_a2a_overlap and p.cuda_graph_impl != "none":
         bad = {"moe", "mlp"} & set(p.cuda_graph_scope)
-        # megatron-core 0.19.2 transformer_config.py L2618: a full_iteration graph also takes a2a overlap
-        if p.cuda_graph_impl not in ("transformer_engine", "full_iteration") or bad:
+        full_iteration = p.cuda_graph_impl == "full_iteration" or (
+            p.cuda_graph_impl == "local" and graph_scope(p) == ["full_iteration"])
+        if full_iteration and BRIDGE_RELEASES[p.bridge_version].a2a_overlap_full_iteration_graph:
+            return
+        if p.cuda_graph_impl != "transformer_engine" or bad:
             yield _v({"moe_a2a_overlap": True, "cuda_graph_impl": p.cuda_graph_impl,
                       "cuda_graph_scope": p.cuda_graph_scope},
                      "a2a overlap only works with transformer_engine CUDA graphs that leave moe and mlp uncaptured"
