@@ -139,3 +139,30 @@ def test_todays_estimate_meets_the_target_on_the_recorded_runs(name: str) -> Non
     errors = gpu_memory.compare(plan, est, row["measured"])
     assert abs(errors["error_pct_without_runtime"]) <= 5.0  # vs torch.cuda.max_memory_allocated
     assert abs(errors["device_error_pct"]) <= est.band_pct  # the whole estimate vs the nvidia-smi peak
+
+
+@pytest.mark.parametrize("host", ["h1", "h2"])
+def test_the_4gpu_refit_runs_read_back_to_their_recorded_rows(tmp_path: Path, host: str) -> None:
+    """benchmarks/results/refit_4gpu/<host>/runs.tgz (4 x H100, 2026-11-28) through parse_refit_run: every run that the
+    script recorded as measured reads back `ok`, verified, with the same median; every failed one as failed with no
+    number (a transport that did not start must never yield a time)."""
+    import tarfile
+
+    folder = RESULTS / "refit_4gpu" / host
+    with tarfile.open(folder / "runs.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    recorded = {}
+    for world in ("w4", "w2"):
+        recorded.update({r["name"]: r for r in
+                         json.loads((folder / f"{world}_gpu_refit_nccl.json").read_text())["refit"]})
+    runs = sorted(tmp_path.glob("*/runs/*"))
+    assert {r.name for r in runs} == set(recorded)
+    for run in runs:
+        m = parse_refit_run(run)
+        row = recorded[run.name]
+        if row["median_ms"] is None:
+            assert m.status == "failed" and m.time_ms.median is None, run.name
+        else:
+            assert m.status == "ok", (run.name, m.problems)
+            assert m.verify is not None and m.verify.status == "pass"
+            assert m.time_ms.median == pytest.approx(row["median_ms"], rel=1e-9)
