@@ -71,15 +71,31 @@ for w in "${wheels[@]}"; do  # one at a time: a wheel that does not install cost
 done
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/refit_site"
 
+# The PyPI wheel of megatron-core 0.19.2 lacks the CUDA source its NVSHMEM copy service compiles at planning
+# (resharding/nvshmem_copy_service/kernels/chunked_kernel.cu; 4 x H100, 2026-11-28: FileNotFoundError). A copy
+# carried in .whl/mcore_kernels/ (from Megatron-LM's repository at the release's tag; not part of this project) is
+# put where the service looks, only when the installed megatron-core has none.
+if compgen -G ".whl/mcore_kernels/*.cu" > /dev/null; then
+  svc=$(python3 -c "import importlib.util as u, os; s = u.find_spec('megatron.core'); \
+print(os.path.join(s.submodule_search_locations[0], 'resharding', 'nvshmem_copy_service'))" 2>/dev/null)
+  if [ -n "$svc" ] && [ ! -d "$svc/kernels" ]; then
+    if mkdir -p "$svc/kernels" 2>/dev/null && cp .whl/mcore_kernels/*.cu "$svc/kernels/"; then
+      log "placed $(ls .whl/mcore_kernels/*.cu | xargs -n1 basename | tr '\n' ' ')in $svc/kernels (missing from the wheel)"
+    else
+      log "warning: $svc/kernels is missing and could not be written"
+    fi
+  fi
+fi
+
 python3 - <<'PY' 2>&1 | tee -a "$LOG"
 import importlib, importlib.metadata as md
-for mod in ("nvshmem.core", "nixl._api", "megatron.core", "torch"):
+for mod in ("nvshmem.core", "cupy", "nixl._api", "megatron.core", "torch"):
     try:
         importlib.import_module(mod)
         print(f"import {mod}: ok")
     except BaseException as exc:
         print(f"import {mod}: FAILED {type(exc).__name__}: {exc}")
-for dist in ("nvidia-nvshmem-cu13", "nvshmem4py-cu13", "nixl-cu13", "nixl", "megatron-core", "torch"):
+for dist in ("nvidia-nvshmem-cu13", "nvshmem4py-cu13", "cupy-cuda13x", "nixl-cu13", "nixl", "megatron-core", "torch"):
     try:
         print(f"version {dist}: {md.version(dist)}")
     except BaseException as exc:
