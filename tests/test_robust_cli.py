@@ -116,3 +116,24 @@ def test_a_time_limit_too_large_for_any_duration_is_refused_naming_the_field(tmp
         assert proc.returncode == 2, f"{verb}: {out[-2000:]}"
         assert f"time_limit = '{limit}' holds a number too large for any duration. Fix:" in out, out[-2000:]
         assert "unexpected" not in out and not (tmp_path / verb).exists()
+
+
+def test_a_sweep_past_the_limit_says_what_it_will_spend_before_the_first_point() -> None:
+    """A 10^6-point dry-run grew past 1.4 GB with no word. Past LARGE_SWEEP points dry-run and run say, before
+    anything is written: the count, the time at the measured rate, and the command that checks the same points
+    without writing jobs. CloudAI's grid is the product of every swept list, summed over the scenario's tests."""
+    from types import SimpleNamespace
+
+    from cloudai_mbridge.cli.session import LARGE_SWEEP, large_sweep_warning
+
+    def tr(**space: list) -> SimpleNamespace:
+        return SimpleNamespace(is_dse_job=bool(space), param_space=space)
+
+    million = [tr(**{f"f{i}": list(range(10)) for i in range(6)})]
+    text = large_sweep_warning("dry-run", million)
+    assert text is not None and "1,000,000 points" in text and "about 305.6 h" in text
+    assert "cloudai-mbridge preflight" in text and "Ctrl-C" in text
+    assert large_sweep_warning("run", [tr(a=list(range(LARGE_SWEEP)))]) is None  # at the limit: quiet
+    # a test without a sweep counts as one point
+    assert large_sweep_warning("run", [tr(a=list(range(LARGE_SWEEP))), tr()]) is not None
+    assert large_sweep_warning("dry-run", [tr(), tr(a=[1, 2])]) is None
