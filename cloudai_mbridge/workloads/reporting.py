@@ -15,6 +15,8 @@ from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, gold
 from ..metrics.training import run_title
 from ..plots import Panel, series_plot, time_panel
 from ..redact import redact_report
+from .training_report import REPORT_FILE as TRAINING_REPORT_FILE
+from .training_report import training_report_text
 
 Metrics = TrainingRunMetrics | RefitRunMetrics
 
@@ -163,6 +165,11 @@ class MBridgeTrainingReport(MBridgeReport):
             extra["plot"] = skipped
         path, text = self.summary_file(m, **extra)
         files[path] = text
+        # CloudAI's own training_report.json (its TrainingResults schema) beside ours; none (and one log line saying
+        # why) for a run without steps or memory
+        cloudai_report = training_report_text(m, self.test_run.name)
+        if cloudai_report is not None:
+            files[out / TRAINING_REPORT_FILE] = redact_report(cloudai_report)
         write_together(files, defer_folder_sync=True)
         if m.iterations and not skipped:
             training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
