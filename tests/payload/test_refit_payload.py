@@ -271,8 +271,9 @@ def test_replay_executor_hands_strided_views_to_the_service_and_stays_bit_exact(
     """executor "replay": the first refit goes through swap_model_weights, the second warm-up and every timed refit
     replay megatron-core's cached plan (views, no .contiguous() copies, no write-backs); each timed refit is checked
     against the version just sent, and the service's plan is built once (same signature as megatron-core's)."""
-    result = run(config(src, dst, coalesce_mib=1, executor="replay", warmup=2, dump_shards=str(tmp_path)))
-    final = assert_verified(result, tmp_path)
+    cfg = config(src, dst, coalesce_mib=1, executor="replay", warmup=2, dump_shards=str(tmp_path / "shards"))
+    result = run(cfg)
+    final = assert_verified(result, tmp_path / "shards")
     assert final["config"]["executor"] == "replay"
     verdict = result.parsed["refit_verify"]
     assert "each-refit" in verdict["detail"] and "stale" not in verdict["detail"], verdict
@@ -288,6 +289,28 @@ def test_replay_executor_hands_strided_views_to_the_service_and_stays_bit_exact(
     counts = dict(kv.split("=") for kv in strided.split()[2:4])
     side = "strided_recv" if dst["tp"] == 1 else "strided_send"
     assert int(counts[side]) > 0, strided
+    import json
+
+    from cloudai_mbridge.metrics import parse_refit_run
+
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    (folder / "mbridge_config.json").write_text(json.dumps(cfg))
+    for rank, (out, err) in enumerate(zip(result.stdout, result.stderr, strict=True)):
+        (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
+    metrics = parse_refit_run(folder)
+    assert metrics.status == "ok", metrics.problems
+    assert metrics.executor == {"name": "replay", "ops_send": int(fields["ops_send"]),
+                                "ops_recv": int(fields["ops_recv"])}
+
+
+def test_the_executor_line_parses_both_forms():
+    from cloudai_mbridge.metrics import refit as refit_metrics
+
+    m = refit_metrics._EXECUTOR_RE.search("REFIT_EXECUTOR name=replay ops_send=12 ops_recv=10")
+    assert (m.group("name"), m.group("sends"), m.group("recvs")) == ("replay", "12", "10")
+    m = refit_metrics._EXECUTOR_RE.search("REFIT_EXECUTOR fallback reason=transform")
+    assert m.group("reason") == "transform" and m.group("name") is None
 
 
 def test_replay_executor_still_catches_a_stale_copy_service():
