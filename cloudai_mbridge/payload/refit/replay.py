@@ -95,6 +95,8 @@ class ReplayExecutor:
 
     def build(self) -> None:
         """Collect the op list from Megatron-Core's cached plan; raises FallbackError."""
+        import torch
+
         from .coalesce import Prepared, _Op
 
         plan, src, dst = _plan_and_tensors(self.src_model, self.dst_model)
@@ -107,6 +109,8 @@ class ReplayExecutor:
                 if _is_mxfp8(param):
                     raise FallbackError("mxfp8")
                 data = param.data
+                if type(data) is not torch.Tensor:  # a quantized or other tensor subclass: megatron-core's path
+                    raise FallbackError(f"tensor-type-{type(data).__name__}")
                 held[id(param)] = (param, data.data_ptr())
                 out.append(_Op(op.task_id, data[op.my_slice], op.peer_rank, len(out)))
         self.prepared = Prepared(sends, recvs)
