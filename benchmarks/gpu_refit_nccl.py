@@ -27,6 +27,7 @@ each rank's stdout then its stderr) and read back with ``cloudai_mbridge.metrics
 Run (on a GPU host, megatron-core importable): python3 benchmarks/gpu_refit_nccl.py --out /tmp/refit
           [--layers 2] [--pairs tp2-ep2 tp1ep2-tp2ep1] [--skip-p2p] [--dry-run: print the configs, no GPU needed]
           [--coalesce-mib 0 1024 [--coalesce-overlap on|off|both (default: each size with and without overlap)]]
+          [--executor megatron|replay|both (default megatron; coalesce sizes > 0 only; replay runs end in _rp)]
 Prints a short table and ``RESULT <metric>=<value> <unit>`` lines; writes ``<out>/gpu_refit_nccl.json``.
 """
 
@@ -67,7 +68,7 @@ BATCHED_OP_MIB = (4, 16, 64, 256)  # each batched test moves the largest exchang
 
 
 def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib: int = 0,
-                 transport: str = "nccl", overlap: bool | None = None) -> dict:
+                 transport: str = "nccl", overlap: bool | None = None, executor: str = "megatron") -> dict:
     src, dst = PAIRS[pair]
     cfg = {
         "coalesce_mib": coalesce_mib,
@@ -81,29 +82,40 @@ def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib:
         cfg["profile"] = True
     if coalesce_mib and overlap is not None:
         cfg["coalesce_overlap"] = overlap
+    if executor != "megatron":
+        cfg["executor"] = executor
     return cfg
 
 
 OVERLAP_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
+EXECUTOR_CHOICES = {"megatron": ("megatron",), "replay": ("replay",), "both": ("megatron", "replay")}
 
 
-def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int, bool | None]]:
-    """(pair, transport, coalesce_mib, coalesce_overlap) per refit run: coalescing is combined with nccl only, and
-    each coalesce size runs once per --coalesce-overlap choice (None: megatron-core's service, no such switch)."""
+def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int, bool | None, str]]:
+    """(pair, transport, coalesce_mib, coalesce_overlap, executor) per refit run: coalescing is combined with nccl
+    only, and each coalesce size runs once per --coalesce-overlap choice (None: megatron-core's service, no such
+    switch) and per --executor choice (replay needs coalescing: coalesce_mib 0 runs megatron's executor only)."""
     overlaps = OVERLAP_CHOICES[getattr(args, "coalesce_overlap", "both")]
-    return [(pair, t, c, ov) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
-            if c == 0 or t == "nccl" for ov in ((None,) if c == 0 else overlaps)]
+    executors = EXECUTOR_CHOICES[getattr(args, "executor", "megatron")]
+    return [(pair, t, c, ov, ex) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
+            if c == 0 or t == "nccl" for ov in ((None,) if c == 0 else overlaps)
+            for ex in (("megatron",) if c == 0 else executors)]
 
 
 def overlap_suffix(overlap: bool | None) -> str:
     return "" if overlap is None else ("_ov" if overlap else "_noov")
 
 
-def run_name(pair: str, layers: int, transport: str, coalesce_mib: int, overlap: bool | None = None) -> str:
+def executor_suffix(executor: str | None) -> str:
+    return "_rp" if executor == "replay" else ""
+
+
+def run_name(pair: str, layers: int, transport: str, coalesce_mib: int, overlap: bool | None = None,
+             executor: str = "megatron") -> str:
     """nccl runs keep their old names (refit_<pair>_<n>l[_c<mib>]); other transports add _<transport>; coalescing
-    runs end in _ov / _noov (coalesce_overlap on / off)."""
+    runs end in _ov / _noov (coalesce_overlap on / off), then _rp with executor "replay"."""
     return (f"refit_{pair}_{layers}l" + ("" if transport == "nccl" else f"_{transport}")
-            + (f"_c{coalesce_mib}" if coalesce_mib else "") + overlap_suffix(overlap))
+            + (f"_c{coalesce_mib}" if coalesce_mib else "") + overlap_suffix(overlap) + executor_suffix(executor))
 
 
 def first_error_line(row: dict, tail: str) -> str | None:
@@ -243,12 +255,12 @@ def write_run_folder(folder: Path, cfg: dict, run) -> None:
 
 
 def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coalesce_mib: int = 0,
-              transport: str = "nccl", overlap: bool | None = None) -> dict:
+              transport: str = "nccl", overlap: bool | None = None, executor: str = "megatron") -> dict:
     from cloudai_mbridge.metrics import parse_refit_run
     from cloudai_mbridge.payload.refit.local import launch
 
-    cfg = refit_config(pair, layers, args, coalesce_mib, transport, overlap)
-    name = run_name(pair, layers, transport, coalesce_mib, overlap)
+    cfg = refit_config(pair, layers, args, coalesce_mib, transport, overlap, executor)
+    name = run_name(pair, layers, transport, coalesce_mib, overlap, executor)
     start = time.perf_counter()
     run = launch(cfg, args.world, timeout=args.refit_timeout_s + 60, env={"PYTHONUNBUFFERED": "1"}, cwd=ROOT)
     wall = time.perf_counter() - start
@@ -256,7 +268,7 @@ def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coale
     write_run_folder(folder, cfg, run)
     m = parse_refit_run(folder)
     row = {"name": name, "pair": pair, "layers": layers, "transport": transport, "coalesce_mib": coalesce_mib,
-           "coalesce_overlap": overlap, "src": cfg["src"],
+           "coalesce_overlap": overlap, "executor": executor, "src": cfg["src"],
            "dst": cfg["dst"],
            "returncodes": run.returncodes, "wall_s": wall, "status": m.status, "problems": list(m.problems),
            "verify": m.verify.status if m.verify else None,
@@ -267,7 +279,8 @@ def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coale
     result = m.result or {}
     row.update(model_bytes=result.get("model_bytes"), held_bytes=result.get("held_bytes"),
                logits=(result.get("verify") or {}).get("logits"), versions=result.get("versions"),
-               error=run.parsed.get("refit_error"), phases=getattr(m, "phases", None))
+               error=run.parsed.get("refit_error"), phases=getattr(m, "phases", None),
+               executor_line=getattr(m, "executor", None))
     if row["times_ms"]:
         first, last = row["times_ms"][0], row["times_ms"][-1]
         row.update(first_ms=first, last_ms=last, drift_pct=(last - first) / first * 100 if first else None)
@@ -315,6 +328,8 @@ def print_refit(rows: list[dict]) -> None:
         if r.get("times_ms"):
             print(f"{'':>32} iterations ms: first {r['first_ms']:.2f} last {r['last_ms']:.2f} drift "
                   f"{r['drift_pct']:+.1f} % all {[round(t, 2) for t in r['times_ms']]}")
+        if r.get("executor_line"):
+            print(f"{'':>32} executor: " + " ".join(f"{k}={v}" for k, v in r["executor_line"].items()))
         if r.get("phases"):
             print(f"{'':>32} phases (median ms): " + " ".join(f"{k}={v:.2f}" for k, v in r["phases"].items()))
 
@@ -341,6 +356,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--coalesce-overlap", choices=sorted(OVERLAP_CHOICES), default="both",
                         help="payload coalesce_overlap for coalesce sizes > 0: on, off, or both (each size twice, "
                              "run names _ov / _noov); with --profile the payload serializes the phases either way")
+    parser.add_argument("--executor", choices=sorted(EXECUTOR_CHOICES), default="megatron",
+                        help="payload executor for coalesce sizes > 0: megatron (swap_model_weights every refit), "
+                             "replay (after the first refit, megatron-core's cached plan replayed by the coalescing "
+                             "service, run names _rp), or both (each coalesce size with each)")
     parser.add_argument("--p2p-sizes-mib", type=int, nargs="+", default=list(EXCHANGE_SIZES_MIB))
     parser.add_argument("--p2p-batched-op-mib", type=int, nargs="+", default=list(BATCHED_OP_MIB))
     parser.add_argument("--p2p-only", action="store_true", help="measure the ceiling, run no refit")
@@ -361,14 +380,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         from cloudai_mbridge.payload.refit.config import ConfigError, derive_layouts, from_dict
 
-        for pair, transport, c, ov in refit_runs(args):
-            cfg = refit_config(pair, args.layers, args, c, transport, ov)
+        for pair, transport, c, ov, ex in refit_runs(args):
+            cfg = refit_config(pair, args.layers, args, c, transport, ov, ex)
             try:
                 derive_layouts(from_dict(cfg), args.world)
                 check = "layout ok"
             except ConfigError as exc:
                 check = f"LAYOUT REFUSED: {exc}"
-            print(f"refit {run_name(pair, args.layers, transport, c, ov)} ({check}): {json.dumps(cfg, sort_keys=True)}")
+            name = run_name(pair, args.layers, transport, c, ov, ex)
+            print(f"refit {name} ({check}): {json.dumps(cfg, sort_keys=True)}")
         print(f"p2p plan: {json.dumps(p2p_plan(args.world, args.p2p_sizes_mib, args.p2p_batched_op_mib))}")
         return 0
     problem = None if args.p2p_device == "cpu" and args.p2p_only else gpu_problem(args.world)
@@ -403,20 +423,20 @@ def main(argv: list[str] | None = None) -> int:
     batched = [r for r in p2p if r["mode"] == "exchange" and r["bytes"] == total]
 
     runs = [] if args.p2p_only else refit_runs(args)
-    for pair, transport, coalesce, overlap in runs:
+    for pair, transport, coalesce, overlap, executor in runs:
         try:
-            row = run_refit(pair, args.layers, args, args.out, coalesce, transport, overlap)
+            row = run_refit(pair, args.layers, args, args.out, coalesce, transport, overlap, executor)
         except Exception as exc:  # one transport's failure must not stop the others
-            row = {"name": run_name(pair, args.layers, transport, coalesce, overlap), "pair": pair,
+            row = {"name": run_name(pair, args.layers, transport, coalesce, overlap, executor), "pair": pair,
                    "layers": args.layers, "transport": transport, "coalesce_mib": coalesce,
-                   "coalesce_overlap": overlap, "status": "harness-error", "returncodes": [],
+                   "coalesce_overlap": overlap, "executor": executor, "status": "harness-error", "returncodes": [],
                    "verify": None, "median_ms": None, "wall_s": 0.0, "error": f"{type(exc).__name__}: {exc}",
                    "first_error": f"{type(exc).__name__}: {exc}"}
         if row["status"] != "ok" and args.layers > 1 and not args.no_fallback:
             print(f"{row['name']}: status {row['status']} rc {row['returncodes']} error {row.get('error')}; "
                   "retrying with 1 layer", flush=True)
             result["refit"].append(row)
-            row = run_refit(pair, 1, args, args.out, coalesce, transport, overlap)
+            row = run_refit(pair, 1, args, args.out, coalesce, transport, overlap, executor)
         derive(row, args.world, ceiling, batched)
         result["refit"].append(row)
         print(f"[{row['name']}] status={row['status']} verify={row['verify']} median_ms={row['median_ms']} "
@@ -439,8 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for r in result["refit"]:
         tag = f"{r['pair'].replace('-', '_to_')}_{r['layers']}l" + (
-            f"_coalesce{r['coalesce_mib']}mib{overlap_suffix(r.get('coalesce_overlap'))}" if r.get("coalesce_mib")
-            else "")
+            f"_coalesce{r['coalesce_mib']}mib{overlap_suffix(r.get('coalesce_overlap'))}"
+            f"{executor_suffix(r.get('executor'))}" if r.get("coalesce_mib") else "")
         prefix = f"refit_{r.get('transport', 'nccl')}_{tag}"
         if r.get("median_ms") is None:
             failed = True

@@ -169,6 +169,24 @@ def test_refit_coalesce_sweeps_and_refuses_nvshmem_and_nixl(tmp_path: Path) -> N
     assert "[refit-coalesce-transport]" in res.output and "set coalesce_mib = 0" in res.output
 
 
+def test_refit_executor_sweeps_and_refuses_replay_without_coalescing(tmp_path: Path) -> None:
+    import json
+
+    _, scenario = write_case(
+        tmp_path,
+        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeRefit"\n[cmd_args]\nmodel = "kimi_k2"\n'
+        'executor = ["megatron", "replay"]\ncoalesce_mib = [0, 1024]\nsrc = { tp = 8, ep = 8 }\n'
+        'dst = { tp = 8, ep = 16 }\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 16\n',
+    )
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    configs = [json.loads((s.parent / "mbridge_config.json").read_text()) for s in sbatch_scripts(res.output_dir)]
+    assert sorted((c["executor"], c["coalesce_mib"]) for c in configs) == [
+        ("megatron", 0), ("megatron", 1024), ("replay", 1024)]
+    assert "[refit-executor-coalesce]" in res.output and "set coalesce_mib > 0" in res.output
+
+
 def test_shared_expert_overlap_can_be_held_off_in_both_ab_arms(tmp_path: Path) -> None:
     import json
 

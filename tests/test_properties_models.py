@@ -461,7 +461,7 @@ def refit_args(draw: st.DrawFn, sweep: bool = True) -> dict[str, Any]:
         "coalesce_mib": _one_or_sweep(st.integers(0, INT32_MAX), sweep),
         "timeout_s": st.integers(1, 7 * 24 * 3600),
         "seed": st.integers(0, INT64_MAX),
-        **{k: _one_or_sweep(_literal(R, k), sweep) for k in ("mode", "transport")},
+        **{k: _one_or_sweep(_literal(R, k), sweep) for k in ("mode", "transport", "executor")},
         **{k: _literal(R, k) for k in ("device", "dtype")},
         "verify": st.booleans(),
         "container_image": images,

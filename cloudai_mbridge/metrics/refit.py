@@ -77,6 +77,9 @@ _CONFIG_RE = re.compile(r"REFIT_CONFIG\s+(?P<json>\{.*\})\s*$")
 _RANK_RE = re.compile(r"REFIT_RANK\s+rank=(?P<rank>\d{1,9})\s+run_id=(?P<run_id>\S+)\s+config_digest=(?P<digest>\S+)")
 # "profile": true runs: medians (ms, rank 0) of the phases of a refit (payload/refit/phases.py)
 _PHASES_RE = re.compile(r"REFIT_PHASES((?:\s+[a-z]+_ms=[0-9.]+)+)\s*$")
+# executor "replay" (payload/refit/replay.py): the replayed op counts (summed over ranks), or why it fell back
+_EXECUTOR_RE = re.compile(r"REFIT_EXECUTOR\s+(?:name=(?P<name>[a-z]+)\s+ops_send=(?P<sends>\d{1,12})\s+"
+                          r"ops_recv=(?P<recvs>\d{1,12})|fallback\s+reason=(?P<reason>\S+))\s*$")
 _TENSOR_RE = re.compile(r"REFIT_TENSOR\s+result=(?P<result>ok|mismatch)\s+name=(?P<name>\S+)\s*$")
 _DAMAGE = ("\ufffd", "\x00")  # what undecodable bytes (or NULs) leave in a decoded line
 
@@ -137,6 +140,9 @@ class RefitRunMetrics:
     invalid_reasons: tuple[str, ...] = ()  # why no number of this run may be used (foreign logs, edits, damage)
     # REFIT_PHASES (config "profile": true): phase name (submit, run, rest, local, pack, comm, unpack) -> median ms
     phases: Mapping[str, float] | None = None
+    # REFIT_EXECUTOR (config "executor": "replay"): {"name": "replay", "ops_send": n, "ops_recv": n}, or
+    # {"name": "megatron", "fallback": reason} when the replay fell back to swap_model_weights; None: no such line
+    executor: Mapping[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -229,7 +235,7 @@ def parse_refit_run(
     printed: dict[str, float] = {}
     printed_text: dict[str, str] = {}
     tensors: dict[str, str] = {}
-    bandwidth = stats_match = verify = result = recorded = phases = None
+    bandwidth = stats_match = verify = result = recorded = phases = executor = None
     for line in lines:
         if not line.terminated:
             continue
@@ -267,6 +273,9 @@ def parse_refit_run(
         stats_match = _STATS_RE.search(text) or stats_match
         if m := _PHASES_RE.search(text):
             phases = {k[:-3]: float(v) for k, _, v in (kv.partition("=") for kv in m.group(1).split())}
+        if m := _EXECUTOR_RE.search(text):
+            executor = ({"name": "megatron", "fallback": m.group("reason")} if m.group("reason") else
+                        {"name": m.group("name"), "ops_send": int(m.group("sends")), "ops_recv": int(m.group("recvs"))})
         if m := _VERIFY_RE.search(text):
             verify = RefitVerify(
                 m.group("status"), int(m.group("params")), int(m.group("mismatched")), (m.group("detail") or "").strip()
@@ -372,6 +381,7 @@ def parse_refit_run(
         recorded=recorded,
         invalid_reasons=tuple(invalid),
         phases=phases,
+        executor=executor,
     )
 
 
@@ -426,7 +436,8 @@ def config_file_digest(run_dir: Path) -> str | None:
 
 
 # What the mapping and the work are made of: a config edited in these after the run relabels it.
-_WORK_KEYS = ("model", "src", "dst", "mode", "transport", "dtype", "coalesce_mib", "iterations", "warmup", "device")
+_WORK_KEYS = ("model", "src", "dst", "mode", "transport", "dtype", "coalesce_mib", "executor", "iterations", "warmup",
+              "device")
 
 
 def _differs(written: Any, ran: Any) -> bool:

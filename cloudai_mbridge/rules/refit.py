@@ -53,6 +53,17 @@ def _coalesce(p: RefitPlan) -> Iterator[Violation]:
                         "set coalesce_mib = 0 or transport = \"nccl\"")
 
 
+@rule("refit-executor-coalesce")
+def _executor(p: RefitPlan) -> Iterator[Violation]:
+    """payload/refit/replay.py: executor "replay" hands megatron-core's cached plan to the coalescing copy service
+    (payload/refit/coalesce.py), which runs only with coalesce_mib > 0 (payload/refit/config.py refuses it too)."""
+    c = p.config
+    if c.get("executor", "megatron") == "replay" and not c.get("coalesce_mib"):
+        yield Violation("", {"executor": "replay", "coalesce_mib": c.get("coalesce_mib", 0)},
+                        "executor replay replays the plan through the coalescing copy service",
+                        "set coalesce_mib > 0 or executor = \"megatron\"")
+
+
 @rule("refit-model-size")
 def _model_size(p: RefitPlan) -> Iterator[Violation]:
     """catalog/models.py: num_layers is there to run fewer layers than the model has (refit moves every layer

@@ -62,6 +62,8 @@ def test_padded_vocab_is_shared_by_both_sides():
         ({"device": "cpu", "transport": "nixl"}, 1, ["transport='nixl'", "gloo"]),
         ({"profile": 1}, 1, ["profile=1", "true or false"]),
         ({"coalesce_overlap": "yes"}, 1, ["coalesce_overlap='yes'", "true or false"]),
+        ({"executor": "replay"}, 1, ["executor='replay'", "coalesce_mib=0", "coalesce_mib > 0", "'megatron'"]),
+        ({"executor": "fast", "coalesce_mib": 1}, 1, ["executor='fast'", "'replay'"]),
     ],
 )
 def test_config_errors_name_field_value_and_fix(kw, world, needles):
@@ -117,3 +119,8 @@ def test_nvshmem_gets_the_cta_limit_megatron_core_insists_on():
         env = {}
         transport_env(other, env)
         assert env == {}
+
+
+def test_replay_executor_is_accepted_with_coalescing():
+    rc.derive_layouts(cfg(executor="replay", coalesce_mib=1), 1)
+    assert cfg().executor == "megatron"

@@ -256,3 +256,67 @@ def test_a_benchmark_run_folder_reads_back_as_the_run_that_happened(tmp_path):
     metrics = parse_refit_run(folder)
     assert metrics.status == "ok", metrics.problems
     assert metrics.verify is not None and metrics.verify.status == "pass"
+
+
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        # dst tp1 receives column slices of row-parallel weights (strided destination views)
+        pytest.param({"tp": 2, "ep": 1}, {"tp": 1, "ep": 1}, id="tp2-to-tp1"),
+        # src tp1 sends column slices (strided source views); experts ep2 -> ep1
+        pytest.param({"tp": 1, "ep": 2}, {"tp": 2, "ep": 1}, id="tp1ep2-to-tp2ep1"),
+    ],
+)
+def test_replay_executor_hands_strided_views_to_the_service_and_stays_bit_exact(tmp_path, src, dst):
+    """executor "replay": the first refit goes through swap_model_weights, the second warm-up and every timed refit
+    replay megatron-core's cached plan (views, no .contiguous() copies, no write-backs); each timed refit is checked
+    against the version just sent, and the service's plan is built once (same signature as megatron-core's)."""
+    cfg = config(src, dst, coalesce_mib=1, executor="replay", warmup=2, dump_shards=str(tmp_path / "shards"))
+    result = run(cfg)
+    final = assert_verified(result, tmp_path / "shards")
+    assert final["config"]["executor"] == "replay"
+    verdict = result.parsed["refit_verify"]
+    assert "each-refit" in verdict["detail"] and "stale" not in verdict["detail"], verdict
+    (line,) = [x for x in result.out.splitlines() if x.startswith("REFIT_EXECUTOR ")]
+    fields = dict(kv.split("=") for kv in line.split()[1:])
+    assert fields["name"] == "replay", line
+    # the replay submits what megatron-core's executor submitted (every op of this model's plan is held here)
+    assert int(fields["ops_send"]) == int(result.parsed["refit_stats"]["send_ops"]) > 0
+    assert int(fields["ops_recv"]) == int(result.parsed["refit_stats"]["recv_ops"]) > 0
+    (coalesce,) = [x for x in result.out.splitlines() if x.startswith("REFIT_COALESCE ")]
+    assert "plan_builds=1 " in coalesce, coalesce  # warm-up 2 was a replay: same signature, same plan
+    (strided,) = [x for x in result.stderr[0].splitlines() if x.startswith("[refit] replay: ")]
+    counts = dict(kv.split("=") for kv in strided.split()[2:4])
+    side = "strided_recv" if dst["tp"] == 1 else "strided_send"
+    assert int(counts[side]) > 0, strided
+    import json
+
+    from cloudai_mbridge.metrics import parse_refit_run
+
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    (folder / "mbridge_config.json").write_text(json.dumps(cfg))
+    for rank, (out, err) in enumerate(zip(result.stdout, result.stderr, strict=True)):
+        (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
+    metrics = parse_refit_run(folder)
+    assert metrics.status == "ok", metrics.problems
+    assert metrics.executor == {"name": "replay", "ops_send": int(fields["ops_send"]),
+                                "ops_recv": int(fields["ops_recv"])}
+
+
+def test_the_executor_line_parses_both_forms():
+    from cloudai_mbridge.metrics import refit as refit_metrics
+
+    m = refit_metrics._EXECUTOR_RE.search("REFIT_EXECUTOR name=replay ops_send=12 ops_recv=10")
+    assert (m.group("name"), m.group("sends"), m.group("recvs")) == ("replay", "12", "10")
+    m = refit_metrics._EXECUTOR_RE.search("REFIT_EXECUTOR fallback reason=transform")
+    assert m.group("reason") == "transform" and m.group("name") is None
+
+
+def test_replay_executor_still_catches_a_stale_copy_service():
+    result = run(config({"tp": 2, "ep": 1}, {"tp": 1, "ep": 2}, _stale_copy_service=True, coalesce_mib=1,
+                        executor="replay"))
+    assert all(rc == 1 for rc in result.returncodes), result.describe()
+    assert "REFIT_EXECUTOR name=replay " in result.out, result.out
+    verdict = result.parsed["refit_verify"]
+    assert verdict["status"] == "fail" and "stale-after-iter=0" in verdict["detail"], verdict

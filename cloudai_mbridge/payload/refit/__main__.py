@@ -16,7 +16,9 @@ sides as --src-tp / --dst-ep, the rest as --mode, --transport, --timeout-s ...):
 Optional keys (defaults in brackets):
   src/dst "etp" [= tp, Megatron's default], src/dst "world" [see layout], "dtype": "bf16"|"fp16"|"fp32" [bf16],
   "verify_gather_max_bytes" [1 GiB], "dump_shards": dir [none; each rank writes rank<r>.pt with its shards],
-  "profile" [false; REFIT_PHASES, see phases.py], "coalesce_overlap" [true; coalesce_mib > 0 on CUDA: pack/NCCL/
+  "profile" [false; REFIT_PHASES, see phases.py], "executor" ["megatron"; "replay" (coalesce_mib > 0 only): refits
+  after the first skip megatron-core's executor and hand its cached plan's slice views to the coalescing service,
+  see replay.py], "coalesce_overlap" [true; coalesce_mib > 0 on CUDA: pack/NCCL/
   unpack of successive rounds on side streams, see coalesce.py; profile=true runs them serially],
   "_corrupt_after_refit" [false; testing], "_no_adapter" [false; testing: unpatched megatron-core].
   "seed" only seeds Megatron's CUDA RNG tracker (GPU builds need one; nothing random is drawn): the weights come
@@ -52,6 +54,8 @@ Output (stdout, rank 0, flushed):
   REFIT_ITER iter=<i> time_ms=<float>
   REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> overlapped=<true|false> plan_builds=<n> per refit on rank 0
       (before them, coalesce_mib > 0; overlapped: the last warm-up ran on side streams; plan_builds: so far)
+  REFIT_EXECUTOR name=replay ops_send=<n> ops_recv=<n>   (executor "replay", after the first warm-up; ops summed
+      over ranks) or REFIT_EXECUTOR fallback reason=<word> (every refit then goes through swap_model_weights)
   REFIT_PHASES submit_ms=.. run_ms=.. rest_ms=.. [local_ms=.. pack_ms=.. comm_ms=.. unpack_ms=..]   ("profile":
       true) medians over the timed refits on rank 0: see phases.py
   REFIT_PROFILE wall_ms=.. nccl_ms=.. copy_ms=.. other_ms=.. kernels=..          (MBRIDGE_REFIT_PROFILE=1, _profile)
@@ -241,6 +245,7 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         recorder = PhaseRecorder(torch.cuda.synchronize if cfg.device == "cuda" else None)
         method = profiled(method, recorder)
     version = 0
+    replay = None  # executor "replay": set up after the first refit (_start_replay)
 
     def once() -> float:
         nonlocal version
@@ -252,7 +257,10 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         start = time.perf_counter()
         if recorder is not None:
             recorder.begin(start)
-        swap_model_weights(src_model, dst_model, refit_method=method)
+        if replay is not None:
+            replay.refit(method)
+        else:
+            swap_model_weights(src_model, dst_model, refit_method=method)
         _sync(cfg)
         elapsed = time.perf_counter() - start
         if recorder is not None:
@@ -262,6 +270,8 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
     _state["phase"] = "plan"
     for i in range(cfg.warmup):
         once()
+        if i == 0 and cfg.executor == "replay":
+            replay = _start_replay(cfg, src_model, dst_model)
         _state["phase"] = "warmup"
         print(f"[refit] warm-up {i + 1}/{cfg.warmup} done", file=sys.stderr, flush=True)
     if cfg.coalesce_mib:
@@ -288,6 +298,39 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         _state["phase"] = "profile"
         _profile(once, cuda=cfg.device == "cuda")
     return times_ms, nan_iters, stale_iters, version
+
+
+def _start_replay(cfg: RefitConfig, src_model, dst_model):
+    """Executor "replay" (replay.py), outside any timed window, after the first refit built megatron-core's plan:
+    the op list from that plan, or None (every refit through swap_model_weights) if any rank cannot replay it (the
+    decision is collective: megatron-core's executor barriers after run(), the replay does not). Rank 0 prints
+    ``REFIT_EXECUTOR name=replay ops_send=<n> ops_recv=<n>`` (summed over ranks) or, once,
+    ``REFIT_EXECUTOR fallback reason=<word>``."""
+    from .replay import FallbackError, ReplayExecutor
+
+    executor = ReplayExecutor(src_model, dst_model)
+    reason = ""
+    try:
+        executor.build()
+    except FallbackError as exc:
+        reason = str(exc)
+    ops = (executor.prepared.sends, executor.prepared.recvs) if executor.prepared is not None else ([], [])
+    counts = [float(len(o)) for o in ops] + [float(sum(not op.tensor.is_contiguous() for op in o)) for o in ops]
+    failed, total_sends, total_recvs, strided_sends, strided_recvs = _reduce([float(bool(reason)), *counts], "sum",
+                                                                              cfg)
+    if failed:
+        import torch.distributed as dist
+
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, reason)
+        first = next(r for r in everyone if r)
+        _emit(f"REFIT_EXECUTOR fallback reason={first}")
+        return None
+    _emit(f"REFIT_EXECUTOR name=replay ops_send={int(total_sends)} ops_recv={int(total_recvs)}")
+    if _state["rank"] == 0:  # views megatron-core's executor would have copied (.contiguous() / staging + write-back)
+        print(f"[refit] replay: strided_send={int(strided_sends)} strided_recv={int(strided_recvs)} (all ranks)",
+              file=sys.stderr, flush=True)
+    return executor
 
 
 PROFILE_ENV = "MBRIDGE_REFIT_PROFILE"

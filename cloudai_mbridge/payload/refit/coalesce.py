@@ -107,6 +107,15 @@ def make_service(bucket_bytes: int, group=None, stale: bool = False, overlap: bo
 
 
 @dataclass
+class Prepared:
+    """Op lists built once and handed to :meth:`CoalescingCopyService.submit_prepared` on every refit (executor
+    "replay", payload/refit/replay.py); the signature is computed once per (device, slots)."""
+    sends: list
+    recvs: list
+    signatures: dict = field(default_factory=dict)
+
+
+@dataclass
 class _Bucket:
     """One message to or from one peer: the op indices it carries (in transfer order), the message (a slice of a
     staging buffer) and, per op, a typed view of the message with the op's shape."""
@@ -145,6 +154,7 @@ class CoalescingCopyService:
         # before every clock read so the time lands in the phase that queued the work. None: no clock, no sync.
         self.phase_ms: dict[str, float] | None = None
         self.phase_sync = None
+        self._prepared: Prepared | None = None  # set by submit_prepared, for the run that follows
         self._plan: _Plan | None = None  # the last signature's plan (one kept: a new signature replaces it)
         self._streams: tuple | None = None
 
@@ -159,6 +169,11 @@ class CoalescingCopyService:
 
     def submit_recv_with_id(self, task_id: int, dest_tensor, src_rank: int) -> None:
         self.recvs.append(_Op(task_id, dest_tensor, src_rank, len(self.recvs)))
+
+    def submit_prepared(self, prepared: Prepared) -> None:
+        """All sends and receives of a refit at once (replaces anything submitted before): the lists are used as
+        they are, not copied (run() does not modify them), and their signature is computed once."""
+        self.sends, self.recvs, self._prepared = prepared.sends, prepared.recvs, prepared
 
     def release(self) -> None:
         """Drop the cached plan and its staging buffers (the next run() builds them again)."""
@@ -177,8 +192,8 @@ class CoalescingCopyService:
                 else:
                     self._run_serial(plan)
         finally:
-            self.sends.clear()
-            self.recvs.clear()
+            # new lists, not clear(): prepared lists (submit_prepared) are kept by their owner
+            self.sends, self.recvs, self._prepared = [], [], None
 
     # --- plan --------------------------------------------------------------------------------------------------
     def _device(self):
@@ -189,6 +204,16 @@ class CoalescingCopyService:
         return 2 if self.overlap and self.phase_ms is None and device is not None and device.type == "cuda" else 1
 
     def _signature(self, device) -> tuple:
+        prep = self._prepared
+        if prep is not None and prep.sends is self.sends and prep.recvs is self.recvs:
+            slots = self._slots_wanted(device)
+            key = prep.signatures.get((device, slots))
+            if key is None:
+                key = prep.signatures[(device, slots)] = self._compute_signature(device)
+            return key
+        return self._compute_signature(device)
+
+    def _compute_signature(self, device) -> tuple:
         return (self.rank, device, self._slots_wanted(device),
                 tuple((op.peer, op.task_id, op.tensor.dtype, op.tensor.shape) for op in self.sends),
                 tuple((op.peer, op.task_id, op.tensor.dtype, op.tensor.shape) for op in self.recvs))
@@ -405,8 +430,8 @@ class StaleCopyService(CoalescingCopyService):
     def run(self) -> None:
         if self._refit == 0:
             self._kept = [op.tensor.detach().clone() for op in self.sends]
-        else:
-            for op, kept in zip(self.sends, self._kept, strict=False):
-                op.tensor = kept
+        else:  # new _Op objects: the submitted ones may be a replay's prepared list, reused every refit
+            self.sends = [_Op(op.task_id, kept, op.peer, op.order) if kept is not None else op
+                          for op, kept in zip(self.sends, self._kept + [None] * len(self.sends), strict=False)]
         self._refit += 1
         super().run()

@@ -18,6 +18,7 @@ MODES = ("collocated", "non-collocated")
 TRANSPORTS = ("gloo", "nccl", "nvshmem", "nixl")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("bf16", "fp16", "fp32")
+EXECUTORS = ("megatron", "replay")
 # Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times TP; both sides must end
 # up with the same padded size or the embedding cannot be resharded, so we pad with the LCM of both TP sizes.
 VOCAB_DIVISOR = 128
@@ -86,6 +87,9 @@ class RefitConfig:
     # coalesce_mib > 0 on CUDA: pack, NCCL and unpack of successive rounds overlap on side streams (off with
     # "profile": true, which times the phases one after the other); false: the serial path (for comparison).
     coalesce_overlap: bool = True
+    # "megatron": every refit is swap_model_weights. "replay" (needs coalesce_mib > 0): the first refit is, later
+    # ones hand megatron-core's cached plan's slice views straight to the coalescing service (payload/refit/replay.py).
+    executor: str = "megatron"
     # true: time the phases of every timed refit (submit vs run of the copy service; for coalesce_mib > 0 also
     # local/pack/comm/unpack, with CUDA syncs between them) and print REFIT_PHASES on rank 0.
     profile: bool = False
@@ -256,6 +260,7 @@ def validate(cfg: RefitConfig) -> None:
     _need_choice(cfg.transport, "transport", TRANSPORTS)
     _need_choice(cfg.device, "device", DEVICES)
     _need_choice(cfg.dtype, "dtype", DTYPES)
+    _need_choice(cfg.executor, "executor", EXECUTORS)
     _need_int(cfg.warmup, "warmup", 1)
     _need_int(cfg.iterations, "iterations", 1)
     _need_int(cfg.seed, "seed", 0)
@@ -268,6 +273,9 @@ def validate(cfg: RefitConfig) -> None:
     if cfg.coalesce_mib and cfg.transport in ("nvshmem", "nixl"):
         raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport={cfg.transport!r}: packing applies to the "
                           "send/recv transports only; set coalesce_mib to 0 or transport to 'nccl'")
+    if cfg.executor == "replay" and not cfg.coalesce_mib:
+        raise ConfigError("executor='replay' with coalesce_mib=0: replay hands the plan to the coalescing copy "
+                          "service; set coalesce_mib > 0 or executor to 'megatron'")
     for name in ("verify", "profile", "coalesce_overlap", "_corrupt_after_refit", "_stale_copy_service", "_no_adapter"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r}: must be true or false")

@@ -18,6 +18,7 @@ from ..fields import Bool, NonNegInt, Parallel, PosInt, Seed, check_expected_rej
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
 Transport = Literal["gloo", "nccl", "nvshmem", "nixl"]
+Executor = Literal["megatron", "replay"]
 
 
 def new_run_id() -> str:
@@ -53,6 +54,9 @@ class MBridgeRefitCmdArgs(CmdArgs):
     transport: Transport | list[Transport] = "nccl"
     # > 0: the plan's slices packed into messages of at most this many MiB per peer (payload/refit/coalesce.py)
     coalesce_mib: NonNegInt | list[NonNegInt] = 0
+    # "replay" (coalesce_mib > 0 only, rule refit-executor-coalesce): refits after the first hand megatron-core's
+    # cached plan straight to the coalescing service (payload/refit/replay.py); "megatron": swap_model_weights
+    executor: Executor | list[Executor] = "megatron"
     device: Literal["cuda", "cpu"] = "cuda"
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     warmup: PosInt = 2
@@ -92,6 +96,7 @@ class MBridgeRefitTestDefinition(MBridgeTestDefinition):
             "mode": a.mode,
             "transport": a.transport,
             "coalesce_mib": a.coalesce_mib,
+            "executor": a.executor,
             "device": a.device,
             "dtype": a.dtype,
             "warmup": a.warmup,
