@@ -254,8 +254,8 @@ def _a2a_overlap(p: TrainingPlan) -> Iterator[Violation]:
     PP > 1. ``moe`` in recompute_modules is refused too (megatron-core 0.17.1 transformer_config.py L2121-L2123,
     0.19.2 L2697-L2699; 0.16.1 does not). Per release (catalog/bridge.py ``a2a_overlap_mtp_needs_pp``): the
     "one MTP layer needs PP > 1" check is megatron-core 0.17.1's (L2137-L2141), gone in 0.19.2 (L2709-L2713), so
-    bridge_version "0.6" takes one MTP layer at pp = 1. Every precision here trains bf16 parameters, so the bf16/fp16 check cannot fail, and every
-    dispatcher is alltoall or flex."""
+    bridge_version "0.6" takes one MTP layer at pp = 1. Every precision here trains bf16 parameters, so the bf16/fp16
+    check cannot fail, and every dispatcher is alltoall or flex."""
     if not p.moe_a2a_overlap:
         return
     if p.ep <= 1:
