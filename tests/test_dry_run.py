@@ -151,37 +151,31 @@ def test_mcore_engine_limits_are_checked_at_dry_run(tmp_path: Path) -> None:
     assert "Fix: use engine = 'bridge'" in res.output
 
 
-def test_refit_coalesce_sweeps_and_refuses_nvshmem_and_nixl(tmp_path: Path) -> None:
+def _refit_sweep(tmp_path: Path, swept: str) -> tuple:
+    """Dry-run a Kimi-K2 refit (TP8·EP8 -> TP8·EP16, 16 B300 nodes) sweeping ``swept`` (TOML lines); returns the
+    dry-run and the payload config of every job it wrote."""
     import json
 
     _, scenario = write_case(
         tmp_path,
         'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeRefit"\n[cmd_args]\nmodel = "kimi_k2"\n'
-        'transport = ["nccl", "nvshmem", "nixl"]\ncoalesce_mib = [0, 1024]\nsrc = { tp = 8, ep = 8 }\n'
-        'dst = { tp = 8, ep = 16 }\n',
+        f'{swept}src = {{ tp = 8, ep = 8 }}\ndst = {{ tp = 8, ep = 16 }}\n',
         'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 16\n',
     )
     res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
     assert res.returncode == 0, res.output
-    configs = [json.loads((s.parent / "mbridge_config.json").read_text()) for s in sbatch_scripts(res.output_dir)]
+    return res, [json.loads((s.parent / "mbridge_config.json").read_text()) for s in sbatch_scripts(res.output_dir)]
+
+
+def test_refit_coalesce_sweeps_and_refuses_nvshmem_and_nixl(tmp_path: Path) -> None:
+    res, configs = _refit_sweep(tmp_path, 'transport = ["nccl", "nvshmem", "nixl"]\ncoalesce_mib = [0, 1024]\n')
     assert sorted((c["transport"], c["coalesce_mib"]) for c in configs) == [
         ("nccl", 0), ("nccl", 1024), ("nixl", 0), ("nvshmem", 0)]
     assert "[refit-coalesce-transport]" in res.output and "set coalesce_mib = 0" in res.output
 
 
 def test_refit_executor_sweeps_and_refuses_replay_without_coalescing(tmp_path: Path) -> None:
-    import json
-
-    _, scenario = write_case(
-        tmp_path,
-        'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeRefit"\n[cmd_args]\nmodel = "kimi_k2"\n'
-        'executor = ["megatron", "replay"]\ncoalesce_mib = [0, 1024]\nsrc = { tp = 8, ep = 8 }\n'
-        'dst = { tp = 8, ep = 16 }\n',
-        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 16\n',
-    )
-    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
-    assert res.returncode == 0, res.output
-    configs = [json.loads((s.parent / "mbridge_config.json").read_text()) for s in sbatch_scripts(res.output_dir)]
+    res, configs = _refit_sweep(tmp_path, 'executor = ["megatron", "replay"]\ncoalesce_mib = [0, 1024]\n')
     assert sorted((c["executor"], c["coalesce_mib"]) for c in configs) == [
         ("megatron", 0), ("megatron", 1024), ("replay", 1024)]
     assert "[refit-executor-coalesce]" in res.output and "set coalesce_mib > 0" in res.output
