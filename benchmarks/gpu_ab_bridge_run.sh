@@ -37,11 +37,11 @@ fi
 date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvidia-smi topo -m 2>&1 | head -6
-T=$((BUDGET - SECONDS - 25))
+T=$((BUDGET - SECONDS - 12))
 echo "=== gpu_dispatcher_ab --engine bridge (timeout ${T}s, t+${SECONDS}s) LD_PRELOAD=$PRELOAD"
 # A 20-iteration run took 74-104 s on 4 x H100 (2026-11-27): none is started with less than 110 s of budget left.
 LD_PRELOAD=$PRELOAD timeout -k 10 "$T" python3 benchmarks/gpu_dispatcher_ab.py --out "$WORK" --engine bridge \
-  --budget-s $((T - 20)) --min-run-s 110 ${UCCL[@]+"${UCCL[@]}"} "$@" 2>&1 \
+  --budget-s $((T - 10)) --min-run-s 110 ${UCCL[@]+"${UCCL[@]}"} "$@" 2>&1 \
   | grep -v -E "UserWarning|warnings.warn|^  return func|^\s*$" | tee "$OUT/ab.log"
 echo "=== gpu_dispatcher_ab: exit ${PIPESTATUS[0]} at t+${SECONDS}s"
 cp "$WORK"/gpu_dispatcher_ab.json "$OUT/" 2>/dev/null
