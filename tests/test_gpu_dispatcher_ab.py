@@ -115,3 +115,18 @@ def test_three_steady_iterations_get_no_verdict(tmp_path: Path) -> None:
     (row,) = ab.ab_report([base, arm], tmp_path, warmup=1)
     assert row["verdict"].startswith("invalid") and "3 steady-state iterations" in row["verdict"]
     assert ab.winner(row["verdict"]) == "none"
+
+
+def test_cells_of_two_models_are_labelled_by_model_name(tmp_path: Path) -> None:
+    """The microbenchmark page pools training cells of two models (4 x H100, 2026-11-28): each cell's label names the
+    model, not every field of the payload's model table."""
+    host4 = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bridge_ab_4gpu"
+    folders = [shutil.copytree(host4 / cell / "runs" / run, tmp_path / "runs" / f"{cell}_{run}")
+               for cell in ("dsv3_mbs2_h4", "k2_mbs2_h4")
+               for run in ("mbs2_overlap-off_alltoall", "mbs2_overlap-off_ncclep")]
+    rows = ab.ab_report(folders, tmp_path / "report", warmup=4)
+    labels = sorted(r["cell"] for r in rows)
+    assert [("model=deepseek_v3_proxy" in c, "model=kimi_k2_proxy" in c) for c in labels] == [(True, False),
+                                                                                             (False, True)]
+    page = (tmp_path / "report" / "mbridge_ab.html").read_text()
+    assert "'family'" not in page and "&#x27;family&#x27;" not in page and "model=kimi_k2_proxy" in page

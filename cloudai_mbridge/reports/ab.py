@@ -145,8 +145,17 @@ def _cell_key(config: dict[str, Any], pair_field: str) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in VOLATILE_KEYS and k != pair_field}, sort_keys=True)
 
 
+def _label_value(value: Any) -> str:
+    """A config value as a cell label shows it: a nested table (the ``model`` of the payload config) by its ``name``
+    where it has one, else as compact JSON, never as a Python dict repr of every field."""
+    if isinstance(value, dict):
+        name = value.get("name")
+        return str(name) if isinstance(name, str) and name else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return str(value)
+
+
 def _label(config: dict[str, Any], varying: list[str]) -> str:
-    return " ".join(f"{k}={config.get(k)}" for k in varying) or "all"
+    return " ".join(f"{k}={_label_value(config.get(k))}" for k in varying) or "all"
 
 
 HEADERS = {
