@@ -48,8 +48,9 @@ def gpu_count() -> int:
 
 def points(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every (model, mbs, arm) with its config and the rules' verdict, as the CloudAI test MBridgeDispatchBench makes
-    them (plan/dispatch_bench.py, no CloudAI needed on the GPU host)."""
-    from cloudai_mbridge.plan.dispatch_bench import bench_config, bench_violations
+    them (plan/ and rules/dispatch_bench.py, no CloudAI needed on the GPU host)."""
+    from cloudai_mbridge.plan.dispatch_bench import bench_config
+    from cloudai_mbridge.rules.dispatch_bench import bench_violations
 
     out = []
     for model in args.models:

@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    from cloudai_mbridge.cli.preflight import workers_for
+    from cloudai_mbridge.rules.sweep import workers_for
 
     print(f"method: fresh `python -m cloudai_mbridge preflight --output-dir` per size, {args.repeats} repetition(s); "
           f"wall by perf_counter, CPU (workers included) and peak RSS (largest process) by wait4; {os.cpu_count()} "

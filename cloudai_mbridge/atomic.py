@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from .cli import interrupts
+from . import interrupts
 
 # errno -> (what happened, in words; the fix)
 _FREE = "free space on that filesystem (or its quota) or pass an --output-dir on another one"

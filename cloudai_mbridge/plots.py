@@ -42,6 +42,7 @@ class Panel:
     series: Mapping[str, Points]
     note: str | None = None
     references: Mapping[str, Points] = field(default_factory=dict)
+    styles: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per series: matplotlib line keywords
 
 
 def time_panel(ylabel: str, series: Mapping[str, Points], warmup: int) -> Panel:
@@ -65,7 +66,7 @@ def series_figure(title: str, panels: Sequence[Panel], xlabel: str) -> Any:
         for name, points in panel.series.items():
             if points:
                 xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker=".", label=name)
+                ax.plot(xs, ys, **{"marker": ".", "label": name, **panel.styles.get(name, {})})
         for name, points in panel.references.items():
             if points:
                 xs, ys = zip(*points, strict=True)
@@ -74,7 +75,7 @@ def series_figure(title: str, panels: Sequence[Panel], xlabel: str) -> Any:
         ax.set_title(panel.ylabel.split(" (")[0] + (f" — {panel.note}" if panel.note else ""), fontsize="small",
                      y=TITLE_Y)
         ax.grid(True, alpha=0.3)
-        if len(panel.series) + len(panel.references) > 1:
+        if len([n for n in panel.series if not n.startswith("_")]) + len(panel.references) > 1:
             ax.legend(fontsize="small")
     axes[-1, 0].set_xlabel(xlabel)
     fig.suptitle(title)

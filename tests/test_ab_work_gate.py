@@ -8,9 +8,8 @@ import re
 import shutil
 from pathlib import Path
 
-import pytest
-
 import ab_work_gate
+import pytest
 
 CELLS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bridge_ab_4gpu"
 

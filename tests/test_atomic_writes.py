@@ -75,7 +75,7 @@ def test_a_signal_during_a_write_waits_for_it(tmp_path: Path) -> None:
     dest.write_bytes(b"earlier")
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from cloudai_mbridge.cli import interrupts
+        from cloudai_mbridge import interrupts
         from cloudai_mbridge.atomic import write_atomic
         interrupts.install()
         data = b"y" * (256 << 20)

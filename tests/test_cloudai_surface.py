@@ -321,7 +321,7 @@ def test_register_signal_handlers() -> None:
             signal.signal(sig, old_handler)
     # The replacement installs no handler of CloudAI's: the first signal only records itself (the sweep stops at
     # the next point), until the session's signals are closed.
-    from cloudai_mbridge.cli import interrupts
+    from cloudai_mbridge import interrupts
 
     s = plugin_session.Session("dry-run")
     signals = contextlib.ExitStack()

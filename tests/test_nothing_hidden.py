@@ -63,9 +63,9 @@ def test_dry_run_warns_that_run_will_fail_on_an_undeclared_rejection(tmp_path: P
 
 
 def _session_after_run(tmp_path: Path, expected: bool):
-    from cloudai_mbridge.cli.preflight import PointResult, PreflightReport
     from cloudai_mbridge.cli.session import Session
     from cloudai_mbridge.rules import Violation
+    from cloudai_mbridge.rules.sweep import PointResult, PreflightReport
 
     _, scenario = write_case(tmp_path / "conf", REFIT, ON_LOCAL)
     res = dry_run(LOCAL, scenario, tmp_path)

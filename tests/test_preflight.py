@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import CONF, run_cli, write_case
 
-from cloudai_mbridge.cli.preflight import time_limit_hours
+from cloudai_mbridge.rules.sweep import time_limit_hours
 
 B300 = CONF / "system" / "slurm_b300_efa.toml"
 KIMI = (
@@ -162,6 +162,7 @@ def test_the_fast_path_gives_the_table_of_checking_every_point_in_full(tmp_path:
 
     from cloudai_mbridge.cli import preflight as pf
     from cloudai_mbridge.plan import memory
+    from cloudai_mbridge.rules import sweep
 
     test = ('name = "grid"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\nmodel = "kimi_k2"\n'
             'gpu = "b300"\ntrain_iters = 24\ndeepep_impl = "uccl"\ncontainer_image = "nvcr.io/nvidia/nemo:26.04.01"\n'
@@ -169,24 +170,24 @@ def test_the_fast_path_gives_the_table_of_checking_every_point_in_full(tmp_path:
     tests_dir, scenario = write_case(tmp_path, test, 'name = "grid"\n[[Tests]]\nid = "grid"\ntest_name = "grid"\n'
                                      'num_nodes = 32\ntime_limit = "01:00:00"\n')
     system, _, parsed = Parser(B300, HOOK_ROOT).parse(tests_dir, scenario)
-    fast = pf.preflight(system, parsed)
+    fast = sweep.preflight(system, parsed)
     slow = []
     tr = parsed.test_runs[0]
-    for step, action in enumerate(pf.sweep_points(tr), start=1):
+    for step, action in enumerate(sweep.sweep_points(tr), start=1):
         memory._remembered_estimate.cache_clear()
-        point = pf.unroll(tr, action, step)
-        slow.append(pf.check_point(point, system, dict(action), None, render=True, previews=None))
-    slow_report = pf.PreflightReport(fast.scenario, fast.system, slow)
+        point = sweep.unroll(tr, action, step)
+        slow.append(sweep.check_point(point, system, dict(action), None, render=True, previews=None))
+    slow_report = sweep.PreflightReport(fast.scenario, fast.system, slow)
     assert len(fast.points) == 72 and {p.verdict for p in fast.points} == {"ok", "rejected"}
     assert len({p.memory.verdict for p in fast.points if p.memory is not None}) >= 2
-    assert pf.rows(fast) == pf.rows(slow_report)
+    assert sweep.rows(fast) == sweep.rows(slow_report)
     # Two worker processes, preflight.csv streamed as the points come and only the shown points kept (the preflight
     # command's path on a large sweep): the same file, the same counts and summary.
     lines: list[str] = []
-    streamed = pf.preflight(system, parsed, sink=lines.append, keep_all=False, workers=2)
+    streamed = sweep.preflight(system, parsed, sink=lines.append, keep_all=False, workers=2)
     assert "".join(lines) == pf.render_csv(slow_report)
     assert pf.summary_lines(streamed) == pf.summary_lines(slow_report)
-    assert pf.blocking_problems(streamed, parsed) == pf.blocking_problems(slow_report, parsed)
+    assert sweep.blocking_problems(streamed, parsed) == sweep.blocking_problems(slow_report, parsed)
 
 
 def test_a_large_sweep_lists_part_of_its_points_and_counts_all(tmp_path: Path, monkeypatch) -> None:
@@ -196,21 +197,22 @@ def test_a_large_sweep_lists_part_of_its_points_and_counts_all(tmp_path: Path, m
     from cloudai.parser import HOOK_ROOT
 
     from cloudai_mbridge.cli import preflight as pf
+    from cloudai_mbridge.rules import sweep
 
     test = ('name = "grid"\ndescription = "d"\ntest_template_name = "MBridgeTraining"\n[cmd_args]\nmodel = "kimi_k2"\n'
             'gpu = "b300"\ntrain_iters = 24\ntp = [1, 8]\npp = [4, 8, 16]\nep = [8, 32, 64]\nmbs = [1, 16]\n')
     tests_dir, scenario = write_case(tmp_path, test, 'name = "grid"\n[[Tests]]\nid = "grid"\ntest_name = "grid"\n'
                                      'num_nodes = 32\ntime_limit = "01:00:00"\n')
     system, _, parsed = Parser(B300, HOOK_ROOT).parse(tests_dir, scenario)
-    full = pf.preflight(system, parsed)
+    full = sweep.preflight(system, parsed)
     accepted = [p.point for p in full.points if p.ok]
     rejected = [p.point for p in full.points if not p.ok]
     assert len(accepted) > 3 and len(rejected) > 2
-    monkeypatch.setattr(pf, "SHOWN_ALL", 10)
-    monkeypatch.setattr(pf, "SHOWN_ACCEPTED", 3)
-    monkeypatch.setattr(pf, "SHOWN_REJECTED", 2)
+    monkeypatch.setattr(sweep, "SHOWN_ALL", 10)
+    monkeypatch.setattr(sweep, "SHOWN_ACCEPTED", 3)
+    monkeypatch.setattr(sweep, "SHOWN_REJECTED", 2)
     lines: list[str] = []
-    part = pf.preflight(system, parsed, sink=lines.append, keep_all=False)
+    part = sweep.preflight(system, parsed, sink=lines.append, keep_all=False)
     assert [p.point for p in part.shown()] == sorted(accepted[:3] + rejected[:2])
     assert len(lines) == 37, "header and every point in the CSV"
     text = pf.render_text(part)
@@ -222,9 +224,9 @@ def test_a_large_sweep_lists_part_of_its_points_and_counts_all(tmp_path: Path, m
     assert f"36 points, {len(accepted)} would run (5 listed here, every one in preflight.csv)" in html
     assert pf.summary_lines(part) == pf.summary_lines(full)
     # Two worker processes, a point a chunk: only what the table may still show comes back whole.
-    monkeypatch.setattr(pf, "CHUNK", 1)
+    monkeypatch.setattr(sweep, "CHUNK", 1)
     rows: list[str] = []
-    forked = pf.preflight(system, parsed, sink=rows.append, keep_all=False, workers=2)
+    forked = sweep.preflight(system, parsed, sink=rows.append, keep_all=False, workers=2)
     assert "".join(rows) == "".join(lines)
     assert pf.render_text(forked) == text
 

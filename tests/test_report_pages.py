@@ -12,10 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from cloudai_mbridge.cli.preflight import COLUMNS, PointResult, PreflightReport, write_html
+from cloudai_mbridge.cli.preflight import write_html
 from cloudai_mbridge.plan.memory import GIB, MemoryEstimate
 from cloudai_mbridge.reports.provenance import RunSource, collect, command_line, recorded_versions
 from cloudai_mbridge.rules import Violation
+from cloudai_mbridge.rules.sweep import COLUMNS, PointResult, PreflightReport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs" / "gpu"
 

@@ -1,7 +1,7 @@
 """The command line: cloudai-mbridge's entry point (app.py: CloudAI's commands with the plugin loaded, plus
 preflight), its commands (commands.py), the CloudAI internals it replaces for one command (session.py, the only
-place that does), the checks of the files it is given (config_files.py, inputs.py), preflight (preflight.py) and
-signals (interrupts.py)."""
+place that does), the checks of the files it is given (config_files.py, inputs.py), and preflight (preflight.py);
+signals are the package's interrupts.py (atomic writes hold them too)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 def main(argv: list[str] | None = None) -> None:
     """The console script (``cloudai-mbridge``; ``argv`` defaults to the process's arguments); imported on call so
     that the package's modules can import from this folder without loading CloudAI's CLI."""
-    from . import interrupts
+    from .. import interrupts
 
     interrupts.install()  # before anything heavy is imported: a signal then is one line, not a traceback
     try:

@@ -180,8 +180,7 @@ def _quiet_log_file_errors() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .. import redact
-    from . import interrupts
+    from .. import interrupts, redact
 
     interrupts.install()  # Ctrl-C, SIGTERM, SIGHUP: a clean stop with a message, never a half-written file
     redact.install()  # nothing printed by this process (ours or CloudAI's) shows a secret-looking value
@@ -209,8 +208,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-    from .. import redact
-    from . import interrupts
+    from .. import interrupts, redact
     try:
         require_cloudai()
     except CloudAIMissingError as exc:
@@ -329,8 +327,8 @@ def preflight_command(dry_run: Any) -> Any:
             print(f"preflight: could not read {scenario_cfg} with {system_cfg}: {describe_error(exc)}. Fix: correct "
                   "that field", file=sys.stderr)
             raise SystemExit(2) from None
+        from .. import interrupts
         from ..atomic import Staged
-        from . import interrupts
         from .inputs import secret_problems
 
         secret = output_dir is not None and bool(secret_problems(system, scenario))  # the page would show them

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import interrupts
 from ..atomic import WriteError, failed_write, failures, os_message, os_problem
+from ..interrupts import signal_name
 from ..launch.payload import CONFIG_NAME, ResultsExistError, check_folder_name, claim_scenario_root
-from . import interrupts
-from .interrupts import signal_name
 
 # Terminal lines of CloudAI's runner / DSE loop that describe a submission or a result a dry-run does not have.
 _DRY_RUN_NOISE = re.compile(
@@ -226,7 +226,7 @@ DRY_RUN_S_PER_POINT = 1.1
 def large_sweep_warning(mode: str, test_runs: Any) -> str | None:
     """One line for a sweep past LARGE_SWEEP points (CloudAI's grid: the product of every swept list): how many, the
     time a dry-run takes at the measured rate, that every point becomes a job folder, and the faster command."""
-    from .preflight import sweep_size
+    from ..rules.sweep import sweep_size
 
     try:
         total = sum(sweep_size(tr) for tr in test_runs)

@@ -145,6 +145,27 @@ def _cell_key(config: dict[str, Any], pair_field: str) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in VOLATILE_KEYS and k != pair_field}, sort_keys=True)
 
 
+def _start_series(cell: Cell) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[tuple[int, float]]],
+                                       dict[str, dict[str, Any]], str | None]:
+    """Per-iteration time and loss series of every start of every arm of a cell, one colour per arm: the first start
+    solid and named in the legend, the others lighter (matplotlib leaves names starting with "_" out of the legend),
+    so the spread the work gate judges is on the plot; the loss panel's note says how many starts are drawn."""
+    times: dict[str, list[tuple[int, float]]] = {}
+    losses: dict[str, list[tuple[int, float]]] = {}
+    styles: dict[str, dict[str, Any]] = {}
+    counts = []
+    for j, (value, starts) in enumerate(sorted(cell.starts.items())):
+        counts.append(f"{value} {len(starts)}")
+        for k, arm in enumerate(starts):
+            name = value if k == 0 else f"_{value} start {k + 1}"
+            times[name] = [(r.iteration, r.elapsed_ms) for r in arm.metrics.iterations if r.elapsed_ms is not None]
+            losses[name] = sorted(arm.metrics.loss_curve.items())
+            styles[name] = {"color": f"C{j % 10}"} | ({} if k == 0 else {"alpha": 0.45, "marker": "", "lw": 1})
+    many = any(len(s) > 1 for s in cell.starts.values())
+    return times, losses, styles, (f"every start drawn ({', '.join(counts)}); the first of each arm solid"
+                                   if many else None)
+
+
 def _label_value(value: Any) -> str:
     """A config value as a cell label shows it: a nested table (the ``model`` of the payload config) by its ``name``
     where it has one, else as compact JSON, never as a Python dict repr of every field."""
@@ -513,21 +534,13 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 break
             plotted += 1
             png = root / f"mbridge_ab_cell{i}.png"
+            times, losses, styles, note = _start_series(cell)
+            time = time_panel("time per iteration (ms)", times, cfg.warmup)
+            time.styles = styles
             series_plot(
                 png,
-                f"{cfg.field} A/B at {cell.label}",
-                [
-                    time_panel(
-                        "time per iteration (ms)",
-                        {
-                            v: [(r.iteration, r.elapsed_ms) for r in a.metrics.iterations if r.elapsed_ms is not None]
-                            for v, a in sorted(cell.arms.items())
-                        },
-                        cfg.warmup,
-                    ),
-                    Panel("lm loss (nats)", {v: sorted(a.metrics.loss_curve.items()) for v, a in
-                                             sorted(cell.arms.items())}),
-                ],
+                f"{cfg.field} A/B" + ("" if cell.label == "all" else f" at {cell.label}"),
+                [time, Panel("lm loss (nats)", losses, note=note, styles=styles)],
                 "iteration",
             )
             name = html.escape(cell.label)

@@ -114,7 +114,7 @@ def skipped_points(reporter: Reporter, tdef_type: type) -> list[Any]:
     """The sweep points of the scenario's ``tdef_type`` tests that a rule skipped, so no job ran for them
     (preflight.PointResult: test, point, values, rules, reason, whether the test declares it expected): the same
     check `run` made before queueing anything, made again on the scenario and the system."""
-    from ..cli.preflight import preflight
+    from ..rules.sweep import preflight
 
     names = {tr.name for tr in reporter.test_scenario.test_runs if isinstance(tr.test, tdef_type)}
     if not names:

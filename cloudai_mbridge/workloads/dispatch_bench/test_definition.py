@@ -16,8 +16,9 @@ from cloudai.models.workload import CmdArgs
 from pydantic import ConfigDict, Field, field_validator
 
 from ...catalog import MODELS, get_model
-from ...plan.dispatch_bench import DISPATCH_BENCH_RULES, bench_config, bench_violations
+from ...plan.dispatch_bench import bench_config
 from ...rules import Violation
+from ...rules.dispatch_bench import DISPATCH_BENCH_RULES, bench_violations
 from ...systems.common import system_gpus_per_node
 from ..base import MBridgeTestDefinition
 from ..fields import PosInt, Seed, check_expected_rejections, check_image
