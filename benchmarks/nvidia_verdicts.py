@@ -3,6 +3,8 @@ Megatron-Bridge's own estimator, one table per family:
 
 - ``--family dsv3_042``: Megatron-Bridge 0.4.2's DeepSeek-V3 perf-script configurations (conf/test/nvidia_dsv3_*,
   scenarios nvidia_dsv3_<gpu>.toml; benchmarks/results/fullwidth/nvidia_dsv3_verdicts.md);
+- ``--family kimi_042``: Megatron-Bridge 0.4.2's Kimi-K2 perf-script configurations (conf/test/nvidia_kimi_k2_*,
+  scenarios nvidia_kimi_k2_<gpu>.toml, no B300 in 0.4.2; benchmarks/results/fullwidth/nvidia042_kimi_verdicts.md);
 - ``--family recipes_062``: every DeepSeek-V3 and Kimi-K2 perf recipe of Megatron-Bridge 0.6.2 (conf/test/nvidia062_*,
   scenarios nvidia062_<gpu>.toml, VR200 included; benchmarks/results/fullwidth/nvidia062_verdicts.md).
 
@@ -11,7 +13,7 @@ process, its output folder a temporary one); the table is read from its prefligh
 per GPU. Prints the table and ``RESULT <family>_rejected=<n> configurations`` (the number whose memory verdict is
 "does not fit" or that a rule refused).
 
-Run: python3 benchmarks/nvidia_verdicts.py [--family dsv3_042|recipes_062] [--out <file.md>]
+Run: python3 benchmarks/nvidia_verdicts.py [--family dsv3_042|kimi_042|recipes_062] [--out <file.md>]
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ FAMILIES = {
     "dsv3_042": ("nvidia_dsv3_", NVIDIA, "Megatron-Bridge 0.4.2 `scripts/performance/configs/deepseek/"
                  "deepseek_workload_base_configs.py`, every in-scope DeepSeek-V3 configuration "
                  "(conf/test/nvidia_dsv3_*.toml)"),
+    "kimi_042": ("nvidia_kimi_k2_", [g for g in NVIDIA if g[0] != "b300"],
+                 "Megatron-Bridge 0.4.2 `scripts/performance/configs/kimi/kimi_workload_base_configs.py`, every "
+                 "Kimi-K2 configuration (conf/test/nvidia_kimi_k2_*.toml; 0.4.2 has none for B300)"),
     "recipes_062": ("nvidia062_", [*NVIDIA, ("vr200", "slurm_vr200_nvl72")],
                     "Megatron-Bridge 0.6.2 `src/megatron/bridge/perf_recipes/`, every DeepSeek-V3 and Kimi-K2 recipe "
                     "(conf/test/nvidia062_*.toml, written from the wheel's source by tests/bridge062.py)"),

@@ -1,8 +1,9 @@
 """What NVIDIA ships is accepted; the system decides the GPU; memory_check is the user's way past a refusal.
 
-Every DeepSeek-V3 configuration of Megatron-Bridge 0.4.2's performance scripts (conf/test/nvidia_dsv3_*.toml, one
-scenario per GPU) goes through the real CLI's preflight on its system file: each point must be accepted with a
-memory verdict of fits or tight, and the table carries the estimate's band and Megatron-Bridge's own estimate."""
+Every DeepSeek-V3 and Kimi-K2 configuration of Megatron-Bridge 0.4.2's performance scripts (conf/test/nvidia_dsv3_*.toml
+and conf/test/nvidia_kimi_k2_*.toml, one scenario per GPU) goes through the real CLI's preflight on its system file:
+each point must be accepted with a memory verdict of fits or tight, and the table carries the estimate's band and
+Megatron-Bridge's own estimate."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+import tomllib
 from helpers import CONF, dry_run, run_cli, write_case
 
 NVIDIA = [("h100", "slurm_h100_ib"), ("b200", "slurm_b200_ib"), ("b300", "slurm_b300_ib"),
@@ -26,16 +28,44 @@ def preflight(tmp: Path, system: Path, scenario: Path) -> tuple[int, str, list[d
     return proc.returncode, proc.stdout + proc.stderr, rows
 
 
-@pytest.mark.parametrize(("gpu", "system"), NVIDIA)
-def test_nvidias_configurations_are_accepted(tmp_path: Path, gpu: str, system: str) -> None:
-    code, out, rows = preflight(tmp_path, CONF / "system" / f"{system}.toml",
-                                CONF / "test_scenario" / f"nvidia_dsv3_{gpu}.toml")
+# Megatron-Bridge 0.4.2 has Kimi-K2 perf configurations for these GPUs only (kimi_workload_base_configs.py: no B300)
+KIMI = [(gpu, system) for gpu, system in NVIDIA if gpu != "b300"]
+# Bridge config names per GPU (KIMI_K2_PRETRAIN_CONFIG_<GPU>_<PRECISION>), one scenario entry each
+KIMI_NAMES = {"h100": 3, "b200": 3, "gb200": 3, "gb300": 4}
+
+
+def assert_accepted(tmp: Path, gpu: str, system: str, scenario: str) -> list[dict[str, str]]:
+    code, out, rows = preflight(tmp, CONF / "system" / f"{system}.toml", CONF / "test_scenario" / f"{scenario}.toml")
     assert code == 0, out
     assert rows and all(r["verdict"] == "ok" for r in rows), out
     assert all(r["memory_verdict"] in ("fits", "tight") for r in rows), out
     assert all(r["memory_band_pct"] and float(r["bridge_estimate_gib"]) > 0 for r in rows)
     capacity = {"h100": "80", "b200": "178", "b300": "268", "gb200": "184", "gb300": "268"}[gpu]
     assert all(r["memory_gib_per_gpu"].endswith(f"/{capacity}") for r in rows)
+    return rows
+
+
+@pytest.mark.parametrize(("gpu", "system"), NVIDIA)
+def test_nvidias_configurations_are_accepted(tmp_path: Path, gpu: str, system: str) -> None:
+    assert_accepted(tmp_path, gpu, system, f"nvidia_dsv3_{gpu}")
+
+
+@pytest.mark.parametrize(("gpu", "system"), KIMI)
+def test_nvidias_kimi_k2_configurations_are_accepted(tmp_path: Path, gpu: str, system: str) -> None:
+    rows = assert_accepted(tmp_path, gpu, system, f"nvidia_kimi_k2_{gpu}")
+    assert len(rows) == KIMI_NAMES[gpu]
+
+
+def test_every_kimi_k2_test_file_is_in_its_gpus_scenario() -> None:
+    """So the preflight above covers every conf/test/nvidia_kimi_k2_*.toml, each on its own GPU's system."""
+    files = {p.stem for p in (CONF / "test").glob("nvidia_kimi_k2_*.toml")}
+    used: set[str] = set()
+    for gpu, _ in KIMI:
+        scenario = tomllib.loads((CONF / "test_scenario" / f"nvidia_kimi_k2_{gpu}.toml").read_text())
+        names = {t["test_name"] for t in scenario["Tests"]}
+        assert all(n.startswith(f"nvidia_kimi_k2_{gpu}_") for n in names), names
+        used |= names
+    assert files and used == files
 
 
 def test_a_test_for_another_gpu_is_refused_on_this_system(tmp_path: Path) -> None:
