@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cloudai_mbridge.payload.train.bridge import MUON_MXFP8_OFF
+
 WHEEL_NAME = "megatron_bridge-0.6.2-py3-none-any.whl"
 ROOT = "megatron/bridge/perf_recipes/"
 FAMILIES = {"deepseek": ("deepseek_v3", "deepseek_v3.py"), "kimi": ("kimi_k2", "kimi_k2.py")}
@@ -361,8 +363,11 @@ _COVERED = {"base", "env_vars", "mixed_precision", "dataset.seq_length", "rng.te
 
 def not_expressed(r: Recipe) -> list[str]:
     """Recipe settings with no cmd_args counterpart (the TOML header lists them: the run differs there)."""
-    _, src = cmd_args(r)
+    args, src = cmd_args(r)
     used = set(src.values()) | _COVERED
+    if args.get("optimizer") == "muon" and args.get("precision") == "mxfp8":
+        # the payload switches both off for Muon with MXFP8 itself (payload/train/bridge.py MUON_MXFP8_OFF)
+        used |= {f"mixed_precision.{k}" for k in MUON_MXFP8_OFF if r.values.get(f"mixed_precision.{k}") is False}
     return [f"{k} = {r.values[k]!r} ({r.where(k)})" for k in r.values if k not in used]
 
 

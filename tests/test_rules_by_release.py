@@ -51,3 +51,14 @@ def test_a2a_overlap_full_iteration_graph_follows_release() -> None:
     te = {**kw, "cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ("moe",)}
     for version in ("0.4", "0.6"):
         assert "a2a-overlap-cuda-graph" in _rules(small_plan(**te, bridge_version=version))
+
+
+def test_muon_mxfp8_param_gather_follows_release() -> None:
+    """Megatron-Core 0.17.1's optimizer step needs DistributedOptimizer's param buffer for the MXFP8 gather, which
+    Muon's optimizer lacks; 0.19.2 falls back. Without the gather (upstream's Kimi-K2 MXFP8 configs) both run."""
+    kw = {"model": "kimi_k2_proxy", "gpu": "b200", "optimizer": "muon", "precision": "mxfp8", "memory_check": "off"}
+    assert "muon-mxfp8-param-gather" in _rules(small_plan(**kw, fp8_param_gather=True, bridge_version="0.4"))
+    assert "muon-mxfp8-param-gather" not in _rules(small_plan(**kw, fp8_param_gather=True, bridge_version="0.6"))
+    assert "muon-mxfp8-param-gather" not in _rules(small_plan(**kw, bridge_version="0.4"))
+    adam = {**kw, "optimizer": "adam"}
+    assert "muon-mxfp8-param-gather" not in _rules(small_plan(**adam, fp8_param_gather=True, bridge_version="0.4"))

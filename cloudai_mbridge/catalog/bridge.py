@@ -28,6 +28,9 @@ Read from the released wheels (megatron-bridge 0.3.0, 0.4.2, 0.5.1, 0.6.2 on PyP
 - Kimi-K2: 0.4/0.5's ``kimi_k2_pretrain_config(optimizer_type=...)``; 0.6's takes no argument and configures Muon,
   ``_apply_kimi_k2_optimizer`` switches it (the payload calls it). The (pp, vp) tables are the same in every release
   read: DeepSeek-V3's seven pairs, Kimi-K2's eight (``KIMI_K2_LAYOUT_PP_VP``).
+- MXFP8 param gather with Muon: Megatron-Core 0.17.1's optimizer step needs DistributedOptimizer's param buffer
+  (optimizer/optimizer.py L580-L584), which Muon's optimizer lacks; 0.19.2 (L795-L806) falls back instead. Upstream's
+  Kimi-K2 MXFP8 configs switch the gather off for Muon in both (the payload does too).
 
 The release a job gets is the test's ``bridge_version``, else the one its container ships (NGC ``nemo:26.04`` ships
 Megatron-Bridge 0.4.2, the image seed 000 ran), else ``DEFAULT_BRIDGE``.
@@ -90,6 +93,11 @@ class BridgeRelease:
     # a2a overlap with a full-iteration CUDA graph (0.19.2 transformer_config.py L2738-L2746 checks Transformer
     # Engine graphs only; 0.17.1 L2143-L2151 takes Transformer Engine graphs only)
     a2a_overlap_full_iteration_graph: bool = False
+    # MXFP8 param gather needs a distributed optimizer's param buffer: Megatron-Core 0.17.1's optimizer step calls
+    # _copy_main_params_to_param_buffer unguarded (optimizer/optimizer.py L580-L584; only DistributedOptimizer defines
+    # it), so Muon (optimizer/muon.py: Float16OptimizerWithFloat16Params) fails there; 0.19.2 (L795-L806) falls back
+    # to copying into the model params when the optimizer has no such buffer
+    mxfp8_gather_needs_distributed_optimizer: bool = True
 
     def deepep_allowed(self, gpu: GPUSpec) -> bool:
         name = device_name(gpu)
@@ -125,7 +133,7 @@ BRIDGE_RELEASES = {
                                                  "cuda_graph_impl=full_iteration",
                                                  "offload_modules=fused_group_mlp"}),
                          fsdp_full_iteration_graph=True, a2a_overlap_mtp_needs_pp=False,
-                         a2a_overlap_full_iteration_graph=True),
+                         a2a_overlap_full_iteration_graph=True, mxfp8_gather_needs_distributed_optimizer=False),
 }
 DEFAULT_BRIDGE = "0.4"
 # Container image (without registry tag suffix beyond the release) -> the Megatron-Bridge release it ships.

@@ -791,6 +791,25 @@ def _recipe062_fields(p: TrainingPlan) -> Iterator[Violation]:
                  "set use_megatron_fsdp = true and num_distributed_optimizer_instances > 1")
 
 
+@rule("muon-mxfp8-param-gather")
+def _muon_mxfp8_param_gather(p: TrainingPlan) -> Iterator[Violation]:
+    """Muon trains with a non-distributed optimizer (Megatron-Core 0.17.1 optimizer/muon.py L346-L358:
+    Float16OptimizerWithFloat16Params), whose step in 0.17.1 copies MXFP8 parameters into a gather buffer only
+    DistributedOptimizer defines (optimizer/optimizer.py L580-L584, distrib_optimizer.py L2550); 0.19.2 falls back
+    (catalog/bridge.py ``mxfp8_gather_needs_distributed_optimizer``). Upstream's Kimi-K2 MXFP8 configs switch the
+    gather off for Muon in both releases (Bridge 0.4.2 scripts/performance/configs/kimi/kimi_llm_pretrain.py L38-L44;
+    0.6.2 perf_recipes/kimi/gb300/kimi_k2.py L142-L143), and so does the payload (payload/train/bridge.py
+    MUON_MXFP8_OFF); where the release would fail, a test that asks for the gather is refused."""
+    release = BRIDGE_RELEASES[p.bridge_version]
+    if (p.optimizer == "muon" and p.precision == "mxfp8" and p.fp8_param_gather
+            and release.mxfp8_gather_needs_distributed_optimizer):
+        yield _v({"optimizer": "muon", "precision": "mxfp8", "fp8_param_gather": True},
+                 f"Muon's optimizer has no distributed MXFP8 param-gather buffer: with bridge_version "
+                 f"{p.bridge_version!r} (Megatron-Core 0.17.1) the first optimizer step would fail",
+                 "set fp8_param_gather = false (upstream's Kimi-K2 MXFP8 configs do), optimizer = \"adam\", or "
+                 "bridge_version = \"0.6\"")
+
+
 @rule("fp8-recipe-gpu")
 def _fp8_recipe(p: TrainingPlan) -> Iterator[Violation]:
     """megatron/core/fp8_utils.py L565-L580 (core_v0.16.1) hands the recipe to Transformer Engine, whose

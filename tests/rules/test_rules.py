@@ -64,6 +64,10 @@ CASES = {
     "recipe062-fields": (small_plan(moe_paged_stash=True, moe_expert_rank_capacity_factor=1.5),
                          small_plan(moe_paged_stash=True, moe_expert_rank_capacity_factor=1.5, bridge_version="0.6")),
     "fp8-recipe-gpu": (small_plan(precision="mxfp8"), small_plan(precision="fp8_blockwise")),
+    "muon-mxfp8-param-gather": (
+        small_plan(model="kimi_k2_proxy", gpu="b200", optimizer="muon", precision="mxfp8", fp8_param_gather=True,
+                   bridge_version="0.4"),
+        small_plan(model="kimi_k2_proxy", gpu="b200", optimizer="muon", precision="mxfp8", bridge_version="0.4")),
     "echo-dispatcher": (small_plan(echo=EchoOptions(8)), small_plan(echo=EchoOptions(8), dispatcher="hybridep")),
     "echo-experts": (small_plan(echo=EchoOptions(6), dispatcher="hybridep"),
                      small_plan(echo=EchoOptions(16), dispatcher="hybridep")),

@@ -215,7 +215,18 @@ def _apply_dispatcher(cfg: dict[str, Any], model_cfg: Any) -> None:
         apply_flex_dispatcher_backend(model_cfg, cfg["dispatcher"])
 
 
-def _apply_precision(cfg: dict[str, Any], container: Any) -> None:
+# Muon trains with a non-distributed optimizer whose step would copy MXFP8 parameters into a gather buffer only
+# DistributedOptimizer has (Megatron-Core 0.17.1 optimizer/optimizer.py L580-L584, distrib_optimizer.py L2550): the
+# MXFP8 preset's param gather and gradient-buffer reuse are switched off for it, as upstream does (Bridge 0.4.2
+# scripts/performance/configs/kimi/kimi_llm_pretrain.py L38-L44; 0.6.2 perf_recipes/kimi/<gpu>/kimi_k2.py, e.g.
+# gb300 L142-L143). The rule muon-mxfp8-param-gather refuses a test that asks for the gather with Muon.
+MUON_MXFP8_OFF = ("fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag")
+
+
+def _apply_precision(cfg: dict[str, Any], container: Any, report=print) -> None:
+    """The precision preset in place of the recipe's mixed-precision config; the recipe's gradient-reduction dtype and
+    every ``mixed_precision.*`` field the test set (bridge_overrides, set on the recipe's config before) carried over,
+    so a field the test names is never replaced by the preset's default."""
     preset = BRIDGE_PRECISION_RECIPES[cfg["precision"]]
     if preset is None:
         return
@@ -227,6 +238,14 @@ def _apply_precision(cfg: dict[str, Any], container: Any) -> None:
         # Only the number format changes: gradient reduction stays as the recipe tuned it.
         mixed.grad_reduce_in_fp32 = recipe_mixed.grad_reduce_in_fp32
     container.mixed_precision = mixed
+    prefix = "mixed_precision."
+    set_fields(container, {k: v for k, v in bridge_overrides(cfg).items() if k.startswith(prefix)})
+    if cfg["optimizer"] == "muon" and getattr(mixed, "fp8_recipe", None) == "mxfp8":
+        for name in MUON_MXFP8_OFF:
+            if getattr(mixed, name, False):
+                setattr(mixed, name, False)
+                report(f"MBRIDGE_PROVIDER mixed_precision.{name}: True -> False (Muon's optimizer has no "
+                       "distributed param-gather buffer; as upstream's Kimi-K2 MXFP8 configs)")
 
 
 def _apply_data(cfg: dict[str, Any], container: Any) -> None:
@@ -282,7 +301,7 @@ def build_container(cfg: dict[str, Any], model_dir: str, report=print):
     set_fields(container, bridge_overrides(cfg))
     _apply_dispatcher(cfg, model_cfg)
     _apply_layout(cfg, model_cfg, recipe)
-    _apply_precision(cfg, container)
+    _apply_precision(cfg, container, report)
     _apply_data(cfg, container)
     _fit_warmup(container, cfg["train_iters"])
     for name, reason in apply_fusion_fallbacks(model_cfg):
