@@ -32,23 +32,17 @@ RTOL = 1e-3  # reports/ab.py ABConfig.loss_rtol's default
 EARLY = 3  # iterations compared for the same-weights check
 
 
-def arm_of(name: str) -> str:
-    parts = name.split("_")
-    if parts[-1].startswith("s") and parts[-1][1:].isdigit():
-        parts = parts[:-1]
-    return parts[-1]
-
-
 def cell_curves(cell: Path) -> tuple[dict[str, dict[str, dict[int, float]]], list[str]]:
     """{arm: {run name: loss curve}} of a cell's run folders, and the folders left out (with why)."""
     arms: dict[str, dict[str, dict[int, float]]] = {}
     skipped = []
     for run in sorted(p for p in (cell / "runs").iterdir() if p.is_dir()):
         m = parse_training_run(run, warmup=4)
-        if m.status != "ok" or not m.loss_curve:
-            skipped.append(f"{run.name} ({m.status})")
+        arm = (m.config or {}).get("dispatcher")  # the arm as the A/B report pairs it (reports/ab.py, pair field)
+        if m.status != "ok" or not m.loss_curve or not isinstance(arm, str):
+            skipped.append(f"{run.name} ({m.status if arm else 'no dispatcher in mbridge_config.json'})")
             continue
-        arms.setdefault(arm_of(run.name), {})[run.name] = m.loss_curve
+        arms.setdefault(arm, {})[run.name] = m.loss_curve
     return arms, skipped
 
 
