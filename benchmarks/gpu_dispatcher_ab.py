@@ -14,7 +14,8 @@ cannot do (payload/train_config.py mcore_unsupported, reported as rule ``mcore-e
 definition does). Rejected points are skipped and printed with the rule id and its message. An arm is blocked as a
 whole when the probe says its deep_ep cannot serve it. 3. Runs: ``launch/training.py training_config(...)`` writes
 the payload JSON (engine "mcore", mock data, seed ``--seed`` for every arm, so both arms see the same tokens and the
-same initial weights); the payload runs one process per GPU (``payload/refit_local.launch``, module
+same initial weights; ``--lr`` a constant learning rate with no warmup in every arm, recorded as the
+config's ``lr``); the payload runs one process per GPU (``payload/refit_local.launch``, module
 ``cloudai_mbridge.payload.train``) for ``--iters`` iterations, the arms of one point back to back; each run is a run
 folder ``<out>/runs/<point>_<arm>/mbridge_config.json`` + ``logs/rank-<R>.log``. 4. Metrics: each folder is read
 back with ``cloudai_mbridge.metrics.parse_training_run`` (steady state: the first ``--warmup`` iterations dropped;
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -289,7 +291,7 @@ def make_plan(args: argparse.Namespace, arm: str, mbs: int, overlap: bool) -> Tr
 
 
 def payload_config(plan: TrainingPlan, args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
-    return training_config(plan, data="mock", seed=args.seed, log_interval=1, engine=args.engine,
+    return training_config(plan, data="mock", seed=args.seed, log_interval=1, engine=args.engine, lr=args.lr,
                            output_dir=output_dir, checkpoint_dir=None, hf_model_id=None, use_distributed_optimizer=True)
 
 
@@ -350,7 +352,7 @@ def describe_config(cfg: Mapping[str, Any], plan: TrainingPlan) -> str:
             f"(microbatches {plan.num_microbatches}) seq {cfg['seq_length']} iters {cfg['train_iters']} "
             f"seed {cfg['seed']} balanced {cfg['force_balanced_routing']} a2a_overlap {cfg['moe_a2a_overlap']} "
             f"dispatcher {built} deepep_impl {cfg['deepep_impl']} shared_expert_overlap {plan.shared_expert_overlap} "
-            f"engine {cfg['engine']}")
+            f"engine {cfg['engine']} lr {cfg.get('lr', 'recipe')}")
 
 
 def print_grid(points: list[Point], notes: Mapping[str, str], blocked: Mapping[str, str], args: argparse.Namespace,
@@ -363,7 +365,7 @@ def print_grid(points: list[Point], notes: Mapping[str, str], blocked: Mapping[s
           f"{sum(p.status == 'planned' and p.arm in blocked for p in points)} blocked by the probe, {n_run} to run")
     print(f"model {args.model}, gpu {args.gpu} x {args.gpus} (ep {args.gpus}), seq {args.seq}, iters {args.iters} "
           f"(warm-up {args.warmup}), seed {args.seed}, balanced routing on, engine {args.engine}, mock data, "
-          f"deepep_impl {args.deepep_impl}")
+          f"deepep_impl {args.deepep_impl}, lr {'recipe schedule' if args.lr is None else f'{args.lr:g} constant'}")
     for arm, note in notes.items():
         print(f"arm {arm}: {note}")
     for arm, why in blocked.items():
@@ -639,6 +641,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="with --budget-s: start a run only while this much of the budget is left (a bridge-engine "
                              "run of 20 iterations on 4 x H100 took 74-104 s)")
     parser.add_argument("--keep-going", action="store_true", help="run a flex arm's other points after it failed")
+    parser.add_argument("--lr", type=float, metavar="FLOAT",
+                        help="constant learning rate, no warmup, in every arm (default: the recipe's schedule); a "
+                             "stable run keeps rounding differences between dispatchers from growing")
     args = parser.parse_args(argv)
     if args.out is None and not args.dry_run and args.report is None:
         parser.error("--out is required unless --dry-run or --report")
@@ -657,6 +662,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.arms = [*([BASELINE] if BASELINE in arms else []), *[a for a in arms if a != BASELINE]]
     if args.first_start < 0:
         parser.error("--first-start must be >= 0")
+    if args.lr is not None and not (math.isfinite(args.lr) and 0 < args.lr <= 1):
+        parser.error(f"--lr {args.lr} must be a finite number > 0 and <= 1")
     args.overlaps = {"off": [False], "on": [True], "both": list(OVERLAPS)}[args.overlap]
     if args.starts < 1:
         parser.error("--starts must be >= 1")

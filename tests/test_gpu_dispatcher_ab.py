@@ -82,6 +82,28 @@ def deepep_copy(src: Path, dst: Path, time_factor: float) -> Path:
     return dst
 
 
+def test_dry_run_lr_reaches_every_arms_config(capsys: pytest.CaptureFixture[str]) -> None:
+    out = dry_run(capsys, "--engine", "bridge", "--gpus", "4", "--model", "deepseek_v3_proxy", "--arms", "alltoall",
+                  "ncclep", "--mbs", "1", "--lr", "1e-5")
+    configs = [line for line in out.splitlines() if "config: " in line]
+    assert len(configs) == 4 and all(line.endswith("engine bridge lr 1e-05") for line in configs)
+    assert "lr 1e-05 constant" in out
+    args = ab.parse_args(["--dry-run", "--gpus", "4", "--gpu", "h200", "--arms", "alltoall", "ncclep", "--lr", "1e-5"])
+    for arm in args.arms:
+        cfg = ab.payload_config(ab.make_plan(args, arm, 1, False), args, "-")
+        assert cfg["lr"] == 1e-5
+    # without --lr: no lr key (the recipe's schedule), configs as before the option
+    args = ab.parse_args(["--dry-run", "--gpus", "4", "--gpu", "h200"])
+    assert "lr" not in ab.payload_config(ab.make_plan(args, "alltoall", 1, False), args, "-")
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "nan", "inf", "2"])
+def test_dry_run_refuses_a_bad_lr(capsys: pytest.CaptureFixture[str], bad: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        ab.parse_args(["--dry-run", "--lr", bad])
+    assert e.value.code == 2 and "--lr" in capsys.readouterr().err
+
+
 H100_ALLTOALL = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bridge_ab_4gpu" / "dsv3_mbs1" / \
     "runs" / "w1_alltoall_s0"
 
@@ -105,6 +127,17 @@ def test_ab_adapter_pairs_two_run_folders(tmp_path: Path, factor: float, verdict
     assert (tmp_path / "mbridge_ab.csv").is_file() and (tmp_path / "mbridge_ab.html").is_file()
     named = ab.pair_point([{"run_folder": str(arm), "point": "mbs1_overlap-off"}], rows)
     assert named[0]["point"] == "mbs1_overlap-off"
+
+
+def test_arms_with_different_lr_are_not_paired(tmp_path: Path) -> None:
+    """lr is a cell-defining field: an arm that trained with another learning rate is another cell, never an A/B."""
+    base = shutil.copytree(H100_ALLTOALL, tmp_path / "runs" / "mbs1_overlap-off_alltoall")
+    arm = deepep_copy(base, tmp_path / "runs" / "mbs1_overlap-off_deepep", 0.5)
+    cfg = json.loads((arm / "mbridge_config.json").read_text())
+    (arm / "mbridge_config.json").write_text(json.dumps({**cfg, "lr": 1e-5}))
+    rows = ab.ab_report([base, arm], tmp_path, warmup=4)
+    assert sorted(r["verdict"] for r in rows) == ["unpaired", "unpaired"]
+    assert any("lr=1e-05" in r["cell"] for r in rows)
 
 
 def test_three_steady_iterations_get_no_verdict(tmp_path: Path) -> None:

@@ -233,7 +233,7 @@ BOOL_FIELDS = [
     (R, ("verify",)),
 ]
 FLOAT_FIELDS = [(T, ("golden_thresholds", name)) for name in GoldenThresholdArgs.model_fields] + [
-    (T, ("echo", "received_token_capacity")), (T, ("moe_expert_rank_capacity_factor",))
+    (T, ("echo", "received_token_capacity")), (T, ("moe_expert_rank_capacity_factor",)), (T, ("lr",))
 ]
 
 

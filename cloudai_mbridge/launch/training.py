@@ -11,8 +11,10 @@ from ..plan import TrainingPlan
 RANK_ORDER = "tp-cp-ep-dp-pp"
 
 
-def training_config(plan: TrainingPlan, **job: Any) -> dict[str, Any]:
-    """Everything the payload needs, as data. ``job`` carries data/checkpoint/seed/output settings."""
+def training_config(plan: TrainingPlan, *, lr: float | None = None, **job: Any) -> dict[str, Any]:
+    """Everything the payload needs, as data. ``job`` carries data/checkpoint/seed/output settings. ``lr``: a constant
+    learning rate with no warmup (payload/train/config.py constant_lr_fields); None writes no key, so a run on the
+    recipe's schedule has the config it had before the option (and the A/B report's cells stay as they were)."""
     model = asdict(plan.model)
     model["recipe_pp_vp"] = sorted(plan.model.recipe_pp_vp)
     return {
@@ -67,6 +69,7 @@ def training_config(plan: TrainingPlan, **job: Any) -> dict[str, Any]:
         "fp8_output_proj": plan.fp8_output_proj,
         "delay_wgrad_compute": plan.delay_wgrad_compute,
         "offload_modules": list(plan.offload_modules),
+        **({"lr": lr} if lr is not None else {}),
         **job,
     }
 

@@ -24,7 +24,7 @@ from cloudai.core import TestRun
 
 from cloudai_mbridge.catalog.bridge import BRIDGE_RELEASES
 from cloudai_mbridge.payload.train import config as tc
-from cloudai_mbridge.payload.train.mcore import mcore_transformer_kwargs
+from cloudai_mbridge.payload.train.mcore import learning_rate, mcore_transformer_kwargs
 from cloudai_mbridge.plan import DISPATCHERS
 from cloudai_mbridge.workloads.training.test_definition import MBridgeTrainingCmdArgs, MBridgeTrainingTestDefinition
 
@@ -82,6 +82,7 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
     "log_interval": [({}, 2)],
     "num_distributed_optimizer_instances": [({}, 2)],
     "offload_modules": [({}, "core_attn")],
+    "lr": [({}, 1e-5)],
 }
 SFT_NEEDS = {"checkpoint_dir": "/ckpt/base"}  # an SFT point is refused without it (payload check_config)
 
@@ -153,6 +154,7 @@ def mcore_view(cfg: dict[str, Any]) -> dict[str, Any]:
         "loop": {k: cfg[k] for k in ("mbs", "gbs", "seq_length", "train_iters", "log_interval", "seed", "tp", "pp",
                                      "cp", "ep", "etp", "use_distributed_optimizer", "rank_order")},
         "deepep_impl": cfg["deepep_impl"] if cfg["dispatcher"] == "deepep" else None,  # check_deep_ep
+        "lr": learning_rate(cfg),  # OptimizerConfig(lr=, min_lr=)
     }
 
 

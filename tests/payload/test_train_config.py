@@ -408,3 +408,60 @@ def test_cuda_graphs_get_what_bridge_asserts_for_them():
     assert full["rng.te_rng_tracker"] is True and full["rerun_state_machine.check_for_nan_in_loss"] is False
     none = tc.bridge_overrides(tc.check_config(make_cfg("deepseek_v3_proxy")))
     assert "rng.te_rng_tracker" not in none
+
+
+def test_no_lr_keeps_the_recipes_schedule():
+    """lr unset: no key in the generator's config, and no optimizer.* / scheduler.* override (the recipe's schedule)."""
+    cfg = make_cfg("deepseek_v3_proxy")
+    assert "lr" not in cfg
+    checked = tc.check_config(cfg)
+    assert checked["lr"] is None
+    assert not [k for k in tc.bridge_overrides(checked) if k.startswith(("optimizer.", "scheduler."))]
+    assert tc.constant_lr_fields(checked) == {}
+
+
+def test_lr_is_a_constant_learning_rate_without_warmup():
+    cfg = tc.check_config(make_cfg("deepseek_v3_proxy", job={"lr": 1e-5}))
+    out = tc.bridge_overrides(cfg)
+    assert out["optimizer.lr"] == out["optimizer.min_lr"] == 1e-5
+    assert out["scheduler.lr_warmup_iters"] == 0 and out["scheduler.lr_warmup_fraction"] is None
+    assert out["scheduler.lr_decay_style"] == "constant"
+    # set on a recipe-like container, and _fit_warmup (after the overrides in build_container) leaves it so
+    container = SimpleNamespace(
+        optimizer=SimpleNamespace(lr=3e-4, min_lr=3e-5),
+        scheduler=SimpleNamespace(lr_warmup_iters=2000, lr_decay_iters=None, lr_decay_style="cosine",
+                                  lr_warmup_fraction=None),
+    )
+    train_bridge.set_fields(container, tc.constant_lr_fields(cfg))
+    train_bridge._fit_warmup(container, cfg["train_iters"])
+    assert (container.optimizer.lr, container.optimizer.min_lr) == (1e-5, 1e-5)
+    assert (container.scheduler.lr_warmup_iters, container.scheduler.lr_decay_style) == (0, "constant")
+    assert train_bridge.lr_report(cfg, container) == \
+        "MBRIDGE_LR lr=1e-05 min_lr=1e-05 warmup_iters=0 decay_style=constant source=config"
+
+
+def test_the_recipes_schedule_is_reported_after_fit_warmup():
+    cfg = tc.check_config(make_cfg("deepseek_v3_proxy"))
+    container = SimpleNamespace(
+        optimizer=SimpleNamespace(lr=3e-4, min_lr=3e-5),
+        scheduler=SimpleNamespace(lr_warmup_iters=2000, lr_decay_iters=None, lr_decay_style="cosine"),
+    )
+    train_bridge._fit_warmup(container, 20)
+    assert train_bridge.lr_report(cfg, container) == \
+        "MBRIDGE_LR lr=0.0003 min_lr=3e-05 warmup_iters=19 decay_style=cosine source=recipe"
+
+
+@pytest.mark.parametrize("bad", [0, -1, "x", float("nan"), float("inf"), 2.0, True])
+def test_a_bad_lr_is_refused_naming_the_field(bad):
+    cfg = make_cfg("deepseek_v3_proxy")
+    cfg["lr"] = bad
+    with pytest.raises(tc.ConfigError, match=r"lr = .* must be null or a finite number > 0 and <= 1") as e:
+        tc.check_config(cfg)
+    assert "\n" not in str(e.value) and repr(bad) in str(e.value)
+
+
+def test_mcore_uses_the_configs_lr():
+    from cloudai_mbridge.payload.train import mcore
+
+    assert mcore.learning_rate(tc.check_config(make_cfg("deepseek_v3_proxy"))) == mcore.LEARNING_RATE
+    assert mcore.learning_rate(tc.check_config(make_cfg("deepseek_v3_proxy", job={"lr": 2e-5}))) == 2e-5

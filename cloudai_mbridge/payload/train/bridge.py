@@ -32,6 +32,7 @@ from .config import (
     bridge_recipe,
     catalog_shape,
     fusion_fallbacks,
+    lr_line,
     megatron_mtp_layers,
     missing_echo_fields,
     pipeline_layout,
@@ -275,11 +276,21 @@ def _apply_data(cfg: dict[str, Any], container: Any) -> None:
 
 
 def _fit_warmup(container: Any, train_iters: int) -> None:
-    """Recipes warm up over 2000 iterations; Megatron-Core asserts warmup < decay, and a benchmark runs ~20."""
+    """Recipes warm up over 2000 iterations; Megatron-Core asserts warmup < decay, and a benchmark runs ~20. A config's
+    constant lr (config.py constant_lr_fields) has set lr_warmup_iters = 0 before: that is left as it is."""
     sched = container.scheduler
     decay = sched.lr_decay_iters or train_iters
     if sched.lr_warmup_iters >= decay:
         sched.lr_warmup_iters = max(0, decay - 1)
+
+
+def lr_report(cfg: dict[str, Any], container: Any) -> str:
+    """The MBRIDGE_LR line of the container's learning-rate schedule as it will train (the config's constant lr, or
+    the recipe's schedule after _fit_warmup)."""
+    opt, sched = container.optimizer, container.scheduler
+    return lr_line(lr=opt.lr, min_lr=opt.min_lr, warmup_iters=sched.lr_warmup_iters,
+                   decay_style=getattr(sched, "lr_decay_style", "?"),
+                   source="config" if cfg.get("lr") is not None else "recipe")
 
 
 def build_container(cfg: dict[str, Any], model_dir: str, report=print):
@@ -304,6 +315,7 @@ def build_container(cfg: dict[str, Any], model_dir: str, report=print):
     _apply_precision(cfg, container, report)
     _apply_data(cfg, container)
     _fit_warmup(container, cfg["train_iters"])
+    report(lr_report(cfg, container))
     for name, reason in apply_fusion_fallbacks(model_cfg):
         report(f"MBRIDGE_FALLBACK {name}=False ({reason})")
     for name, old, new in changed_fields(recipe_fields, provider_fields(model_cfg)):

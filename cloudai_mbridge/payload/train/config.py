@@ -54,6 +54,9 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "fp8_output_proj": False,
     "delay_wgrad_compute": False,
     "offload_modules": [],
+    # A constant learning rate, no warmup (the dispatcher A/B: a stable run keeps rounding differences between
+    # dispatchers from growing); None: the recipe's schedule (bridge) or LEARNING_RATE (mcore), as before
+    "lr": None,
 }
 BRIDGE_RECIPE_KEYS = ("use_megatron_fsdp", "data_parallel_sharding_strategy", "outer_dp_sharding_strategy",
                       "num_distributed_optimizer_instances", "fp8_param_gather", "moe_paged_stash",
@@ -129,6 +132,10 @@ def check_config(raw: dict[str, Any]) -> dict[str, Any]:
     elif cf is None and cfg["dispatcher"] == "ncclep":
         errors.append("dispatcher = 'ncclep' needs moe_expert_rank_capacity_factor (megatron-core's _NCCLEPManager "
                       "sizes the per-rank receive buffer with it and raises without it); set e.g. 1.5")
+    lr = cfg["lr"]
+    if lr is not None and (not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr)
+                           or not 0 < lr <= 1):
+        errors.append(f"lr = {lr!r} must be null or a finite number > 0 and <= 1 (a constant learning rate)")
     if cfg["echo"] is not None and not (isinstance(cfg["echo"], dict) and "num_echo_experts" in cfg["echo"]):
         errors.append(f"echo = {cfg['echo']!r} must be null or an object with num_echo_experts")
     if errors:
@@ -394,7 +401,35 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
         out["rerun_state_machine.check_for_nan_in_loss"] = False
     if cfg["model"]["is_proxy"]:
         out["tokenizer.vocab_size"] = cfg["model"]["vocab_size"]
+    out.update(constant_lr_fields(cfg))
     return out
+
+
+def constant_lr_fields(cfg: dict[str, Any]) -> dict[str, Any]:
+    """A constant learning rate with no warmup, as ConfigContainer paths; empty (the recipe's schedule) when the config
+    sets no lr. The optimizer's lr is the scheduler's max_lr and its min_lr the floor; "constant" makes Megatron-Core's
+    OptimizerParamScheduler.get_lr return max_lr after the (here empty) warmup. The scheduler fields are Megatron-LM's
+    megatron/training/config.py SchedulerConfig (lr_decay_style, lr_warmup_fraction, lr_warmup_iters), which
+    Megatron-Bridge's SchedulerConfig subclasses (training/config.py 0.4.2 L42 and L502, 0.6.0 L41 and L392); the
+    optimizer's are Megatron-Core's OptimizerConfig (Bridge's OptimizerConfig subclasses it: 0.4.2 L92, 0.6.0 L120).
+    lr_warmup_fraction is cleared because it would replace lr_warmup_iters (0.4.2 L1346-L1347)."""
+    lr = cfg.get("lr")
+    if lr is None:
+        return {}
+    return {
+        "optimizer.lr": float(lr),
+        "optimizer.min_lr": float(lr),
+        "scheduler.lr_decay_style": "constant",
+        "scheduler.lr_warmup_iters": 0,
+        "scheduler.lr_warmup_fraction": None,
+    }
+
+
+def lr_line(*, lr: Any, min_lr: Any, warmup_iters: Any, decay_style: Any, source: str) -> str:
+    """MBRIDGE_LR: the learning-rate schedule a run trained with (both engines print it once, rank 0). ``source``:
+    "config" (the config's constant lr), "recipe" (Bridge's recipe schedule) or "default" (mcore's LEARNING_RATE)."""
+    return (f"MBRIDGE_LR lr={lr} min_lr={min_lr} warmup_iters={warmup_iters} decay_style={decay_style} "
+            f"source={source}")
 
 
 def recipe062_fields(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from .. import dist_env
 from .config import (
     ConfigError,
     echo_fields,
+    lr_line,
     mcore_unsupported,
     megatron_mtp_layers,
     missing_echo_fields,
@@ -293,11 +294,16 @@ def _forward_step(data_iterator, model):
     return output, partial(_loss_func, batch["loss_mask"])
 
 
-def _learning_rate(optimizer) -> float:
+def learning_rate(cfg: dict[str, Any]) -> float:
+    """The constant learning rate of this run (min_lr = lr, no warmup): the config's lr, else LEARNING_RATE."""
+    return float(cfg["lr"]) if cfg.get("lr") is not None else LEARNING_RATE
+
+
+def _learning_rate(optimizer, default: float = LEARNING_RATE) -> float:
     for group in optimizer.param_groups:
         if group["params"] and not group.get("is_decoupled_lr", False):
             return group["lr"]
-    return LEARNING_RATE
+    return default
 
 
 def _train(cfg: dict[str, Any], dist: dist_env.DistEnv, deep_ep) -> None:
@@ -334,8 +340,12 @@ def _train(cfg: dict[str, Any], dist: dist_env.DistEnv, deep_ep) -> None:
         check_for_nan_in_grad=True,
     )
     model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+    lr = learning_rate(cfg)
+    if rank0:
+        print(lr_line(lr=lr, min_lr=lr, warmup_iters=0, decay_style="constant",
+                      source="config" if cfg.get("lr") is not None else "default"), flush=True)
     optimizer = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=LEARNING_RATE, min_lr=LEARNING_RATE, weight_decay=0.1,
+        OptimizerConfig(optimizer="adam", lr=lr, min_lr=lr, weight_decay=0.1,
                         adam_beta1=0.9, adam_beta2=0.95, clip_grad=1.0, bf16=True, params_dtype=torch.bfloat16,
                         use_distributed_optimizer=use_dist_opt),
         [model],
@@ -407,7 +417,7 @@ def _train(cfg: dict[str, Any], dist: dist_env.DistEnv, deep_ep) -> None:
         line = iteration_line(
             timestamp=datetime.now(), iteration=iteration, train_iters=cfg["train_iters"],
             consumed_samples=iteration * cfg["gbs"], elapsed_time_per_iteration=per_iteration,
-            throughput=flops / (per_iteration * 10**12 * world), learning_rate=_learning_rate(optimizer),
+            throughput=flops / (per_iteration * 10**12 * world), learning_rate=_learning_rate(optimizer, lr),
             batch_size=cfg["gbs"], losses={k: v.item() / max(1, advanced) for k, v in totals.items()},
             loss_scale=optimizer.get_loss_scale().item(), grad_norm=grad_norm,
             skipped_iterations=skipped, nan_iterations=nan_iters,

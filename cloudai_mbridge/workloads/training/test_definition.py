@@ -84,6 +84,8 @@ Fraction = Annotated[float, Field(ge=0)]
 # A finite float in (0, 1024] (no nan / inf, no bool or string read as one); 1024 keeps the budget NCCL EP carries in
 # int32 (tokens per rank x top-k x factor) far from overflow, and no EP group needs more than its size
 CapacityFactor = Annotated[float, Field(gt=0, le=1024, allow_inf_nan=False, strict=True)]
+# A learning rate: a finite float in (0, 1] (no nan / inf, no bool or string read as one)
+LearningRate = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False, strict=True)]
 
 
 class GoldenThresholdArgs(BaseModel):
@@ -181,6 +183,9 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     bridge_version: BridgeVersion | list[BridgeVersion] | None = None
     seed: Seed = 1234
     log_interval: PosInt = 1
+    # A constant learning rate, no warmup (optimizer lr = min_lr = this; Bridge's scheduler "constant"); unset: the
+    # recipe's schedule (engine bridge) or the loop's 3e-4 (engine mcore). A stable run for a dispatcher A/B.
+    lr: LearningRate | None = None
     # A golden-values JSON (Megatron-Bridge's format) on the machine that runs CloudAI, absolute or relative to the
     # folder CloudAI runs in: the run fails when it breaches it. Every run writes its own as golden_values.json.
     golden_values: str | None = None
@@ -338,6 +343,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             checkpoint_dir=a.checkpoint_dir,
             seed=a.seed,
             log_interval=a.log_interval,
+            lr=a.lr,
             output_dir=output_dir,
         )
 
