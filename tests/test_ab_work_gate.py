@@ -46,3 +46,22 @@ def test_a_folder_without_runs_is_named(tmp_path: Path, capsys: pytest.CaptureFi
     assert ab_work_gate.main([str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert str(tmp_path) in err and "runs/" in err and "Traceback" not in err
+
+
+def test_constant_lr_cells_are_split_out_and_stay_together(capsys: pytest.CaptureFixture[str]) -> None:
+    # dsv3_mbs{1,2}_h200 ran at a constant lr of 1e-5 (4 x H200): no judgement fails over all 20 iterations and the
+    # last iteration's losses of all six starts agree to 2e-5, where the recipe's schedule (k2_mbs2_h4) parts by %.
+    r = _results(capsys, CELLS / "dsv3_mbs1_h200", CELLS / "dsv3_mbs2_h200", CELLS / "k2_mbs2_h4")
+    assert r["ab_work_gate_ncclep_rejected_pct_lr_1em05"] == "0.0"
+    assert r["ab_work_gate_alltoall_rejected_pct_lr_1em05"] == "0.0"
+    assert r["ab_work_gate_ncclep_rejected_pct_recipe"] == "22.2"
+    assert float(r["ab_last_loss_max_rel_diff_lr_1em05"]) < 1e-4 < float(r["ab_last_loss_max_rel_diff_recipe"])
+
+
+def test_a_cell_mixing_schedules_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cell = shutil.copytree(CELLS / "k2_mbs2_h4" / "runs", tmp_path / "cell" / "runs")
+    cfg = next(cell.glob("*_ncclep_s1")) / "mbridge_config.json"
+    cfg.write_text(cfg.read_text().replace('"seed"', '"lr": 1e-05, "seed"', 1))
+    assert ab_work_gate.main([str(tmp_path / "cell")]) == 2
+    err = capsys.readouterr().err
+    assert "lr_1em05" in err and "recipe" in err and "Traceback" not in err
