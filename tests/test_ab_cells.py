@@ -1,0 +1,63 @@
+"""benchmarks/ab_cells.py: which recorded A/B cells count (>= 3 starts per arm, same routing, loss inside the work
+gate, a verdict), per (model, mbs, arm), never pooling hosts."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+from pathlib import Path
+
+import ab_cells
+import pytest
+
+CELLS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bridge_ab_4gpu"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *cells: Path) -> tuple[int, str]:
+    rc = ab_cells.main([str(c) for c in cells])
+    return rc, capsys.readouterr().out
+
+
+def test_recorded_cells_count_four(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out = _run(capsys)
+    assert rc == 0
+    assert re.search(r"^RESULT ab_bridge_cells=4 ", out, flags=re.M)
+    # the DSV3 cells of host 4 ran 3 + 3 starts but left the loss envelope: listed, not counted
+    assert re.search(r"^dsv3_mbs1_h4: deepseek_v3_proxy mbs 1 ncclep: does not count: work gate", out, flags=re.M)
+    assert "cell deepseek_v3_proxy mbs 2 ncclep: dsv3_mbs2_h200" in out
+
+
+def _edit(cell: Path, **changes: str) -> None:
+    table = cell / "mbridge_ab.csv"
+    with table.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
+        row.update(changes)
+    with table.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.mark.parametrize("changes, reason", [
+    ({"arm_starts": "2"}, "3 + 2 starts"),
+    ({"routing": "different routing in run x"}, "routing: different routing"),
+    ({"work": "lm loss 7.1 at iteration 9 is outside"}, "work gate: lm loss 7.1"),
+    ({"verdict": "invalid: ncclep s0 failed"}, "verdict: invalid"),
+])
+def test_a_cell_short_of_any_condition_does_not_count(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      changes: dict[str, str], reason: str) -> None:
+    cell = tmp_path / "dsv3_mbs2_h200"
+    shutil.copytree(CELLS / "dsv3_mbs2_h200", cell, ignore=shutil.ignore_patterns("*.png", "*.html"))
+    _edit(cell, **changes)
+    rc, out = _run(capsys, cell)
+    assert rc == 0
+    assert f"does not count: {reason}" in out
+    assert re.search(r"^RESULT ab_bridge_cells=0 ", out, flags=re.M)
+
+
+def test_a_folder_without_a_report_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ab_cells.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path) in err and "--report" in err and "Traceback" not in err
