@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             rows = list(csv.DictReader(fh))
         for row in rows:
             if not row.get("arm"):
-                print(f"{cell.name}: {row.get('baseline', '?')} alone: does not count: {row.get('verdict') or 'no arm'}")
+                why = row.get("verdict") or "no arm"
+                print(f"{cell.name}: {row.get('baseline', '?')} alone: does not count: {why}")
                 continue
             key = cell_key(row)
             reason = why_not(row) if key else "the baseline run's mbridge_config.json cannot be read"

@@ -5,7 +5,8 @@ megatron-core's resharding planner does, counts per GPU the bytes received and s
 of --gpus-per-node, remote between nodes) and the planned slices; a GPU's seconds = intra-node remote / NVLink rate
 + inter-node / NIC rate + local / copy rate; the refit takes the slowest GPU's seconds. No per-op latency term.
 Rates: "measured" = the refit's own 57.68 GB/s/GPU (2x H200, megatron-core NCCL service) inside a node and the same
-16 % of an ASSUMED 400 Gb/s NIC between nodes; "coalesced" = 70.05 GB/s/GPU likewise; "line-rate" = the measured
+16 % of an ASSUMED 400 Gb/s NIC between nodes; "coalesced" = 70.05 GB/s/GPU likewise; "replay" = 248.70 GB/s/GPU
+(4x H200, the replay executor, 69.4 % of its run's ceiling) likewise; "line-rate" = the measured
 359.3 GB/s/GPU NCCL ceiling and the assumed 50 GB/s NIC. Copies at an ASSUMED 1000 GB/s. Models: catalog shapes,
 bf16, MTP left out.
 """
@@ -24,6 +25,8 @@ from cloudai_mbridge.plan.refit_bytes import (
     MEASURED_CEILING_GBPS,
     MEASURED_COALESCED_GBPS,
     MEASURED_REFIT_GBPS,
+    MEASURED_REPLAY_CEILING_GBPS,
+    MEASURED_REPLAY_GBPS,
     bandwidths,
     build_plan,
     predict_seconds,
@@ -56,6 +59,12 @@ def check_measured() -> None:
                              ("coalesced", MEASURED_COALESCED_GBPS, coal["remote_gbps_per_gpu"])):
         if abs(have - want) > 0.01:
             raise SystemExit(f"plan/refit_bytes.py {name} rate {have} differs from the measured {want:.2f}")
+    replay = json.loads((RESULTS / "refit_4gpu" / "h200" / "w4_gpu_refit_nccl.json").read_text())["refit"]
+    row = next(r for r in replay if r.get("executor") == "replay")
+    for name, have, want in (("replay", MEASURED_REPLAY_GBPS, row["remote_gbps_per_gpu"]),
+                             ("replay ceiling", MEASURED_REPLAY_CEILING_GBPS, row["ceiling"]["gbps_per_gpu"])):
+        if abs(have - want) > 0.01:
+            raise SystemExit(f"plan/refit_bytes.py {name} rate {have} differs from the measured {want:.2f}")
 
 
 def main() -> int:
@@ -81,9 +90,11 @@ def main() -> int:
             "recv", "recv_remote", "recv_inter_node", "send_remote", "recv_local")),
             str(max(len(r.peers) for r in plan.ranks.values())), str(plan.messages(0)), *(f"{s:.2f}" for s in secs)]
         print("| " + " | ".join(cells) + " |")
-        results.append((case, secs[0]))
-    for case, s in results:
+        results.append((case, secs[0], secs[[b.name for b in bws].index("replay")]))
+    for case, s, _ in results:
         print(f"RESULT refit_predicted_s_{case}={s:.2f} s")
+    for case, _, s in results:
+        print(f"RESULT refit_predicted_s_replay_{case}={s:.2f} s")
     return 0
 
 

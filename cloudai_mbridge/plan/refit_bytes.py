@@ -365,6 +365,9 @@ def replica_bytes(plan: BytePlan) -> Iterable[tuple[int, int]]:
 MEASURED_REFIT_GBPS = 57.68  # remote bytes per GPU per s, megatron-core NCCL service, Kimi-K2-shaped tp2 -> ep2
 MEASURED_COALESCED_GBPS = 70.05  # the same with payload/refit/coalesce.py, 1024 MiB messages
 MEASURED_CEILING_GBPS = 359.29  # NCCL exchange, 4 GiB in one op, same run as MEASURED_REFIT_GBPS
+# Measured on 4x H200 (NV18), benchmarks/results/refit_4gpu/h200/w4_gpu_refit_nccl.json, Kimi-K2-shaped tp4 -> ep4:
+MEASURED_REPLAY_GBPS = 248.70  # executor "replay" (payload/refit/replay.py), coalesce_mib 1024, overlapped
+MEASURED_REPLAY_CEILING_GBPS = 358.29  # NCCL exchange, 4 GiB in one op, same run as MEASURED_REPLAY_GBPS
 # Assumed, not measured here:
 ASSUMED_NIC_GBPS = 50.0  # 400 Gb/s per GPU between nodes (one 400G NIC per H100), line rate
 ASSUMED_COPY_GBPS = 1000.0  # device-to-device copy of local slices (H100 HBM3, read + write)
@@ -376,6 +379,7 @@ class Bandwidth:
     nvlink_gbps: float  # remote bytes within a node, per GPU
     nic_gbps: float  # remote bytes between nodes, per GPU
     copy_gbps: float = ASSUMED_COPY_GBPS
+    measured_on: str = "2x H200"  # where nvlink_gbps was measured
 
 
 def bandwidths() -> list[Bandwidth]:
@@ -384,6 +388,8 @@ def bandwidths() -> list[Bandwidth]:
         Bandwidth("measured", MEASURED_REFIT_GBPS, ASSUMED_NIC_GBPS * MEASURED_REFIT_GBPS / MEASURED_CEILING_GBPS),
         Bandwidth("coalesced", MEASURED_COALESCED_GBPS,
                   ASSUMED_NIC_GBPS * MEASURED_COALESCED_GBPS / MEASURED_CEILING_GBPS),
+        Bandwidth("replay", MEASURED_REPLAY_GBPS,
+                  ASSUMED_NIC_GBPS * MEASURED_REPLAY_GBPS / MEASURED_REPLAY_CEILING_GBPS, measured_on="4x H200"),
         Bandwidth("line-rate", MEASURED_CEILING_GBPS, ASSUMED_NIC_GBPS),
     ]
 
@@ -422,22 +428,31 @@ class RefitPrediction:
 
     @property
     def basis(self) -> str:
-        return (f"{self.rate.name}: {self.rate.nvlink_gbps:.2f} GB/s/GPU in a node (measured, 2x H200), "
+        r = self.rate
+        return (f"{r.name}: {r.nvlink_gbps:.2f} GB/s/GPU in a node (measured, {r.measured_on}), "
                 f"{self.rate.nic_gbps:.2f} GB/s/GPU between nodes (assumed)")
 
 
 _PREDICTIONS: dict[tuple, RefitPrediction] = {}
 
 
+def _rate_name(config: dict) -> str:
+    """Which measured rate prices a refit payload config: its copy service and executor."""
+    if (config.get("coalesce_mib") or 0) <= 0:
+        return "measured"
+    return "replay" if config.get("executor") == "replay" else "coalesced"
+
+
 def predict_payload(config: dict, world_size: int, gpus_per_node: int) -> RefitPrediction:
     """Seconds of a refit payload config on ``world_size`` GPUs, ``gpus_per_node`` a node, at the measured rate
-    (``coalesce_mib`` > 0: the coalescing service's measured rate). Cached per model, layout pair and world: a
+    (``coalesce_mib`` > 0: the coalescing service's measured rate; ``executor`` "replay" as well: the replay
+    executor's). Cached per model, layout pair and world: a
     Kimi-K2 plan takes seconds to build and every point of a sweep that changes something else shares it."""
     key = (json.dumps({k: config.get(k) for k in ("model", "src", "dst", "mode", "dtype")}, sort_keys=True),
-           world_size, gpus_per_node, (config.get("coalesce_mib") or 0) > 0)
+           world_size, gpus_per_node, _rate_name(config))
     if key not in _PREDICTIONS:
         plan = payload_plan(config, world_size, gpus_per_node)
-        rate = {b.name: b for b in bandwidths()}["coalesced" if key[-1] else "measured"]
+        rate = {b.name: b for b in bandwidths()}[key[-1]]
         _PREDICTIONS[key] = RefitPrediction(predict_seconds(plan, rate), plan.worst("recv") / 1e9,
                                             plan.worst("recv_remote") / 1e9, rate)
     return _PREDICTIONS[key]
