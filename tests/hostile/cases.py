@@ -40,6 +40,17 @@ def _train_ints() -> list[Case]:
     return rows
 
 
+def _train_floats() -> list[Case]:
+    """Fields that are a finite float in a range (lr: (0, 1], not a sweep; the ncclep receive budget: (0, 1024])."""
+    rows = []
+    for key, big in (("lr", 2.0), ("moe_expert_rank_capacity_factor", 1e6)):
+        for label, value in (("str", "1e-5"), ("bool", True), ("zero", 0.0), ("negative", -1e-5), ("too_big", big),
+                             ("nan", float("nan")), ("inf", float("inf")), ("table", {"value": 1e-5})):
+            rows.append(Case(f"train-{key}-{label}", "sft", {T + key: value}, (key,)))
+    rows.append(Case("train-lr-list", "sft", {T + "lr": [1e-5, 2e-5]}, ("lr",)))
+    return rows
+
+
 def _refit_ints() -> list[Case]:
     rows = []
     for key in ("src.tp", "src.ep", "dst.tp", "iterations", "warmup", "timeout_s", "seq_length", "coalesce_mib",
@@ -615,7 +626,7 @@ VALID += [
 
 # The table by class of input (summary.py prints each class's counts).
 CLASSES: dict[str, list[Case]] = {
-    "training ints": _train_ints(), "refit ints": _refit_ints(), "choices and fields": CHOICES,
+    "training ints": _train_ints(), "training floats": _train_floats(), "refit ints": _refit_ints(), "choices and fields": CHOICES,
     "sweeps": _also_run(SWEEPS), "scenarios": _also_run(SCENARIOS), "dependency cycles": _also_run(CYCLES),
     "systems": _also_run(SYSTEMS), "kubernetes": K8S, "files": FILES, "deep TOML": DEEP_TOML,
     "secrets in free text": _also_run(FREE_TEXT_SECRETS), "golden files": GOLDEN, "model config folders": MODEL_CONFIG,
