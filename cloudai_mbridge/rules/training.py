@@ -544,6 +544,19 @@ def _ncclep_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
                  "moe_preprocess), no CUDA graph, or another dispatcher for full-iteration graphs")
 
 
+@rule("ncclep-a2a-overlap-offload")
+def _ncclep_a2a_overlap_offload(p: TrainingPlan) -> Iterator[Violation]:
+    """mcore-0.19:megatron/core/transformer/transformer_config.py L2729-L2736: with overlap_moe_expert_parallel_comm
+    and the ncclep backend, offloading 'expert_fc1' is refused ("it forces expert FC1 to save the raw bf16 input,
+    which the overlap path eagerly frees"). ncclep exists only in Megatron-Core 0.19 (bridge_version "0.6"), so the
+    check has no 0.17.1 counterpart."""
+    if p.dispatcher == "ncclep" and p.moe_a2a_overlap and "expert_fc1" in p.offload_modules:
+        yield _v({"dispatcher": "ncclep", "moe_a2a_overlap": True, "offload_modules": list(p.offload_modules)},
+                 "Megatron-Core 0.19.2 refuses offloading expert_fc1 with the a2a overlap on the ncclep backend "
+                 "(the overlap frees the bf16 input that expert FC1 would keep for the offload)",
+                 "remove \"expert_fc1\" from offload_modules, set moe_a2a_overlap = false, or use another dispatcher")
+
+
 @rule("deepep-network")
 def _deepep_network(p: TrainingPlan) -> Iterator[Violation]:
     """UCCL-EP is DeepEP's API over EFA (seed 000: UCCL ships a top-level ``deep_ep`` module); NVIDIA DeepEP's

@@ -626,7 +626,8 @@ VALID += [
 
 # The table by class of input (summary.py prints each class's counts).
 CLASSES: dict[str, list[Case]] = {
-    "training ints": _train_ints(), "training floats": _train_floats(), "refit ints": _refit_ints(), "choices and fields": CHOICES,
+    "training ints": _train_ints(), "training floats": _train_floats(), "refit ints": _refit_ints(),
+    "choices and fields": CHOICES,
     "sweeps": _also_run(SWEEPS), "scenarios": _also_run(SCENARIOS), "dependency cycles": _also_run(CYCLES),
     "systems": _also_run(SYSTEMS), "kubernetes": K8S, "files": FILES, "deep TOML": DEEP_TOML,
     "secrets in free text": _also_run(FREE_TEXT_SECRETS), "golden files": GOLDEN, "model config folders": MODEL_CONFIG,

@@ -46,6 +46,8 @@ CASES = {
     "ncclep-cuda-graph": (small_plan(**NCCLEP, cuda_graph_impl="local", cuda_graph_scope=("full_iteration",)),
                           small_plan(**NCCLEP, cuda_graph_impl="transformer_engine",
                                      cuda_graph_scope=("moe_router", "moe_preprocess"))),
+    "ncclep-a2a-overlap-offload": (small_plan(**NCCLEP, **OVERLAP, offload_modules=("expert_fc1",)),
+                                   small_plan(**NCCLEP, **OVERLAP, offload_modules=("moe_act",))),
     "deepep-network": (seed_plan(dispatcher="deepep", deepep_impl="nvidia"), seed_plan(dispatcher="deepep")),
     "hybridep-uccl": (seed_plan(dispatcher="hybridep"), seed_plan(dispatcher="hybridep", deepep_impl="nvidia")),
     "hybridep-nvlink-domain": (seed_plan(dispatcher="hybridep", deepep_impl="nvidia", tp=1, pp=1, vp=None, ep=96,
@@ -293,6 +295,13 @@ def test_ncclep_limits_each_reason() -> None:
     # 2 ranks x 1 expert per rank in one NVLink team: 2 experts, not a multiple of 4
     few = replace(plan, model=replace(get_model("kimi_k2_proxy"), num_experts=2), ep=2, gpus_per_node=2, gbs=2)
     assert any("multiple of 4" in m for m in messages(few))
+
+
+def test_ncclep_with_a2a_overlap_refuses_only_an_expert_fc1_offload() -> None:
+    # Megatron-Core 0.19.2 transformer_config.py L2729-L2736; without the overlap, or with alltoall, it is taken
+    assert _ncclep_rules(**OVERLAP, offload_modules=("core_attn", "expert_fc1")) == ["ncclep-a2a-overlap-offload"]
+    assert _ncclep_rules(offload_modules=("expert_fc1",)) == []
+    assert [v.rule for v in TRAINING_RULES.check(small_plan(**OVERLAP, offload_modules=("expert_fc1",)))] == []
 
 
 def test_ncclep_full_iteration_graph_is_refused_but_layer_graphs_pass() -> None:
