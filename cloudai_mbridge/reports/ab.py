@@ -33,6 +33,7 @@ from ..redact import redact_report
 from . import ab_starts
 from .common import (
     TolerantLoading,
+    config_label,
     html_page,
     html_table,
     run_title,
@@ -166,17 +167,8 @@ def _start_series(cell: Cell) -> tuple[dict[str, list[tuple[int, float]]], dict[
                                    if many else None)
 
 
-def _label_value(value: Any) -> str:
-    """A config value as a cell label shows it: a nested table (the ``model`` of the payload config) by its ``name``
-    where it has one, else as compact JSON, never as a Python dict repr of every field."""
-    if isinstance(value, dict):
-        name = value.get("name")
-        return str(name) if isinstance(name, str) and name else json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return str(value)
-
-
 def _label(config: dict[str, Any], varying: list[str]) -> str:
-    return " ".join(f"{k}={_label_value(config.get(k))}" for k in varying) or "all"
+    return " ".join(f"{k}={config_label(config.get(k))}" for k in varying) or "all"
 
 
 HEADERS = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -93,6 +94,17 @@ def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str
     return found
 
 
+def config_label(value: Any) -> str:
+    """A recorded config value as a report shows it: a nested table (the payload config's ``model``) by its ``name``
+    where it has one, else as compact JSON, never as a Python dict repr of every field."""
+    if isinstance(value, Mapping):
+        name = value.get("name")
+        if isinstance(name, str) and name:
+            return name
+        return json.dumps(dict(value), sort_keys=True, separators=(",", ":"), default=str)
+    return str(value)
+
+
 def scenario_facts(configs: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
     """A paragraph naming the model(s), dtype(s), GPU and engine(s) of a scenario's runs."""
     items = []
@@ -102,9 +114,8 @@ def scenario_facts(configs: Sequence[Mapping[str, Any]], keys: Sequence[str]) ->
         values = []
         for c in configs:
             v = c.get(key)
-            v = v.get("name") if isinstance(v, Mapping) else v
-            if v is not None and str(v) not in values:
-                values.append(str(v))
+            if v is not None and config_label(v) not in values:
+                values.append(config_label(v))
         if values:
             items.append(f"<b>{html.escape(label)}</b>: {html.escape(' / '.join(values))}")
     return f"<p class='facts'>{' · '.join(items)}</p>" if items else ""
