@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Prepare, on a machine with the DeepEP git mirror, the HybridEP source a GPU host without network builds
+# (benchmarks/gpu_hybridep_build.sh), cut into pieces that each fit one transfer to the host.
+#
+# HybridEP (deep_ep.HybridEPBuffer, which megatron-core 0.19.2's fused_a2a.py imports for the flex backend
+# "hybridep") lives on the `hybrid-ep` branch of github.com/deepseek-ai/DeepEP; its setup.py builds two extensions,
+# deep_ep_cpp (DeepEP's Buffer; NVSHMEM optional) and hybrid_ep_cpp (HybridEP; intra-node needs no NVSHMEM and no
+# RDMA: HYBRID_EP_MULTINODE=0 by default). The third-party/nccl submodule is only used by HYBRID_EP_MULTINODE=1 with
+# the DOCA path and is not in the archive (git archive leaves submodules out).
+#
+# usage: bash benchmarks/gpu_hybridep_prepare.sh [GIT_DIR] [COMMIT] [piece_bytes]
+#   GIT_DIR      a bare DeepEP git dir (default /work/.mirror/deepseek-ai+DeepEP/repo, what the `fetch` tool gives)
+#   COMMIT       the commit to build (default: the pinned one below, hybrid-ep at 2026-07-10)
+#   piece_bytes  largest piece, default 56000000 (a device call carries 64 MiB with the working tree)
+# Writes (all under .gpu_stack/, which git ignores), in the layout of benchmarks/gpu_stack_prepare.sh:
+#   .gpu_stack/hybridep/pNN/   `piece` (a slice of one uncompressed tar), `SHA256SUMS` (every piece, the whole tar),
+#                              `STACK` ("hybridep <n> <total>")
+#   the tar holds DeepEP-src.tar.gz (git archive --prefix=DeepEP/ of COMMIT), SOURCE.txt (repo, branch, commit,
+#   date, subject) and FILES.sha256.
+# No Python package is downloaded: the GPU image has setuptools, wheel, ninja, pybind11 and nvidia-ml-py (the wheel's
+# one install_requires, pynvml, is not imported by deep_ep), and torch must stay the host's own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GIT_DIR=${1:-/work/.mirror/deepseek-ai+DeepEP/repo}
+# deepseek-ai/DeepEP branch hybrid-ep, "Disable custom allgather by default (#682)", 2026-07-10. It has every
+# HybridEPBuffer argument megatron-core 0.19.2 passes (num_blocks_permute, num_sms_preprocessing_api,
+# fuse_permute_dispatch / fuse_unpermute_combine, handle[-1] = overflow_flag).
+COMMIT=${2:-94a9f8f6b146c07d97ec58f67cd6d303296d6098}
+PIECE=${3:-56000000}
+NAME=hybridep
+OUTDIR=.gpu_stack/$NAME
+[ -f "$GIT_DIR/HEAD" ] || { echo "error: $GIT_DIR is no git dir (fetch github:deepseek-ai/DeepEP first)" >&2; exit 2; }
+git() { command git --git-dir="$GIT_DIR" "$@"; }
+COMMIT=$(git rev-parse --verify "$COMMIT^{commit}")
+git cat-file -e "$COMMIT:deep_ep/hybrid_ep_buffer.py" 2>/dev/null \
+  || { echo "error: $COMMIT has no deep_ep/hybrid_ep_buffer.py (not a hybrid-ep commit)" >&2; exit 2; }
+git show "$COMMIT:deep_ep/hybrid_ep_buffer.py" | grep -q '^class HybridEPBuffer' \
+  || { echo "error: $COMMIT: deep_ep/hybrid_ep_buffer.py defines no class HybridEPBuffer" >&2; exit 2; }
+branches=$(git branch --contains "$COMMIT" --format='%(refname:short)' 2>/dev/null | xargs || true)
+
+tmp=$(mktemp -d) && trap 'rm -rf "$tmp"' EXIT
+git archive --format=tar.gz --prefix=DeepEP/ -o "$tmp/DeepEP-src.tar.gz" "$COMMIT"
+cat > "$tmp/SOURCE.txt" <<EOF
+repo github.com/deepseek-ai/DeepEP
+branches ${branches:-?}
+commit $COMMIT
+date $(git log -1 --format=%cI "$COMMIT")
+subject $(git log -1 --format=%s "$COMMIT")
+archive git archive --format=tar.gz --prefix=DeepEP/ $COMMIT (submodule third-party/nccl left out)
+EOF
+(cd "$tmp" && sha256sum DeepEP-src.tar.gz SOURCE.txt) > "$tmp/FILES.sha256"
+
+rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
+tarball=$OUTDIR/stack.tar
+tar -cf "$tarball" -C "$tmp" DeepEP-src.tar.gz SOURCE.txt FILES.sha256
+split -b "$PIECE" -d -a 2 "$tarball" "$OUTDIR/piece."
+total=$(ls "$OUTDIR"/piece.* | wc -l)
+{
+  echo "# stack $NAME: $total pieces of <= $PIECE bytes; $(wc -c < "$tarball") bytes in all; commit $COMMIT"
+  (cd "$OUTDIR" && sha256sum stack.tar piece.*)
+} > "$OUTDIR/SHA256SUMS"
+for p in "$OUTDIR"/piece.*; do
+  n=${p##*.}; d=$OUTDIR/p$n
+  mkdir -p "$d" && mv "$p" "$d/piece" && cp "$OUTDIR/SHA256SUMS" "$d/" && echo "$NAME $n $total" > "$d/STACK"
+done
+rm -f "$tarball"
+cp "$tmp/SOURCE.txt" "$OUTDIR/SOURCE.txt"
+echo "stack $NAME: DeepEP $COMMIT (${branches:-?}), $total pieces under $OUTDIR/"
+du -b "$OUTDIR"/p*/piece | awk '{printf "  %s  %d bytes (%.2f MB)\n", $2, $1, $1/1e6}'
+echo "Send each piece with one device call (carry .gpu_stack/$NAME/pNN; command: bash benchmarks/gpu_hybridep_build.sh);"
+echo "the call that brings the last missing piece builds."
