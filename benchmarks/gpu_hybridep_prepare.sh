@@ -53,19 +53,9 @@ EOF
 rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
 tarball=$OUTDIR/stack.tar
 tar -cf "$tarball" -C "$tmp" DeepEP-src.tar.gz SOURCE.txt FILES.sha256
-split -b "$PIECE" -d -a 2 "$tarball" "$OUTDIR/piece."
-total=$(ls "$OUTDIR"/piece.* | wc -l)
-{
-  echo "# stack $NAME: $total pieces of <= $PIECE bytes; $(wc -c < "$tarball") bytes in all; commit $COMMIT"
-  (cd "$OUTDIR" && sha256sum stack.tar piece.*)
-} > "$OUTDIR/SHA256SUMS"
-for p in "$OUTDIR"/piece.*; do
-  n=${p##*.}; d=$OUTDIR/p$n
-  mkdir -p "$d" && mv "$p" "$d/piece" && cp "$OUTDIR/SHA256SUMS" "$d/" && echo "$NAME $n $total" > "$d/STACK"
-done
-rm -f "$tarball"
+# shellcheck source=benchmarks/gpu_pieces.sh
+source benchmarks/gpu_pieces.sh
+cut_pieces "$NAME" "$OUTDIR" "$tarball" "$PIECE" "DeepEP $COMMIT (${branches:-?})"
 cp "$tmp/SOURCE.txt" "$OUTDIR/SOURCE.txt"
-echo "stack $NAME: DeepEP $COMMIT (${branches:-?}), $total pieces under $OUTDIR/"
-du -b "$OUTDIR"/p*/piece | awk '{printf "  %s  %d bytes (%.2f MB)\n", $2, $1, $1/1e6}'
 echo "Send each piece with one device call (carry .gpu_stack/$NAME/pNN; command: bash benchmarks/gpu_hybridep_build.sh);"
 echo "the call that brings the last missing piece builds."

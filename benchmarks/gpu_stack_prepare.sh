@@ -65,18 +65,9 @@ rm -rf "$OUTDIR" && mkdir -p "$OUTDIR"
 tarball=$OUTDIR/stack.tar
 (cd "$CACHE" && sha256sum "${files[@]}") > "$OUTDIR/FILES.sha256"
 tar -cf "$tarball" -C "$CACHE" "${files[@]}" -C "$PWD/$OUTDIR" FILES.sha256
-split -b "$PIECE" -d -a 2 "$tarball" "$OUTDIR/piece."
-total=$(ls "$OUTDIR"/piece.* | wc -l)
-{
-  echo "# stack $STACK: $total pieces of <= $PIECE bytes; $(wc -c < "$tarball") bytes in all"
-  (cd "$OUTDIR" && sha256sum stack.tar piece.*)
-} > "$OUTDIR/SHA256SUMS"
-for p in "$OUTDIR"/piece.*; do
-  n=${p##*.}; d=$OUTDIR/p$n
-  mkdir -p "$d" && mv "$p" "$d/piece" && cp "$OUTDIR/SHA256SUMS" "$d/" && echo "$STACK $n $total" > "$d/STACK"
-done
-rm -f "$tarball" "$OUTDIR/FILES.sha256"
-echo "stack $STACK: ${#files[@]} files, $total pieces under $OUTDIR/"
-du -b "$OUTDIR"/p*/piece | awk '{printf "  %s  %.1f MB\n", $2, $1/1e6}'
+rm -f "$OUTDIR/FILES.sha256"
+# shellcheck source=benchmarks/gpu_pieces.sh
+source benchmarks/gpu_pieces.sh
+cut_pieces "$STACK" "$OUTDIR" "$tarball" "$PIECE" "${#files[@]} files"
 echo "Send each piece with one device call (carry .gpu_stack/$STACK/pNN; command: bash benchmarks/gpu_setup.sh $STACK);"
 echo "the call that brings the last missing piece installs the stack."
