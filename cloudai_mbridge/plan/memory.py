@@ -79,7 +79,9 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
      ``mla_up_proj``; + fp32 softmax statistics unless ``core_attn``), ``2h`` residuals, dense MLP ``h + 3F``, MoE
      ``h + 3fs`` and per routed token copy ``h + 3f`` (bf16 elements; FP8 keeps its GEMM inputs at 1 byte); the
      loss stage keeps the final norm output and the bf16 logits ``2·T·V/t`` (TE's fused cross entropy writes their
-     gradient in place), MTP adds a MoE layer and ``5h``.
+     gradient in place), MTP adds a MoE layer and ``5h``. Fine-grained activation offloading (``offload_modules``)
+     takes the named modules' saved tensors off every in-flight layer but the last one of each module name
+     (``_offloaded``; modeled from megatron-core 0.19.2's code, not measured).
    - local layers (``transformer_impl`` "local", megatron-core's non-TE specs as the mcore engine builds them;
      counted on a CPU autograd saved-tensor audit of megatron-core 0.16.1's layers and checked on CUDA):
 
@@ -396,6 +398,8 @@ class _Activations:
     scores: float = 0.0  # elements of one layer's unfused attention score tensor, b·(a/t)·(s/c)·s; 0 with flash
     attention: float = 0.0  # the attention block's share of ``dense`` and ``moe`` (the rest is the MLP / MoE block)
     logits_grad: float = 0.0  # the loss backward's gradient of the logits, bf16 ``2·T·V/t``
+    offload_dense: float = 0.0  # of ``dense``, the bytes fine-grained activation offloading moves to the host
+    offload_moe: float = 0.0  # of ``moe``, the same
 
 
 # Precisions whose GEMM inputs Transformer Engine keeps in 1-byte form for backward (measured for tensorwise and
@@ -485,8 +489,57 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
         mtp_extra += 2 * (tokens - local) * h
     if recompute == "full":
         return _Activations(layer_input, layer_input, layer_input, logits, layer_input + logits, 0.0, 0.0, 0.0)
+    off_dense, off_moe = _offloaded(p, mods, q8, local, tokens, heads)
     return _Activations(dense, moe, layer_input, logits, moe + mtp_extra * scale + logits, 0.0,
-                        (attn + residuals / 2) * scale, 0.0)
+                        (attn + residuals / 2) * scale, 0.0, off_dense * scale, off_moe * scale)
+
+
+def _offloaded(p: TrainingPlan, mods: set[str], q8: float, local: float, tokens: float,
+               heads: float) -> tuple[float, float]:
+    """Bytes per dense / MoE layer and micro-batch that fine-grained activation offloading (``offload_modules``)
+    moves to the host: the tensors each named module saves for backward (megatron-core 0.19.2
+    pipeline_parallel/fine_grained_activation_offload.py records a module's saved tensors between its group start and
+    commit), as _te_activations counts them. Modeled from the code, not measured:
+
+    - ``attn_norm`` / ``mlp_norm``: the norm's input, the layer input / the mid-layer residual, ``2h`` each;
+    - ``core_attn``: the up-projections' q, k, v ``a·(2(dq + dr) + dv)`` (unless ``mla_up_proj`` recomputes them)
+      and the fp32 softmax statistics (unless ``core_attn`` recomputes them); ``attn_proj``: linear_proj's input,
+      the attention output ``a·dv``;
+    - ``expert_fc1``: the routed experts' permuted input ``q8·h`` per routed copy; ``moe_act``: the fc1 output
+      ``2·2f`` per copy; ``fused_group_mlp``: both and the activation output ``q8·f``;
+    - ``qkv_linear``: not modeled (counted as kept).
+
+    Kept on the GPU: the last layer of every module name (``post_warmup_callback`` marks it not offloadable so its
+    reload does not block), which ``estimate_ranks`` adds back once; the first (warm-up) iteration offloads every
+    group (``should_bulk_offload``), so the peak is no higher then."""
+    mods_off = set(p.offload_modules)
+    if not mods_off:
+        return 0.0, 0.0
+    m = p.model
+    h, k, f = m.hidden_size, m.moe_router_topk, m.moe_ffn_hidden_size
+    dq, dr, dv = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
+    common = 0.0
+    if "attn_norm" in mods_off:
+        common += 2 * local * h
+    if "mlp_norm" in mods_off:
+        common += 2 * local * h
+    if "core_attn" in mods_off:
+        if "mla_up_proj" not in mods:
+            common += 2 * tokens * heads * (2 * (dq + dr) + dv)
+        if "core_attn" not in mods:
+            common += 4 * tokens * heads
+    if "attn_proj" in mods_off:
+        common += 2 * tokens * heads * dv
+    moe_only = 0.0
+    if "moe" not in mods:
+        copies = local * k
+        if "expert_fc1" in mods_off or "fused_group_mlp" in mods_off:
+            moe_only += copies * q8 * h
+        if "moe_act" in mods_off or "fused_group_mlp" in mods_off:
+            moe_only += copies * 2 * 2 * f
+        if "fused_group_mlp" in mods_off and "moe_act" not in mods:
+            moe_only += copies * q8 * f
+    return common, common + moe_only
 
 
 def _activations(p: TrainingPlan, recompute: str) -> _Activations:
@@ -802,6 +855,12 @@ def estimate_ranks(plan: TrainingPlan, busiest_only: bool = False) -> list[Memor
                           for v, (n, c) in enumerate(zip(in_flight, stages, strict=True)))
         if p.cpu_offloading:
             activations -= min(p.cpu_offloading_num_layers, sum(c[0] + c[1] for c in stages)) * act.moe
+        if act.offload_dense or act.offload_moe:
+            moved = sum(n * (c[0] * act.offload_dense + c[1] * act.offload_moe)
+                        for n, c in zip(in_flight, stages, strict=True))
+            # the last layer of each module name stays on the GPU (_offloaded)
+            activations -= max(0.0, moved - max(act.offload_dense if any(c[0] for c in stages) else 0.0,
+                                                act.offload_moe if any(c[1] for c in stages) else 0.0))
         holds_moe = any(c[1] or c[4] for c in stages) or (p.model.num_experts > 0 and p.model.first_k_dense == 0)
         work = working[(any(c[3] for c in stages), holds_moe)]
         for v, (n, c) in enumerate(zip(in_flight, stages, strict=True)):

@@ -317,3 +317,28 @@ def test_the_busiest_rank_from_a_few_ranks_is_the_maximum_over_all(model: str) -
                     assert estimate_memory(p) == _estimate_memory(p), (pp, vp, gbs, precision, mtp)
                     compared += 1
     assert compared >= 60
+
+
+def test_fine_grained_offloading_takes_the_modules_saved_tensors_off_all_but_the_last_layer() -> None:
+    # DeepSeek-V3 proxy on one H100, bf16, no recompute: every layer of the model is in flight on the one rank
+    base = small_plan(model="deepseek_v3_proxy", ep=1, recompute="none")
+    act = _activations(base, "none")
+    assert act.offload_dense == act.offload_moe == 0.0
+    fc1 = replace(base, offload_modules=("expert_fc1",))
+    attn = replace(base, offload_modules=("core_attn", "attn_proj"))
+    a_fc1, a_attn = _activations(fc1, "none"), _activations(attn, "none")
+    m = base.model
+    local = base.seq_length * base.mbs  # tp = cp = 1
+    # expert_fc1: the routed experts' permuted bf16 input, per routed copy, MoE layers only
+    assert a_fc1.offload_dense == 0.0
+    assert a_fc1.offload_moe == pytest.approx(local * m.moe_router_topk * 2 * m.hidden_size)
+    # core_attn + attn_proj: q, k, v, the fp32 softmax statistics and linear_proj's input, every layer kind
+    assert a_attn.offload_dense == a_attn.offload_moe > 0
+    r0, r_fc1 = estimate_ranks(base)[0], estimate_ranks(fc1)[0]
+    layers_in_flight = r0.in_flight * m.num_layers - m.first_k_dense * r0.in_flight  # MoE layers on the rank
+    kept = a_fc1.offload_moe  # the last MoE layer's stays on the GPU
+    assert r0.activations - r_fc1.activations == pytest.approx(layers_in_flight * a_fc1.offload_moe - kept, rel=1e-6)
+    # nothing else moves, and a recompute of the whole MoE block leaves nothing for expert_fc1 to offload
+    assert (r0.weights, r0.optimizer, r0.dispatcher) == (r_fc1.weights, r_fc1.optimizer, r_fc1.dispatcher)
+    moe_rc = replace(fc1, recompute="selective", recompute_modules=("moe",))
+    assert _activations(moe_rc, "selective").offload_moe == 0.0
