@@ -6,7 +6,11 @@
 # usage (repository root, GPU host): bash benchmarks/gpu_ab_bridge_run.sh <budget_s> [gpu_dispatcher_ab.py options...]
 # Needs, from earlier calls of benchmarks/gpu_setup.sh: the stack bridge-0.6.2 (Megatron-Bridge 0.6.2, Megatron-Core
 # 0.19.2, Transformer Engine 2.20.2) and the library stack nccl-2.32.3. Optional: .whl/uccl (carried; made by
-# benchmarks/gpu_uccl_prepare.sh) for the deepep arm.
+# benchmarks/gpu_uccl_prepare.sh) for the deepep arm; /tmp/mbridge_stack/hybridep/site (benchmarks/gpu_hybridep_build.sh,
+# NVIDIA DeepEP's hybrid-ep build) for the hybridep arm: when it exists and the options ask for hybridep
+# (--with-hybridep or hybridep in --arms) without --hybridep-dir, `--hybridep-dir <that site>` is added (the hybridep
+# arm alone then runs with it first on PYTHONPATH, no UCCL path, deepep_impl nvidia; its env.sh is not sourced, as it
+# would put NVIDIA's deep_ep on every arm's path).
 # Every arm runs with the same NCCL: 2.32.3 by LD_PRELOAD (NCCL EP needs >= the NCCL its library was built with; the
 # payload's MBRIDGE_VERSIONS line records the loaded one). NCCL EP's kernel cache is shared by the starts
 # (NCCL_EP_JIT_CACHE_DIR): only the first ncclep start compiles. NVLink multicast stays off (the device's rule).
@@ -34,6 +38,19 @@ if [ -f .whl/uccl/deep_ep/__init__.py ]; then
   export PYTHONPATH=$PYTHONPATH:/tmp/uccl_site
   UCCL=(--uccl-dir .whl/uccl)
 fi
+HYBRIDEP_SITE=/tmp/mbridge_stack/hybridep/site
+HEP=()
+want_hep=0; have_hep=0
+for a in "$@"; do
+  case $a in
+    --with-hybridep|hybridep) want_hep=1 ;;
+    --hybridep-dir|--hybridep-dir=*) have_hep=1 ;;
+  esac
+done
+if [ "$want_hep" = 1 ] && [ "$have_hep" = 0 ]; then
+  if [ -d "$HYBRIDEP_SITE/deep_ep" ]; then HEP=(--hybridep-dir "$HYBRIDEP_SITE")
+  else echo "warning: $HYBRIDEP_SITE/deep_ep missing (run benchmarks/gpu_hybridep_build.sh): hybridep without it"; fi
+fi
 date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 nvidia-smi topo -m 2>&1 | head -6
@@ -41,7 +58,7 @@ T=$((BUDGET - SECONDS - 12))
 echo "=== gpu_dispatcher_ab --engine bridge (timeout ${T}s, t+${SECONDS}s) LD_PRELOAD=$PRELOAD"
 # A 20-iteration run took 74-104 s on 4 x H100 (2026-11-27): none is started with less than 110 s of budget left.
 LD_PRELOAD=$PRELOAD timeout -k 10 "$T" python3 benchmarks/gpu_dispatcher_ab.py --out "$WORK" --engine bridge \
-  --budget-s $((T - 10)) --min-run-s 110 ${UCCL[@]+"${UCCL[@]}"} "$@" 2>&1 \
+  --budget-s $((T - 10)) --min-run-s 110 ${UCCL[@]+"${UCCL[@]}"} ${HEP[@]+"${HEP[@]}"} "$@" 2>&1 \
   | grep -v -E "UserWarning|warnings.warn|^  return func|^\s*$" | tee "$OUT/ab.log"
 echo "=== gpu_dispatcher_ab: exit ${PIPESTATUS[0]} at t+${SECONDS}s"
 cp "$WORK"/gpu_dispatcher_ab.json "$OUT/" 2>/dev/null

@@ -5,6 +5,9 @@ Method. 1. Probe: a child process with the environment the payload processes get
 ``uccl_env``) imports ``uccl`` / ``uccl.ep`` and ``deep_ep`` the way the payload does (payload/train_log.py
 ``import_deep_ep``, ``deep_ep_provider``) and asks megatron-core's fused_a2a whether it sees DeepEP / HybridEP; every
 exception is recorded verbatim (ImportError text, missing symbol, OSError of a .so, or the signal that killed it).
+With ``--hybridep-dir`` the hybridep arm gets an environment of its own (NVIDIA DeepEP's hybrid-ep build first on
+PYTHONPATH, no UCCL path, CUDA_HOME and HYBRID_EP_CACHE_DIR; ``hybridep_env``) and plans with deepep_impl "nvidia";
+the probe runs once per distinct environment and speaks for the arms that have it.
 2. Grid: arm (dispatcher) x mbs {1, 4} x overlap (``TrainingPlan.moe_a2a_overlap``, Megatron's
 overlap_moe_expert_parallel_comm) {off, on}. Each point is a TrainingPlan from the catalog (model ``--model``, GPU from
 torch or ``--gpu``, one node of ``--gpus`` GPUs, tp = pp = cp = etp = 1, ep = gpus, gbs = mbs x dp x
@@ -29,7 +32,7 @@ host with CloudAI (e.g. on the folder unpacked from ab_runs.tgz).
 
 Run (GPU host, megatron-core importable):
     python3 benchmarks/gpu_dispatcher_ab.py --out /tmp/ab [--gpus N] [--model deepseek_v3_proxy] [--iters 8]
-        [--with-hybridep] [--uccl-dir .whl/uccl] [--budget-s S]
+        [--with-hybridep [--hybridep-dir /tmp/mbridge_stack/hybridep/site]] [--uccl-dir .whl/uccl] [--budget-s S]
     python3 benchmarks/gpu_dispatcher_ab.py --dry-run [--gpus N]      grid, rule verdicts, payload configs; no GPU
     python3 benchmarks/gpu_dispatcher_ab.py --report /tmp/ab [--warmup 4]  metrics + A/B of existing run folders
 Prints a table and ``RESULT`` lines; writes ``<out>/gpu_dispatcher_ab.json`` (with provenance.py's provenance).
@@ -124,14 +127,60 @@ def uccl_env(uccl_dir: Path, base: Mapping[str, str]) -> tuple[dict[str, str], l
     return {"PYTHONPATH": os.pathsep.join(pythonpath), "LD_LIBRARY_PATH": os.pathsep.join(ld)}, notes
 
 
-def child_env(args: argparse.Namespace) -> tuple[dict[str, str], list[str]]:
-    """What every child process gets on top of os.environ (probe and payload alike)."""
+def hybridep_env(hybridep_dir: Path, base: Mapping[str, str],
+                 uccl_dir: Path | None = None) -> tuple[dict[str, str], list[str]]:
+    """PYTHONPATH, CUDA_HOME and HYBRID_EP_CACHE_DIR for NVIDIA DeepEP's hybrid-ep build (deep_ep.HybridEPBuffer),
+    installed into ``hybridep_dir`` by benchmarks/gpu_hybridep_build.sh (/tmp/mbridge_stack/hybridep/site; the same
+    variables as its env.sh). ``hybridep_dir`` goes first on PYTHONPATH and ``uccl_dir`` (UCCL's drop-in deep_ep,
+    which would shadow it) is left out; LD_LIBRARY_PATH is not touched (UCCL's libraries are added by ``uccl_env``
+    only). CUDA_HOME: the inherited one, else /usr/local/cuda (HybridEP JIT-compiles with $CUDA_HOME/bin/nvcc at
+    its first dispatch); HYBRID_EP_CACHE_DIR: the inherited one, else /tmp/hybridep_jit. Returns (variables, notes)."""
+    hybridep_dir = hybridep_dir.resolve()
+    notes = []
+    if not (hybridep_dir / "deep_ep" / "__init__.py").is_file():
+        notes.append(f"{hybridep_dir}/deep_ep/__init__.py not found (NVIDIA DeepEP's hybrid-ep build, made by "
+                     "benchmarks/gpu_hybridep_build.sh)")
+    drop = {str(hybridep_dir), *([str(uccl_dir.resolve())] if uccl_dir is not None else [])}
+    pythonpath = [str(hybridep_dir), *[p for p in _split(base.get("PYTHONPATH")) if p not in drop]]
+    cuda_home = base.get("CUDA_HOME") or "/usr/local/cuda"
+    if not (Path(cuda_home) / "bin" / "nvcc").exists():
+        notes.append(f"{cuda_home}/bin/nvcc not found (HybridEP's run-time JIT needs it; set CUDA_HOME)")
+    return {"PYTHONPATH": os.pathsep.join(pythonpath), "CUDA_HOME": cuda_home,
+            "HYBRID_EP_CACHE_DIR": base.get("HYBRID_EP_CACHE_DIR") or "/tmp/hybridep_jit"}, notes
+
+
+def uses_hybridep_dir(args: argparse.Namespace, arm: str | None) -> bool:
+    return arm == "hybridep" and getattr(args, "hybridep_dir", None) is not None
+
+
+def arm_deepep_impl(args: argparse.Namespace, arm: str) -> str:
+    """The deepep_impl of an arm's plans: "nvidia" for the hybridep arm with --hybridep-dir (its deep_ep is NVIDIA
+    DeepEP's hybrid-ep build, so rule hybridep-uccl holds), --deepep-impl for every other arm."""
+    return "nvidia" if uses_hybridep_dir(args, arm) else args.deepep_impl
+
+
+def child_env(args: argparse.Namespace, arm: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """What the child processes of ``arm`` get on top of os.environ (probe and payload alike): with --hybridep-dir
+    the hybridep arm gets ``hybridep_env`` (no UCCL path), every other arm (and every arm without it) the
+    --uccl-dir one of ``uccl_env``."""
     env = {"PYTHONUNBUFFERED": "1", **{k: os.environ.get(k, v) for k, v in NO_MULTICAST.items()}}
     notes: list[str] = []
-    if args.uccl_dir is not None:
+    if uses_hybridep_dir(args, arm):
+        added, notes = hybridep_env(args.hybridep_dir, os.environ, args.uccl_dir)
+        env.update(added)
+    elif args.uccl_dir is not None:
         added, notes = uccl_env(args.uccl_dir, os.environ)
         env.update(added)
     return env, notes
+
+
+def arm_envs(args: argparse.Namespace) -> dict[str, tuple[dict[str, str], list[str]]]:
+    """``child_env`` of every arm of the grid."""
+    return {arm: child_env(args, arm) for arm in args.arms}
+
+
+def env_key(env: Mapping[str, str]) -> str:
+    return json.dumps(dict(env), sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -203,13 +252,15 @@ def probe(env: Mapping[str, str], timeout_s: float = 180) -> dict[str, Any]:
     return result
 
 
-def print_probe(p: Mapping[str, Any], env_notes: list[str], env: Mapping[str, str]) -> None:
-    print("probe (child process, the payload's environment):")
-    for key in ("PYTHONPATH", "LD_LIBRARY_PATH"):
+def print_probe(p: Mapping[str, Any], env_notes: list[str], env: Mapping[str, str], arms: list[str] | None = None,
+                label: str = "uccl-dir") -> None:
+    whose = f" of arm(s) {', '.join(arms)}" if arms else ""
+    print(f"probe (child process, the payload's environment{whose}):")
+    for key in ("PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME", "HYBRID_EP_CACHE_DIR"):
         if key in env:
             print(f"  {key}={env[key]}")
     for note in env_notes:
-        print(f"  uccl-dir: {note}")
+        print(f"  {label}: {note}")
     uccl = (f"uccl {p.get('uccl_version')} ({p.get('uccl_file')})" if "uccl_file" in p
             else f"uccl: {p.get('uccl_error')}")
     if "uccl_file" in p:
@@ -231,12 +282,15 @@ def print_probe(p: Mapping[str, Any], env_notes: list[str], env: Mapping[str, st
         print("  stderr: " + p["stderr_tail"].replace("\n", "\n          "))
 
 
-def probe_blocks(arm: str, p: Mapping[str, Any], deepep_impl: str) -> str | None:
-    """Why the probe says this arm's runs cannot work here (None: let it run)."""
+def probe_blocks(arm: str, p: Mapping[str, Any], deepep_impl: str, want_dir: Path | None = None) -> str | None:
+    """Why the probe (of this arm's environment) says this arm's runs cannot work here (None: let it run).
+    ``want_dir``: the folder this arm's deep_ep must come from (--hybridep-dir for the hybridep arm)."""
     if arm not in DEEP_EP_ARMS:
         return None
     if not p.get("deep_ep_file"):
         return f"deep_ep does not import: {p.get('deep_ep_error')}"
+    if want_dir is not None and not Path(p["deep_ep_file"]).resolve().is_relative_to(want_dir.resolve()):
+        return f"deep_ep comes from {p['deep_ep_file']} ({p.get('provider')}), not from {want_dir.resolve()}"
     if p.get("megatron_symbols_error"):
         return f"deep_ep ({p['provider']}) lacks a symbol megatron imports: {p['megatron_symbols_error']}"
     if arm == "deepep" and p.get("megatron_have_deep_ep") is False:
@@ -244,6 +298,8 @@ def probe_blocks(arm: str, p: Mapping[str, Any], deepep_impl: str) -> str | None
     if arm == "hybridep" and not p.get("deep_ep_has_hybridep"):
         return (f"deep_ep ({p['provider']}, {p['deep_ep_file']}) has no HybridEPBuffer: HybridEP needs NVIDIA "
                 "DeepEP's hybrid-ep build")
+    if arm == "hybridep" and p.get("megatron_have_hybridep") is False:
+        return f"megatron-core's fused_a2a has HAVE_HYBRIDEP=False with deep_ep {p['deep_ep_file']}"
     if arm == "deepep" and p.get("provider") != deepep_impl:
         return (f"deepep_impl = {deepep_impl} but `import deep_ep` gives the {p.get('provider')} one "
                 f"({p['deep_ep_file']}); the payload would refuse it (train_log.check_deep_ep)")
@@ -282,8 +338,9 @@ def make_plan(args: argparse.Namespace, arm: str, mbs: int, overlap: bool) -> Tr
     return TrainingPlan(
         model=get_model(args.model), gpu=get_gpu(args.gpu), num_nodes=1, gpus_per_node=gpus, tp=1, pp=1, cp=1,
         ep=gpus, etp=1, mbs=mbs, gbs=mbs * gpus * args.microbatches, seq_length=args.seq, train_iters=args.iters,
-        dispatcher=arm, deepep_impl=args.deepep_impl, moe_a2a_overlap=overlap, bridge_version=args.bridge_version,
-        moe_expert_rank_capacity_factor=args.capacity_factor, recompute="none", precision="bf16",
+        dispatcher=arm, deepep_impl=arm_deepep_impl(args, arm), moe_a2a_overlap=overlap,
+        bridge_version=args.bridge_version, moe_expert_rank_capacity_factor=args.capacity_factor, recompute="none",
+        precision="bf16",
         force_balanced_routing=True, sequence_parallel=False, use_distributed_optimizer=True, optimizer="adam",
         transformer_impl="local" if args.engine == "mcore" else "transformer_engine",
         moe_shared_expert_overlap=False if args.shared_expert_overlap == "off" else None,
@@ -359,13 +416,15 @@ def print_grid(points: list[Point], notes: Mapping[str, str], blocked: Mapping[s
                configs: bool) -> None:
     n_run = sum(p.status == "planned" and p.arm not in blocked for p in points)
     overlaps = ", ".join("on" if o else "off" for o in args.overlaps)
+    hybridep = " (hybridep arm: nvidia, --hybridep-dir)" if uses_hybridep_dir(args, "hybridep") else ""
     print(f"grid: {len(points)} points = {len(args.arms)} arms ({', '.join(args.arms)}) x mbs {list(args.mbs)} x "
           f"overlap [{overlaps}] x {args.starts} start(s); "
           f"{sum(p.status == 'rejected' for p in points)} rejected by the rules, "
           f"{sum(p.status == 'planned' and p.arm in blocked for p in points)} blocked by the probe, {n_run} to run")
     print(f"model {args.model}, gpu {args.gpu} x {args.gpus} (ep {args.gpus}), seq {args.seq}, iters {args.iters} "
           f"(warm-up {args.warmup}), seed {args.seed}, balanced routing on, engine {args.engine}, mock data, "
-          f"deepep_impl {args.deepep_impl}, lr {'recipe schedule' if args.lr is None else f'{args.lr:g} constant'}")
+          f"deepep_impl {args.deepep_impl}{hybridep}, "
+          f"lr {'recipe schedule' if args.lr is None else f'{args.lr:g} constant'}")
     for arm, note in notes.items():
         print(f"arm {arm}: {note}")
     for arm, why in blocked.items():
@@ -635,6 +694,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--capacity-factor", type=float, default=1.5,
                         help="moe_expert_rank_capacity_factor (the ncclep arm's receive budget; others ignore it)")
     parser.add_argument("--uccl-dir", type=Path, help="folder with UCCL's deep_ep/ and lib/ (e.g. .whl/uccl)")
+    parser.add_argument("--hybridep-dir", type=Path,
+                        help="folder with NVIDIA DeepEP's hybrid-ep build (deep_ep/ with HybridEPBuffer, e.g. "
+                             "/tmp/mbridge_stack/hybridep/site from benchmarks/gpu_hybridep_build.sh): the hybridep "
+                             "arm runs with it first on PYTHONPATH, without --uccl-dir, and deepep_impl nvidia; the "
+                             "other arms are unchanged")
     parser.add_argument("--timeout-s", type=int, default=240, help="per run")
     parser.add_argument("--budget-s", type=float, help="skip runs that would start later than this many seconds")
     parser.add_argument("--min-run-s", type=float, default=45.0,
@@ -715,14 +779,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu == "auto":
         args.gpu = (None if args.dry_run else catalog_gpu_name()) or "h200"
 
+    # One probe per distinct environment: the default one (every arm, as without --hybridep-dir) first, then the
+    # hybridep arm's own with --hybridep-dir.
     env, env_notes = child_env(args)
-    p = probe(env)
-    print_probe(p, env_notes, env)
+    envs = arm_envs(args)
+    probed: dict[str, dict[str, Any]] = {}
+    for key in dict.fromkeys([env_key(env), *(env_key(e) for e, _ in envs.values())]):
+        e, e_notes = next(((e, n) for e, n in envs.values() if env_key(e) == key), (env, env_notes))
+        arms = [a for a in args.arms if env_key(envs[a][0]) == key]
+        probed[key] = probe(e)
+        print_probe(probed[key], e_notes, e, arms,
+                    label="hybridep-dir" if any(uses_hybridep_dir(args, a) for a in arms) else "uccl-dir")
+    p = probed[env_key(env)]
+    arm_probe = {arm: probed[env_key(envs[arm][0])] for arm in args.arms}
     if args.deepep_impl == "auto":
         args.deepep_impl = p["provider"] if p.get("provider") in ("uccl", "nvidia") else "uccl"
     points = build_grid(args)
     notes = arm_notes(points, args)
-    blocked = {arm: why for arm in args.arms if arm not in notes and (why := probe_blocks(arm, p, args.deepep_impl))}
+    blocked = {arm: why for arm in args.arms if arm not in notes and (why := probe_blocks(
+        arm, arm_probe[arm], arm_deepep_impl(args, arm), args.hybridep_dir if uses_hybridep_dir(args, arm) else None))}
     print_grid(points, notes, blocked, args, configs=args.dry_run)
     if args.dry_run:
         return 0
@@ -736,6 +811,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ndevice: {info.get('gpus')} torch {info.get('torch')} megatron-core {info.get('megatron_core')}")
     result: dict[str, Any] = {
         "experiment": "gpu_dispatcher_ab", "provenance": info, "probe": p, "child_env": env, "env_notes": env_notes,
+        "arm_probes": arm_probe, "arm_envs": {arm: {"env": e, "notes": n} for arm, (e, n) in envs.items()},
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "arm_notes": notes, "blocked_arms": blocked, "points": [],
     }
@@ -763,7 +839,7 @@ def main(argv: list[str] | None = None) -> int:
                                                     f"a run needs --min-run-s {args.min_run_s:.0f}")
                 continue
             timeout = min(timeout, left - 15)
-        row.update(run_point(pt, args, env, timeout))
+        row.update(run_point(pt, args, envs[pt.arm][0], timeout))
         numbers, _ = measure(Path(row["run_folder"]), args.warmup)
         row.update(numbers)
         ok = numbers["status"] == "ok"

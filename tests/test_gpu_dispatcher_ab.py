@@ -163,3 +163,88 @@ def test_cells_of_two_models_are_labelled_by_model_name(tmp_path: Path) -> None:
                                                                                              (False, True)]
     page = (tmp_path / "report" / "mbridge_ab.html").read_text()
     assert "'family'" not in page and "&#x27;family&#x27;" not in page and "model=kimi_k2_proxy" in page
+
+
+def fake_hybridep_site(site: Path) -> Path:
+    """A stand-in for gpu_hybridep_build.sh's site: a deep_ep with the symbols the probe asks for, no CUDA."""
+    (site / "deep_ep").mkdir(parents=True)
+    (site / "deep_ep" / "__init__.py").write_text("class Buffer: ...\n\n\nclass HybridEPBuffer: ...\n")
+    (site / "deep_ep" / "utils.py").write_text("class EventHandle: ...\n\n\nclass EventOverlap: ...\n")
+    return site
+
+
+def hep_args(*extra: str) -> object:
+    return ab.parse_args(["--dry-run", "--engine", "bridge", "--gpus", "4", "--gpu", "h200", *extra])
+
+
+def test_hybridep_dir_gives_the_hybridep_arm_its_own_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uccl, hep = tmp_path / "uccl", tmp_path / "hep"
+    (uccl / "deep_ep").mkdir(parents=True)
+    (uccl / "deep_ep" / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", f"/inherited:{uccl}")
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("HYBRID_EP_CACHE_DIR", raising=False)
+    args = hep_args("--arms", "alltoall", "deepep", "hybridep", "--uccl-dir", str(uccl), "--hybridep-dir", str(hep))
+    envs = ab.arm_envs(args)
+    hyb = envs["hybridep"][0]
+    assert hyb["PYTHONPATH"].split(":") == [str(hep.resolve()), "/inherited"]
+    assert str(uccl.resolve()) not in hyb["PYTHONPATH"] and "LD_LIBRARY_PATH" not in hyb
+    assert hyb["CUDA_HOME"] == "/usr/local/cuda" and hyb["HYBRID_EP_CACHE_DIR"] == "/tmp/hybridep_jit"
+    assert any("deep_ep/__init__.py not found" in n for n in envs["hybridep"][1])
+    for arm in ("alltoall", "deepep"):
+        env = envs[arm][0]
+        assert env["PYTHONPATH"].split(":")[0] == str(uccl.resolve()) and str(hep) not in env["PYTHONPATH"]
+        assert "CUDA_HOME" not in env and "HYBRID_EP_CACHE_DIR" not in env
+    # the inherited CUDA_HOME / cache folder are kept
+    monkeypatch.setenv("CUDA_HOME", "/opt/cuda")
+    monkeypatch.setenv("HYBRID_EP_CACHE_DIR", "/tmp/x")
+    hyb = ab.child_env(args, "hybridep")[0]
+    assert (hyb["CUDA_HOME"], hyb["HYBRID_EP_CACHE_DIR"]) == ("/opt/cuda", "/tmp/x")
+    assert [ab.make_plan(args, a, 1, False).deepep_impl for a in args.arms] == ["auto", "auto", "nvidia"]
+
+
+def test_without_hybridep_dir_every_arm_has_todays_env(tmp_path: Path) -> None:
+    """Without the option: one environment for all arms, the one child_env gave before it, and no arm plans nvidia."""
+    uccl = tmp_path / "uccl"
+    args = hep_args("--with-hybridep", "--uccl-dir", str(uccl), "--deepep-impl", "uccl")
+    envs = ab.arm_envs(args)
+    assert args.hybridep_dir is None and set(envs) == {"alltoall", "deepep", "hybridep"}
+    assert all(e == ab.child_env(args) for e in envs.values())
+    assert envs["hybridep"][0]["PYTHONPATH"].split(":")[0] == str(uccl.resolve())
+    assert "CUDA_HOME" not in envs["hybridep"][0] and "HYBRID_EP_CACHE_DIR" not in envs["hybridep"][0]
+    assert {ab.make_plan(args, a, 1, False).deepep_impl for a in args.arms} == {"uccl"}
+
+
+def test_dry_run_hybridep_dir_plans_nvidia_and_probes_per_env(capsys: pytest.CaptureFixture[str],
+                                                              tmp_path: Path) -> None:
+    site = fake_hybridep_site(tmp_path / "site")
+    out = dry_run(capsys, "--engine", "bridge", "--gpus", "4", "--arms", "alltoall", "hybridep", "--hybridep-dir",
+                  str(site), "--mbs", "1", "--overlap", "off")
+    assert "hybridep-uccl" not in out and "0 rejected by the rules" in out
+    # two probes, one per environment; the hybridep arm's imports the site's deep_ep with HybridEPBuffer
+    assert out.count("probe (child process") == 2
+    assert "environment of arm(s) alltoall)" in out and "environment of arm(s) hybridep)" in out
+    assert f"deep_ep {site.resolve()}/deep_ep/__init__.py provider=nvidia Buffer=True HybridEPBuffer=True" in out
+    assert re.search(r"mbs1_overlap-off +hybridep +run\n.*dispatcher flex/hybridep deepep_impl nvidia", out)
+    assert re.search(r"mbs1_overlap-off +alltoall +run\n.*dispatcher alltoall deepep_impl uccl", out)
+    # a folder without the build: the arm is blocked with the probe's one-line reason, not rejected by a rule
+    out = dry_run(capsys, "--engine", "bridge", "--gpus", "4", "--arms", "alltoall", "hybridep", "--hybridep-dir",
+                  str(tmp_path / "missing"), "--mbs", "1", "--overlap", "off")
+    assert "hybridep-uccl" not in out
+    assert re.search(r"arm hybridep: blocked by the probe \(this host\): deep_ep ", out)
+    assert re.search(r"mbs1_overlap-off +hybridep +blocked\n.*deepep_impl nvidia", out)
+    # without the option the same grid keeps today's verdict: the hybridep arm planned with uccl, rejected
+    out = dry_run(capsys, "--engine", "bridge", "--gpus", "4", "--arms", "alltoall", "hybridep", "--mbs", "1",
+                  "--overlap", "off", "--deepep-impl", "uccl")
+    assert "arm hybridep: every point rejected by [hybridep-uccl]" in out
+    assert out.count("probe (child process") == 1
+
+
+def test_probe_blocks_a_hybridep_arm_whose_deep_ep_is_not_the_dir(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    p = {"deep_ep_file": "/elsewhere/deep_ep/__init__.py", "provider": "nvidia", "deep_ep_has_hybridep": True}
+    assert "not from" in ab.probe_blocks("hybridep", p, "nvidia", site)
+    p["deep_ep_file"] = str(site / "deep_ep" / "__init__.py")
+    assert ab.probe_blocks("hybridep", p, "nvidia", site) is None
+    assert "HAVE_HYBRIDEP=False" in ab.probe_blocks("hybridep", {**p, "megatron_have_hybridep": False}, "nvidia", site)
+    assert "no HybridEPBuffer" in ab.probe_blocks("hybridep", {**p, "deep_ep_has_hybridep": False}, "nvidia", site)
