@@ -81,7 +81,9 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
      loss stage keeps the final norm output and the bf16 logits ``2·T·V/t`` (TE's fused cross entropy writes their
      gradient in place), MTP adds a MoE layer and ``5h``. Fine-grained activation offloading (``offload_modules``)
      takes the named modules' saved tensors off every in-flight layer but the last one of each module name
-     (``_offloaded``; modeled from megatron-core 0.19.2's code, not measured).
+     (``_offloaded``; modeled from megatron-core 0.19.2's code, not measured). FP8 attention
+     (``fp8_dot_product_attention``) saves q, k, v at 1 byte (``_qkv_saved_bytes``; modeled from Transformer Engine's
+     code, not measured).
    - local layers (``transformer_impl`` "local", megatron-core's non-TE specs as the mcore engine builds them;
      counted on a CPU autograd saved-tensor audit of megatron-core 0.16.1's layers and checked on CUDA):
 
@@ -452,7 +454,9 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
     if "layernorm" not in mods:
         attn += 2 * local * h
     if "mla_up_proj" not in mods:
-        attn += q8 * local * (ql + kl) + 2 * tokens * heads * (2 * (dq + dr) + dv)
+        attn += q8 * local * (ql + kl) + _qkv_saved_bytes(p) * tokens * heads * (2 * (dq + dr) + dv)
+    if p.fp8_dot_product_attention and p.precision == "fp8_delayed":
+        attn += tokens * heads * dv  # the delayed recipe also keeps an FP8 copy of the attention output
     if "core_attn" not in mods:
         attn += 4 * tokens * heads
     residuals = 2 * local * 2 * h  # the layer's output and the mid-layer residual
@@ -494,6 +498,15 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
                         (attn + residuals / 2) * scale, 0.0, off_dense * scale, off_moe * scale)
 
 
+def _qkv_saved_bytes(p: TrainingPlan) -> float:
+    """Bytes per element of the q, k, v the fused attention saves for backward: bf16, or with
+    ``fp8_dot_product_attention`` (any FP8 / FP4 precision) their FP8 copies (Transformer Engine 2.20.2
+    attention/dot_product_attention/backends.py L1760-L1767: an FP8 backward saves q_fp8, k_fp8, v_fp8, and the
+    attention output in bf16 for current scaling and MXFP8, in FP8 as well for the delayed recipe). Modeled from the
+    code, not measured."""
+    return 1.0 if p.fp8_dot_product_attention and p.precision != "bf16" else 2.0
+
+
 def _offloaded(p: TrainingPlan, mods: set[str], q8: float, local: float, tokens: float,
                heads: float) -> tuple[float, float]:
     """Bytes per dense / MoE layer and micro-batch that fine-grained activation offloading (``offload_modules``)
@@ -525,7 +538,7 @@ def _offloaded(p: TrainingPlan, mods: set[str], q8: float, local: float, tokens:
         common += 2 * local * h
     if "core_attn" in mods_off:
         if "mla_up_proj" not in mods:
-            common += 2 * tokens * heads * (2 * (dq + dr) + dv)
+            common += _qkv_saved_bytes(p) * tokens * heads * (2 * (dq + dr) + dv)
         if "core_attn" not in mods:
             common += 4 * tokens * heads
     if "attn_proj" in mods_off:

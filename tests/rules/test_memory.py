@@ -342,3 +342,19 @@ def test_fine_grained_offloading_takes_the_modules_saved_tensors_off_all_but_the
     assert (r0.weights, r0.optimizer, r0.dispatcher) == (r_fc1.weights, r_fc1.optimizer, r_fc1.dispatcher)
     moe_rc = replace(fc1, recompute="selective", recompute_modules=("moe",))
     assert _activations(moe_rc, "selective").offload_moe == 0.0
+
+
+def test_fp8_attention_keeps_q_k_v_at_one_byte() -> None:
+    # DeepSeek-V3 (MLA: q and k of dq + dr, v of dv per head), MXFP8, no recompute: FP8 attention saves q, k, v in FP8
+    plan = seed_plan(model="deepseek_v3", precision="mxfp8", recompute="none")
+    fp8 = replace(plan, fp8_dot_product_attention=True)
+    m = plan.model
+    tokens = plan.seq_length * plan.mbs / plan.cp
+    qkv = tokens * m.num_attention_heads / plan.tp * (2 * (m.qk_head_dim + m.qk_pos_emb_head_dim) + m.v_head_dim)
+    a, b = _activations(plan, "none"), _activations(fp8, "none")
+    assert a.moe - b.moe == pytest.approx(qkv)  # 2 bytes -> 1 byte per element
+    assert a.dense - b.dense == pytest.approx(qkv)
+    # the delayed recipe also keeps an FP8 copy of the attention output
+    delayed, delayed_fp8 = replace(plan, precision="fp8_delayed"), replace(fp8, precision="fp8_delayed")
+    out = tokens * m.num_attention_heads / plan.tp * m.v_head_dim
+    assert _activations(delayed, "none").moe - _activations(delayed_fp8, "none").moe == pytest.approx(qkv - out)
