@@ -450,21 +450,25 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
         mods = {"core_attn"}  # transformer_config.py L1200: Megatron's default recompute_modules
     q8 = QUANTISED_INPUT_BYTES.get(p.precision, 2.0)  # bytes of a quantised GEMM input
 
-    attn = 2 * local * (ql + kl + dr) + 2 * tokens * heads * dv
+    proj_in = 2 * tokens * heads * dv  # the attention output, linear_proj's input
+    qkv = 0.0 if "mla_up_proj" in mods else _qkv_saved_bytes(p) * tokens * heads * (2 * (dq + dr) + dv)
+    stats = 0.0 if "core_attn" in mods else 4 * tokens * heads  # fp32 softmax statistics
+    attn = 2 * local * (ql + kl + dr) + proj_in + qkv + stats
     if "layernorm" not in mods:
         attn += 2 * local * h
     if "mla_up_proj" not in mods:
-        attn += q8 * local * (ql + kl) + _qkv_saved_bytes(p) * tokens * heads * (2 * (dq + dr) + dv)
+        attn += q8 * local * (ql + kl)
     if p.fp8_dot_product_attention and p.precision == "fp8_delayed":
         attn += tokens * heads * dv  # the delayed recipe also keeps an FP8 copy of the attention output
-    if "core_attn" not in mods:
-        attn += 4 * tokens * heads
     residuals = 2 * local * 2 * h  # the layer's output and the mid-layer residual
     dense_mlp = 0.0 if "mlp" in mods else q8 * local * h + 2 * tokens * 2 * ffn / t + q8 * tokens * ffn / t
+    experts: dict[str, float] = {}  # what the routed experts save per layer, by tensor (none when "moe" recomputes)
     if "moe" in mods:
         moe_block = -2 * local * h  # measured: only the layer's output stays (the mid residual goes too)
     else:
         copies = local * k
+        experts = {"fc1_in": copies * q8 * h, "fc1_out": copies * 2 * 2 * f,
+                   "act_out": 0.0 if "moe_act" in mods else copies * q8 * f}
         moe_block = 8 * local * m.num_experts + copies * (q8 * h + 2 * 2 * f + 4)
         if "moe_act" not in mods:
             moe_block += copies * q8 * f
@@ -493,7 +497,8 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
         mtp_extra += 2 * (tokens - local) * h
     if recompute == "full":
         return _Activations(layer_input, layer_input, layer_input, logits, layer_input + logits, 0.0, 0.0, 0.0)
-    off_dense, off_moe = _offloaded(p, mods, q8, local, tokens, heads)
+    off_dense, off_moe = _offloaded(p.offload_modules, norm_in=2 * local * h, core_attn=qkv + stats,
+                                    proj_in=proj_in, experts=experts)
     return _Activations(dense, moe, layer_input, logits, moe + mtp_extra * scale + logits, 0.0,
                         (attn + residuals / 2) * scale, 0.0, off_dense * scale, off_moe * scale)
 
@@ -507,8 +512,8 @@ def _qkv_saved_bytes(p: TrainingPlan) -> float:
     return 1.0 if p.fp8_dot_product_attention and p.precision != "bf16" else 2.0
 
 
-def _offloaded(p: TrainingPlan, mods: set[str], q8: float, local: float, tokens: float,
-               heads: float) -> tuple[float, float]:
+def _offloaded(modules: tuple[str, ...], *, norm_in: float, core_attn: float, proj_in: float,
+               experts: dict[str, float]) -> tuple[float, float]:
     """Bytes per dense / MoE layer and micro-batch that fine-grained activation offloading (``offload_modules``)
     moves to the host: the tensors each named module saves for backward (megatron-core 0.19.2
     pipeline_parallel/fine_grained_activation_offload.py records a module's saved tensors between its group start and
@@ -525,33 +530,23 @@ def _offloaded(p: TrainingPlan, mods: set[str], q8: float, local: float, tokens:
     Kept on the GPU: the last layer of every module name (``post_warmup_callback`` marks it not offloadable so its
     reload does not block), which ``estimate_ranks`` adds back once; the first (warm-up) iteration offloads every
     group (``should_bulk_offload``), so the peak is no higher then."""
-    mods_off = set(p.offload_modules)
-    if not mods_off:
+    off = set(modules)
+    if not off:
         return 0.0, 0.0
-    m = p.model
-    h, k, f = m.hidden_size, m.moe_router_topk, m.moe_ffn_hidden_size
-    dq, dr, dv = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
-    common = 0.0
-    if "attn_norm" in mods_off:
-        common += 2 * local * h
-    if "mlp_norm" in mods_off:
-        common += 2 * local * h
-    if "core_attn" in mods_off:
-        if "mla_up_proj" not in mods:
-            common += _qkv_saved_bytes(p) * tokens * heads * (2 * (dq + dr) + dv)
-        if "core_attn" not in mods:
-            common += 4 * tokens * heads
-    if "attn_proj" in mods_off:
-        common += 2 * tokens * heads * dv
+    common = norm_in * len({"attn_norm", "mlp_norm"} & off)
+    if "core_attn" in off:
+        common += core_attn
+    if "attn_proj" in off:
+        common += proj_in
     moe_only = 0.0
-    if "moe" not in mods:
-        copies = local * k
-        if "expert_fc1" in mods_off or "fused_group_mlp" in mods_off:
-            moe_only += copies * q8 * h
-        if "moe_act" in mods_off or "fused_group_mlp" in mods_off:
-            moe_only += copies * 2 * 2 * f
-        if "fused_group_mlp" in mods_off and "moe_act" not in mods:
-            moe_only += copies * q8 * f
+    if experts:
+        fused = "fused_group_mlp" in off
+        if "expert_fc1" in off or fused:
+            moe_only += experts["fc1_in"]
+        if "moe_act" in off or fused:
+            moe_only += experts["fc1_out"]
+        if fused:
+            moe_only += experts["act_out"]
     return common, common + moe_only
 
 

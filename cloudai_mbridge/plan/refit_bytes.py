@@ -430,9 +430,10 @@ class RefitPrediction:
     def basis(self) -> str:
         r = self.rate
         return (f"{r.name}: {r.nvlink_gbps:.2f} GB/s/GPU in a node (measured, {r.measured_on}), "
-                f"{self.rate.nic_gbps:.2f} GB/s/GPU between nodes (assumed)")
+                f"{r.nic_gbps:.2f} GB/s/GPU between nodes (assumed)")
 
 
+_PLANS: dict[tuple, BytePlan] = {}
 _PREDICTIONS: dict[tuple, RefitPrediction] = {}
 
 
@@ -448,10 +449,13 @@ def predict_payload(config: dict, world_size: int, gpus_per_node: int) -> RefitP
     (``coalesce_mib`` > 0: the coalescing service's measured rate; ``executor`` "replay" as well: the replay
     executor's). Cached per model, layout pair and world: a
     Kimi-K2 plan takes seconds to build and every point of a sweep that changes something else shares it."""
-    key = (json.dumps({k: config.get(k) for k in ("model", "src", "dst", "mode", "dtype")}, sort_keys=True),
-           world_size, gpus_per_node, _rate_name(config))
+    layout = (json.dumps({k: config.get(k) for k in ("model", "src", "dst", "mode", "dtype")}, sort_keys=True),
+              world_size, gpus_per_node)
+    key = (*layout, _rate_name(config))
     if key not in _PREDICTIONS:
-        plan = payload_plan(config, world_size, gpus_per_node)
+        if layout not in _PLANS:  # one byte plan per layout pair, whichever service and executor price it
+            _PLANS[layout] = payload_plan(config, world_size, gpus_per_node)
+        plan = _PLANS[layout]
         rate = {b.name: b for b in bandwidths()}[key[-1]]
         _PREDICTIONS[key] = RefitPrediction(predict_seconds(plan, rate), plan.worst("recv") / 1e9,
                                             plan.worst("recv_remote") / 1e9, rate)
