@@ -451,7 +451,18 @@ JOB_FILES = ("cloudai_sbatch_script.sh", "mbridge_config.json", "test-run.toml",
 
 
 def job_dirs(out: Path) -> list[Path]:
-    return [p.parent for p in out.rglob("cloudai_sbatch_script.sh")]
+    """The job folders written so far. Walked with ``os.walk``, which skips a folder that vanishes mid-walk: the
+    CLI renames its staging folders into place while this polls (``Path.rglob`` raised FileNotFoundError there)."""
+    return [Path(d) for d, _, files in os.walk(out) if "cloudai_sbatch_script.sh" in files]
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` if it still runs, wait for it and close its pipe."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def sweep_signal_trial(tmp: Path, sig: signal.Signals) -> Trial:
@@ -462,11 +473,14 @@ def sweep_signal_trial(tmp: Path, sig: signal.Signals) -> Trial:
     proc = subprocess.Popen(cli_argv("dry-run", *scenario_args(p), "--output-dir", str(p["out"]),
                                      log_file=p["work"] / "debug.log"), cwd=p["work"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
-    while len(job_dirs(p["out"])) < 3 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(sig)
-    output, _ = proc.communicate(timeout=300)
+    try:
+        deadline = time.monotonic() + 300
+        while len(job_dirs(p["out"])) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=300)
+    finally:  # a failure above must not leave the CLI running for a later test to trip over
+        _reap(proc)
     t.returncode, t.output = proc.returncode, output
     dirs = job_dirs(p["out"])
     if proc.returncode != 128 + sig:
@@ -506,12 +520,15 @@ def preflight_signal_trial(tmp: Path, attempts: int = 6) -> Trial:
         proc = subprocess.Popen(cli_argv("preflight", *scenario_args(p), "--output-dir", str(p["out"]),
                                          log_file=None), cwd=p["work"], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
-        while proc.poll() is None and not any(TEMP.match(n) for n in os.listdir(p["out"])):
-            pass
-        if proc.poll() is None:
-            hits += 1
-            proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=300)
+        try:
+            while proc.poll() is None and not any(TEMP.match(n) for n in os.listdir(p["out"])):
+                pass
+            if proc.poll() is None:
+                hits += 1
+                proc.send_signal(signal.SIGTERM)
+            output, _ = proc.communicate(timeout=300)
+        finally:
+            _reap(proc)
         t.returncode, t.output = proc.returncode, output
         if proc.returncode not in (0, 128 + signal.SIGTERM) or "Traceback" in output:
             t.problems.append(f"exit {proc.returncode}: {output[-300:]}")
