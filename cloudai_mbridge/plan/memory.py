@@ -83,7 +83,10 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
      takes the named modules' saved tensors off every in-flight layer but the last one of each module name
      (``_offloaded``; modeled from megatron-core 0.19.2's code, not measured). FP8 attention
      (``fp8_dot_product_attention``) saves q, k, v at 1 byte (``_qkv_saved_bytes``; modeled from Transformer Engine's
-     code, not measured).
+     code, not measured). HybridEP with a rank budget (``moe_expert_rank_capacity_factor``) pads the routed experts'
+     rows to the budget, and paged stashing (``moe_paged_stash``) keeps them in a static page buffer instead
+     (``_expert_rows``; modeled from megatron-core 0.19.2's code, not measured). The TE op fuser
+     (``use_transformer_engine_op_fuser``) is not modeled apart: its MLP is counted as the unfused one.
    - local layers (``transformer_impl`` "local", megatron-core's non-TE specs as the mcore engine builds them;
      counted on a CPU autograd saved-tensor audit of megatron-core 0.16.1's layers and checked on CUDA):
 
@@ -402,6 +405,7 @@ class _Activations:
     logits_grad: float = 0.0  # the loss backward's gradient of the logits, bf16 ``2·T·V/t``
     offload_dense: float = 0.0  # of ``dense``, the bytes fine-grained activation offloading moves to the host
     offload_moe: float = 0.0  # of ``moe``, the same
+    stash_reload: float = 0.0  # paged stash: one MoE layer's expert tensors reloaded at the budget's rows (backward)
 
 
 # Precisions whose GEMM inputs Transformer Engine keeps in 1-byte form for backward (measured for tensorwise and
@@ -463,15 +467,18 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
     residuals = 2 * local * 2 * h  # the layer's output and the mid-layer residual
     dense_mlp = 0.0 if "mlp" in mods else q8 * local * h + 2 * tokens * 2 * ffn / t + q8 * tokens * ffn / t
     experts: dict[str, float] = {}  # what the routed experts save per layer, by tensor (none when "moe" recomputes)
+    stash_reload = 0.0
     if "moe" in mods:
         moe_block = -2 * local * h  # measured: only the layer's output stays (the mid residual goes too)
     else:
-        copies = local * k
+        saved_rows, padded_rows = _expert_rows(p)
+        copies = local * k * saved_rows
         experts = {"fc1_in": copies * q8 * h, "fc1_out": copies * 2 * 2 * f,
                    "act_out": 0.0 if "moe_act" in mods else copies * q8 * f}
-        moe_block = 8 * local * m.num_experts + copies * (q8 * h + 2 * 2 * f + 4)
-        if "moe_act" not in mods:
-            moe_block += copies * q8 * f
+        routed = copies * (q8 * h + 2 * 2 * f + 4) + experts["act_out"]
+        moe_block = 8 * local * m.num_experts + routed
+        if p.moe_paged_stash:
+            stash_reload = routed * padded_rows / saved_rows
         if "layernorm" not in mods:
             moe_block += 2 * local * h
         if "shared_experts" not in mods:
@@ -500,7 +507,35 @@ def _te_activations(p: TrainingPlan, recompute: str) -> _Activations:
     off_dense, off_moe = _offloaded(p.offload_modules, norm_in=2 * local * h, core_attn=qkv + stats,
                                     proj_in=proj_in, experts=experts)
     return _Activations(dense, moe, layer_input, logits, moe + mtp_extra * scale + logits, 0.0,
-                        (attn + residuals / 2) * scale, 0.0, off_dense * scale, off_moe * scale)
+                        (attn + residuals / 2) * scale, 0.0, off_dense * scale, off_moe * scale,
+                        stash_reload * scale)
+
+
+# megatron-core 0.19.2 transformer_config.py L1274: the paged stash's CUDA buffer, sized from the average tokens
+# (positive factor), with 10 % headroom.
+PAGED_STASH_BUFFER_FACTOR = 1.10
+
+
+def _expert_rows(p: TrainingPlan) -> tuple[float, float]:
+    """The routed experts' rows per MoE layer that stay saved, and the rows the experts compute on, as multiples of
+    the balanced ``(T/t)·k`` copies. Modeled from megatron-core 0.19.2's code, not measured:
+
+    - HybridEP with ``moe_expert_rank_capacity_factor`` ``cf`` (token_dispatcher.py L1090-L1102): the dispatch output
+      is a static ``int(T/t · k · cf)`` rows (to the quantisation alignment), so every expert tensor saved for
+      backward has ``cf`` times the balanced rows;
+    - with ``moe_paged_stash`` (experts.py L653-L668, paged_stash.py ``on_save_for_backward``): the saved expert
+      tensors go, at their real rows, into one static page buffer sized at 1.10 times the average rows of every
+      layer in flight (paged_stash.py ``allocate_stash_buffers``, the default ``moe_paged_stash_buffer_size_factor_cuda``);
+      in backward each layer is reloaded at the full ``cf`` rows (``reload_paged_tensors``), one layer at a time
+      (``_Activations.stash_reload``).
+
+    Other dispatchers: the balanced rows (the ncclep receive budget is counted in _te_activations)."""
+    cf = p.moe_expert_rank_capacity_factor
+    if p.dispatcher != "hybridep" or not cf:
+        return 1.0, 1.0
+    if p.moe_paged_stash:
+        return PAGED_STASH_BUFFER_FACTOR, cf
+    return cf, cf
 
 
 def _qkv_saved_bytes(p: TrainingPlan) -> float:
@@ -643,7 +678,7 @@ def _backward_working(p: TrainingPlan, act: _Activations, holds_loss: bool, hold
     attention_grads = 10 * full.scores if p.transformer_impl == "local" else attention
     phases = [
         act.logits_grad if holds_loss else 0.0,
-        rebuilt + mlp - freed,
+        rebuilt + mlp + (act.stash_reload if holds_moe else 0.0) - freed,
         rebuilt - mlp + attention_grads - freed,
     ]
     if holds_loss and p.transformer_impl != "local":

@@ -358,3 +358,26 @@ def test_fp8_attention_keeps_q_k_v_at_one_byte() -> None:
     delayed, delayed_fp8 = replace(plan, precision="fp8_delayed"), replace(fp8, precision="fp8_delayed")
     out = tokens * m.num_attention_heads / plan.tp * m.v_head_dim
     assert _activations(delayed, "none").moe - _activations(delayed_fp8, "none").moe == pytest.approx(qkv - out)
+
+
+def test_hybridep_rank_budget_pads_the_saved_expert_rows_and_paged_stash_keeps_them_at_1_1() -> None:
+    """HybridEP with moe_expert_rank_capacity_factor computes the experts on a static budget of rows (cf times the
+    balanced copies), so each MoE layer saves cf times the routed tensors; moe_paged_stash stores them at their real
+    rows in a buffer with 10 % headroom and reloads one layer at the budget in backward (megatron-core 0.19.2)."""
+    base = seed_plan(model="deepseek_v3", precision="mxfp8", recompute="none", dispatcher="hybridep")
+    cf = replace(base, moe_expert_rank_capacity_factor=1.5)
+    stash = replace(cf, moe_paged_stash=True, use_transformer_engine_op_fuser=True)
+    a, b, c = (_activations(x, "none") for x in (base, cf, stash))
+    m = base.model
+    copies = base.seq_length * base.mbs / base.cp / base.tp * m.moe_router_topk
+    routed = copies * (1 * m.hidden_size + 4 * m.moe_ffn_hidden_size + 4 + 1 * m.moe_ffn_hidden_size)  # mxfp8
+    assert b.moe - a.moe == pytest.approx(0.5 * routed)  # the budget's padding rows are saved too
+    assert c.moe - a.moe == pytest.approx(0.1 * routed)  # the stash's headroom
+    assert a.dense == b.dense == c.dense and a.stash_reload == b.stash_reload == 0.0
+    assert c.stash_reload == pytest.approx(1.5 * routed)  # one layer reloaded at the budget's rows
+    # the reload is in the backward's working space, not in every in-flight layer
+    r_cf, r_stash = estimate_ranks(cf)[0], estimate_ranks(stash)[0]
+    assert r_stash.activations < r_cf.activations
+    # the budget pads HybridEP only: an alltoall point with the same factor is unchanged
+    a2a = replace(base, dispatcher="alltoall")
+    assert _activations(replace(a2a, moe_expert_rank_capacity_factor=1.5), "none").moe == _activations(a2a, "none").moe
