@@ -525,9 +525,9 @@ def _expert_rows(p: TrainingPlan) -> tuple[float, float]:
       backward has ``cf`` times the balanced rows;
     - with ``moe_paged_stash`` (experts.py L653-L668, paged_stash.py ``on_save_for_backward``): the saved expert
       tensors go, at their real rows, into one static page buffer sized at 1.10 times the average rows of every
-      layer in flight (paged_stash.py ``allocate_stash_buffers``, the default ``moe_paged_stash_buffer_size_factor_cuda``);
-      in backward each layer is reloaded at the full ``cf`` rows (``reload_paged_tensors``), one layer at a time
-      (``_Activations.stash_reload``).
+      layer in flight (paged_stash.py ``allocate_stash_buffers``, the default
+      ``moe_paged_stash_buffer_size_factor_cuda``); in backward each layer is reloaded at the full ``cf`` rows
+      (``reload_paged_tensors``), one layer at a time (``_Activations.stash_reload``).
 
     Other dispatchers: the balanced rows (the ncclep receive budget is counted in _te_activations)."""
     cf = p.moe_expert_rank_capacity_factor

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from cloudai.core import JobStatusResult, System, TestRun
 from cloudai.models.workload import CmdArgs
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...catalog.bridge import bridge_release
@@ -58,6 +58,9 @@ RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "mlp", "moe", "moe_act", "share
 OFFLOAD_MODULES = ("core_attn", "attn_proj", "expert_fc1", "fused_group_mlp", "moe_act", "attn_norm", "mlp_norm",
                    "qkv_linear")
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration")
+# the comma-separated name lists a test may give, with the names each allows
+CSV_FIELDS = {"recompute_modules": RECOMPUTE_MODULES, "cuda_graph_scope": CUDA_GRAPH_SCOPES,
+              "offload_modules": OFFLOAD_MODULES}
 
 
 def _split_csv(value: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
@@ -201,25 +204,11 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     def _expected(cls, v: object) -> object:
         return check_expected_rejections(v, TRAINING_RULE_IDS, "MBridgeTraining")
 
-    @field_validator("recompute_modules")
+    @field_validator(*CSV_FIELDS)
     @classmethod
-    def _recompute_modules(cls, v: str | list[str]) -> str | list[str]:
+    def _csv_names(cls, v: str | list[str], info: ValidationInfo) -> str | list[str]:
         for item in v if isinstance(v, list) else [v]:
-            _split_csv(item, RECOMPUTE_MODULES, "recompute_modules")
-        return v
-
-    @field_validator("cuda_graph_scope")
-    @classmethod
-    def _cuda_graph_scope(cls, v: str | list[str]) -> str | list[str]:
-        for item in v if isinstance(v, list) else [v]:
-            _split_csv(item, CUDA_GRAPH_SCOPES, "cuda_graph_scope")
-        return v
-
-    @field_validator("offload_modules")
-    @classmethod
-    def _offload_modules(cls, v: str | list[str]) -> str | list[str]:
-        for item in v if isinstance(v, list) else [v]:
-            _split_csv(item, OFFLOAD_MODULES, "offload_modules")
+            _split_csv(item, CSV_FIELDS[info.field_name], info.field_name)
         return v
 
     @field_validator("golden_values")
