@@ -34,6 +34,22 @@ def test_a_scenario_named_alone_on_a_system_it_does_not_fit_is_still_an_error(tm
     assert "[memory]" in out and "skipped" not in out
 
 
+def test_every_system_fit_rule_is_a_rule_that_exists() -> None:
+    """verify-configs treats a scenario refused only by these rules as meant for another system: a rule renamed or
+    removed would silently turn its refusals into errors on every system (or a typo here would never match)."""
+    from cloudai_mbridge.cli.commands import SYSTEM_FIT_RULES
+    from cloudai_mbridge.rules import TRAINING_RULES
+    from cloudai_mbridge.rules.dispatch_bench import DISPATCH_BENCH_RULES
+    from cloudai_mbridge.rules.refit import REFIT_RULES
+    from cloudai_mbridge.workloads.training.test_definition import TRAINING_RULE_IDS
+
+    standalone = (Path(__file__).parent.parent / "cloudai_mbridge/workloads/training/standalone.py").read_text()
+    known = {*TRAINING_RULE_IDS, *REFIT_RULES.rules, *DISPATCH_BENCH_RULES}
+    if '"standalone-one-node"' in standalone:
+        known.add("standalone-one-node")
+    assert SYSTEM_FIT_RULES <= known, sorted(SYSTEM_FIT_RULES - known)
+
+
 def test_a_broken_scenario_in_the_folder_is_an_error_not_skipped(tmp_path: Path) -> None:
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
