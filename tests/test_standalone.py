@@ -59,7 +59,7 @@ def test_ab_scenario_dry_runs_to_three_starts_of_six_torchrun_jobs(tmp_path: Pat
     for script in scripts:
         run = script.parent
         text = script.read_text()
-        assert "--nproc-per-node 4 --no-python bash" in text
+        assert "--nproc-per-node 4 --log-dir" in text and f"{run}/torchrun --no-python bash" in text
         assert "logs\"/rank-$RANK.log\"" in text
         cfg = json.loads((run / "mbridge_config.json").read_text())
         assert (cfg["gpus_per_node"], cfg["world_size"], cfg["ep"], cfg["tp"], cfg["pp"]) == (4, 4, 4, 1, 1)
@@ -110,8 +110,11 @@ def test_run_on_this_machine_writes_rank_logs_and_the_ab_page_has_both_arms_over
     """A real run: CloudAI's standalone runner starts the script, torchrun starts 2 ranks of the real payload (which
     stops where it needs CUDA on this CPU machine), CloudAI waits for the process; then generate-report."""
     pytest.importorskip("torch")
+    import tempfile
+
     _, scenario = write_case(tmp_path, TINY_TEST, tiny_scenario(starts=2))
     system = tiny_system(tmp_path)
+    elastic_before = set(Path(tempfile.gettempdir()).glob("torchelastic_*"))
     proc = run_cli("run", "--system-config", str(system), "--test-scenario", str(scenario), "--output-dir",
                    str(tmp_path / "results"), cwd=tmp_path, timeout=900)
     output = proc.stdout + proc.stderr
@@ -123,6 +126,8 @@ def test_run_on_this_machine_writes_rank_logs_and_the_ab_page_has_both_arms_over
             logs = sorted(p.name for p in (run / "logs").iterdir())
             assert logs == ["rank-0.log", "rank-1.log"], run
             assert "torch.distributed.run" in (run / "test-run.toml").read_text()
+            assert (run / "torchrun").is_dir()  # torchrun's own folders stay in the run's folder
+    assert set(Path(tempfile.gettempdir()).glob("torchelastic_*")) == elastic_before  # nothing left in /tmp
     first = (root / "start1" / "0" / "1" / "logs" / "rank-0.log").read_text()
     assert "cuda" in first.lower()  # the payload itself ran and stopped at its first CUDA call
     assert "on rank 0" in output

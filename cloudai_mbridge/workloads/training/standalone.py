@@ -63,9 +63,12 @@ class MBridgeTrainingStandaloneCommandGenStrategy(TrainingJob, CommandGenStrateg
         return payload_argv(self.python, self.entry, self.test_run.output_path.absolute() / CONFIG_NAME)
 
     def torchrun_argv(self) -> tuple[str, ...]:
-        script = self.test_run.output_path.absolute() / SCRIPT_NAME
+        out = self.test_run.output_path.absolute()
+        # --log-dir: torchrun's per-attempt folders stay in the run's folder (by default a /tmp/torchelastic_* is
+        # made and left behind on every run)
         return (self.python, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-                "--nproc-per-node", str(self.plan().gpus_per_node), "--no-python", "bash", str(script), "rank")
+                "--nproc-per-node", str(self.plan().gpus_per_node), "--log-dir", str(out / "torchrun"),
+                "--no-python", "bash", str(out / SCRIPT_NAME), "rank")
 
     def convert_lines(self, out: Path) -> list[str]:
         a = self.tdef.cmd_args
