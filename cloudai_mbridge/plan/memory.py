@@ -83,9 +83,9 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
      takes the named modules' saved tensors off every in-flight layer but the last one of each module name
      (``_offloaded``; modeled from megatron-core 0.19.2's code, not measured). FP8 attention
      (``fp8_dot_product_attention``) saves q, k, v at 1 byte (``_qkv_saved_bytes``; modeled from Transformer Engine's
-     code, not measured). HybridEP with a rank budget (``moe_expert_rank_capacity_factor``) pads the routed experts'
-     rows to the budget, and paged stashing (``moe_paged_stash``) keeps them in a static page buffer instead
-     (``_expert_rows``; modeled from megatron-core 0.19.2's code, not measured). The TE op fuser
+     code, not measured). Paged stashing (``moe_paged_stash``, HybridEP with a rank budget) keeps the routed experts'
+     saved tensors in a static page buffer and reloads one layer at the budget's rows (``_expert_rows``; modeled
+     from megatron-core 0.19.2's code, not measured). The TE op fuser
      (``use_transformer_engine_op_fuser``) is not modeled apart: its MLP is counted as the unfused one.
    - local layers (``transformer_impl`` "local", megatron-core's non-TE specs as the mcore engine builds them;
      counted on a CPU autograd saved-tensor audit of megatron-core 0.16.1's layers and checked on CUDA):
@@ -518,24 +518,21 @@ PAGED_STASH_BUFFER_FACTOR = 1.10
 
 def _expert_rows(p: TrainingPlan) -> tuple[float, float]:
     """The routed experts' rows per MoE layer that stay saved, and the rows the experts compute on, as multiples of
-    the balanced ``(T/t)·k`` copies. Modeled from megatron-core 0.19.2's code, not measured:
+    the balanced ``(T/t)·k`` copies. Modeled from megatron-core 0.19.2's code, not measured.
 
-    - HybridEP with ``moe_expert_rank_capacity_factor`` ``cf`` (token_dispatcher.py L1090-L1102): the dispatch output
-      is a static ``int(T/t · k · cf)`` rows (to the quantisation alignment), so every expert tensor saved for
-      backward has ``cf`` times the balanced rows;
-    - with ``moe_paged_stash`` (experts.py L653-L668, paged_stash.py ``on_save_for_backward``): the saved expert
-      tensors go, at their real rows, into one static page buffer sized at 1.10 times the average rows of every
-      layer in flight (paged_stash.py ``allocate_stash_buffers``, the default
-      ``moe_paged_stash_buffer_size_factor_cuda``); in backward each layer is reloaded at the full ``cf`` rows
-      (``reload_paged_tensors``), one layer at a time (``_Activations.stash_reload``).
+    HybridEP with paged stashing (``moe_paged_stash``, the TE op fuser and ``moe_expert_rank_capacity_factor`` ``cf``:
+    the only HybridEP points the payload hands the factor, payload/train/config.py ``rank_capacity_factor``): the
+    dispatch output is a static ``int(T/t · k · cf)`` rows (token_dispatcher.py L1090-L1102); the saved expert
+    tensors go, at their real rows, into one static page buffer sized at 1.10 times the average rows of every layer
+    in flight (experts.py L653-L668; paged_stash.py ``on_save_for_backward``, ``allocate_stash_buffers`` with the
+    default ``moe_paged_stash_buffer_size_factor_cuda``); in backward each layer is reloaded at the full ``cf`` rows
+    (``reload_paged_tensors``), one layer at a time (``_Activations.stash_reload``).
 
-    Other dispatchers: the balanced rows (the ncclep receive budget is counted in _te_activations)."""
+    Every other point: the balanced rows (the ncclep receive budget is counted in _te_activations)."""
     cf = p.moe_expert_rank_capacity_factor
-    if p.dispatcher != "hybridep" or not cf:
+    if not (p.dispatcher == "hybridep" and cf and p.moe_paged_stash and p.use_transformer_engine_op_fuser):
         return 1.0, 1.0
-    if p.moe_paged_stash:
-        return PAGED_STASH_BUFFER_FACTOR, cf
-    return cf, cf
+    return PAGED_STASH_BUFFER_FACTOR, cf
 
 
 def _qkv_saved_bytes(p: TrainingPlan) -> float:

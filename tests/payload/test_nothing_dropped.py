@@ -65,7 +65,10 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
     "gbs": [({}, 16)],
     "seq_length": [({}, 2048)],
     "train_iters": [({}, 10)],
-    "moe_expert_rank_capacity_factor": [({}, 2.0)],
+    # paged stash hands HybridEP the factor (payload/train/config.py rank_capacity_factor): it must reach Megatron
+    # there and not be called unused
+    "moe_expert_rank_capacity_factor": [({}, 2.0),
+                                        ({"moe_paged_stash": True, "use_transformer_engine_op_fuser": True}, 2.0, 1.5)],
     # unset is the recipes' choice, so each explicit value is compared with the other one
     "moe_shared_expert_overlap": [({}, False, True), ({}, True, False)],
     "recompute_modules": [({"recompute": "selective"}, "moe,mlp"), ({}, "moe")],
@@ -217,6 +220,24 @@ def dropped(name: str) -> list[str]:
     return found
 
 
+def unused_but_used(name: str) -> list[str]:
+    """Every (engine, dispatcher, release, value) where a caution calls ``name`` unused ("... is not used ...") while
+    the value does change what the payload hands Megatron: a false warning a user would act on."""
+    found = []
+    for (engine, dispatcher, release), (extra, value, *reference) in itertools.product(combos(), probes(name)):
+        base = _base(engine, dispatcher, release, {**extra, **({name: reference[0]} if reference else {})})
+        if base.get(name) == value:
+            continue
+        base_refusals, _, base_view = outcome(base)
+        refusals, warnings, view = outcome({**base, name: value})
+        if base_refusals or refusals or not any(f"{name} = " in w and "is not used" in w for w in warnings):
+            continue
+        if view != base_view:
+            found.append(f"{name} = {value!r} (engine {engine}, dispatcher {dispatcher}, bridge_version {release}"
+                         f"{', with ' + repr(extra) if extra else ''})")
+    return found
+
+
 def test_every_field_is_probed() -> None:
     """A new field must say where it reaches Megatron (PROBES, or a Literal / bool type) or why it does not."""
     unprobed = [n for n in MBridgeTrainingCmdArgs.model_fields if n not in NOT_FOR_MEGATRON and not probes(n)]
@@ -228,6 +249,13 @@ def test_every_field_is_probed() -> None:
 @pytest.mark.parametrize("name", [n for n in MBridgeTrainingCmdArgs.model_fields if n not in NOT_FOR_MEGATRON])
 def test_no_field_is_silently_dropped(name: str) -> None:
     assert not dropped(name), "accepted, then not handed to Megatron, without a word:\n" + "\n".join(dropped(name))
+
+
+@pytest.mark.parametrize("name", ["moe_expert_rank_capacity_factor", "deepep_impl", "recompute_modules",
+                                  "checkpoint_dir", "hf_model_id", "data_parallel_sharding_strategy"])
+def test_a_field_called_unused_changes_nothing_megatron_sees(name: str) -> None:
+    """The reverse: the fields unused_fields can name are said to be unused only where they change nothing."""
+    assert not unused_but_used(name), "called unused, yet handed to Megatron:\n" + "\n".join(unused_but_used(name))
 
 
 def test_conversion_is_warned_where_it_does_not_run() -> None:

@@ -19,7 +19,7 @@ from ...catalog.bridge import bridge_release
 from ...launch.training import training_config
 from ...metrics.golden import GoldenThresholds
 from ...payload import hf_config
-from ...payload.train.config import mcore_unsupported
+from ...payload.train.config import mcore_unsupported, rank_capacity_factor
 from ...plan import EchoOptions, TrainingPlan
 from ...plan.memory import MEMORY_CHECKS, estimate_memory
 from ...rules import TRAINING_RULES, Violation
@@ -400,10 +400,13 @@ def unused_fields(a: MBridgeTrainingCmdArgs) -> list[str]:
     """Fields this point sets that nothing hands Megatron for it (a sweep may set them for its other points): said,
     so that a reader of the TOML does not believe they ran. tests/payload/test_nothing_dropped.py finds them."""
     found = []
-    if a.moe_expert_rank_capacity_factor is not None and a.dispatcher != "ncclep":
+    handed = rank_capacity_factor({"dispatcher": a.dispatcher, "moe_paged_stash": a.moe_paged_stash,
+                                   "use_transformer_engine_op_fuser": a.use_transformer_engine_op_fuser,
+                                   "moe_expert_rank_capacity_factor": a.moe_expert_rank_capacity_factor})
+    if a.moe_expert_rank_capacity_factor is not None and handed is None:
         found.append(f"moe_expert_rank_capacity_factor = {a.moe_expert_rank_capacity_factor} is not used with "
-                     f"dispatcher = {a.dispatcher!r}: only the ncclep backend reads it (Megatron-Core refuses it "
-                     "elsewhere), so this point runs without it")
+                     f"dispatcher = {a.dispatcher!r}: only the ncclep backend and hybridep with moe_paged_stash and "
+                     "the TE op fuser read it (Megatron-Core refuses it elsewhere), so this point runs without it")
     if a.deepep_impl == "uccl" and a.dispatcher in ("alltoall", "ncclep"):
         found.append(f"deepep_impl = 'uccl' is not used with dispatcher = {a.dispatcher!r}: only deepep points "
                      "use a DeepEP build")
