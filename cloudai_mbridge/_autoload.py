@@ -7,7 +7,6 @@ built-in test definitions and would see ours).
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import os
 import sys
@@ -15,7 +14,11 @@ import sys
 ENV_SWITCH = "CLOUDAI_MBRIDGE_AUTOLOAD"
 
 
-class _AfterCloudAI(importlib.abc.MetaPathFinder):
+class _AfterCloudAI:
+    """A meta-path finder (only ``find_spec`` is needed). Not an ``importlib.abc.MetaPathFinder`` subclass: importing
+    importlib.abc costs ~60 ms at every interpreter start in the venv (importlib.resources, tempfile, random), a
+    window in which a signal meets no handler of ours."""
+
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "cloudai":
             return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -41,6 +42,7 @@ _depth = 0
 _pending: list[int] = []
 _callback: Callable[[int], None] | None = None
 _stopping = False
+_swallowed: list[int] = []  # signals whose Interrupted was raised where Python ignores exceptions (see install)
 
 
 def _handler(signum: int, _frame: Any) -> None:
@@ -56,10 +58,47 @@ def _handler(signum: int, _frame: Any) -> None:
 
 
 def install() -> None:
-    """Make SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` in this process (main thread only)."""
+    """Make SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` in this process (main thread only).
+
+    A signal can arrive while Python runs a callback whose exceptions it ignores (a weakref callback of the import
+    system's module locks, a ``__del__``): the Interrupted raised there never reaches the command, and Python prints
+    "Exception ignored in ..." with a traceback. The unraisable hook installed here keeps that quiet and remembers
+    the signal; :func:`raise_swallowed` delivers it at the next checkpoint."""
     for sig in SIGNALS:
         with contextlib.suppress(ValueError, OSError):  # not the main thread, or a platform without the signal
             signal.signal(sig, _handler)
+    if not getattr(sys.unraisablehook, "_mbridge", False):
+        previous = sys.unraisablehook
+
+        def hook(unraisable: Any) -> None:
+            if isinstance(unraisable.exc_value, Interrupted):
+                _swallowed.append(unraisable.exc_value.signum)
+                return
+            previous(unraisable)
+
+        hook._mbridge = True  # type: ignore[attr-defined]
+        sys.unraisablehook = hook
+
+
+def interrupted_cause(exc: BaseException) -> Interrupted | None:
+    """The Interrupted behind ``exc``, when Python wrapped one into another exception (a signal while a class body is
+    built becomes "RuntimeError: Error calling __set_name__ ..." caused by it), else None."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, Interrupted):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def raise_swallowed() -> None:
+    """Raise :class:`Interrupted` for a signal whose exception Python swallowed (see :func:`install`)."""
+    if _swallowed:
+        signum = _swallowed[0]
+        _swallowed.clear()
+        raise Interrupted(signum)
 
 
 @contextmanager
@@ -84,10 +123,27 @@ def on_first_signal(callback: Callable[[int], None]) -> Iterator[None]:
     global _callback, _stopping
     saved = _callback, _stopping
     _callback, _stopping = callback, False
+    if _swallowed:  # a signal Python swallowed before the sweep began: the sweep stops before its first point
+        _stopping = True
+        callback(_swallowed.pop(0))
+        _swallowed.clear()
     try:
         yield
     finally:
         _callback, _stopping = saved
+
+
+def swallowed_at_end() -> int | None:
+    """At the end of a command: a signal Python swallowed that no checkpoint delivered (it came while the command
+    finished). Said in one line; the exit status 128 + the signal, so that a script sees it."""
+    if not _swallowed:
+        return None
+    signum = _swallowed[0]
+    _swallowed.clear()
+    with contextlib.suppress(OSError, ValueError):
+        print(f"cloudai-mbridge: {signal_name(signum)} arrived while the command was finishing; what it printed "
+              "above is complete", file=sys.stderr, flush=True)
+    return 128 + signum
 
 
 def stopped_before_start(exc: BaseException) -> int:

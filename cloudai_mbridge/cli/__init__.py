@@ -14,6 +14,13 @@ def main(argv: list[str] | None = None) -> None:
     interrupts.install()  # before anything heavy is imported: a signal then is one line, not a traceback
     try:
         from .app import main as _main
+
+        interrupts.raise_swallowed()  # a signal the import machinery swallowed still stops the command here
     except (interrupts.Interrupted, KeyboardInterrupt) as exc:
         raise SystemExit(interrupts.stopped_before_start(exc)) from None
+    except Exception as exc:
+        signalled = interrupts.interrupted_cause(exc)  # a signal Python wrapped into another exception
+        if signalled is None:
+            raise
+        raise SystemExit(interrupts.stopped_before_start(signalled)) from None
     _main(argv)

@@ -187,10 +187,18 @@ def main(argv: list[str] | None = None) -> None:
     code: Any = 0
     try:
         _main(argv)
+        code = interrupts.swallowed_at_end() or 0
     except SystemExit as exc:
         code = exc.code
+        if not code:
+            code = interrupts.swallowed_at_end() or code
     except (interrupts.Interrupted, KeyboardInterrupt) as exc:  # outside the command's own handling: while starting
         code = interrupts.stopped_before_start(exc)
+    except Exception as exc:
+        signalled = interrupts.interrupted_cause(exc)  # a signal Python wrapped (e.g. while CloudAI's classes build)
+        if signalled is None:
+            raise
+        code = interrupts.stopped_before_start(signalled)
     finally:
         sys.stdout.flush()
         failed = redact.output_errors()
@@ -224,6 +232,7 @@ def _main(argv: list[str] | None) -> None:
     from .commands import guard_generate_report, list_command, verify_configs_command, version_message
 
     register()
+    interrupts.raise_swallowed()  # a signal Python swallowed while CloudAI was imported stops the command here
 
     def setup(log_file: str, log_level: str) -> None:
         levels = ("debug", "info", "warning", "error", "critical")
