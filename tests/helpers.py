@@ -20,6 +20,20 @@ class CliResult:
     output_dir: Path
 
 
+def reap(*procs: subprocess.Popen) -> None:
+    """Kill what still runs of ``procs``, wait for them and close their pipes: a test that fails mid-way must not
+    leave a child running, whose Popen would later fail an unrelated test with a ResourceWarning
+    (filterwarnings = error)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            if f is not None:
+                f.close()
+
+
 def run_cli(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import reap
 
 from cloudai_mbridge.atomic import WriteError, write_atomic, write_together
 
@@ -86,14 +87,18 @@ def test_a_signal_during_a_write_waits_for_it(tmp_path: Path) -> None:
             raise SystemExit(e.code)
     """)
     proc = subprocess.Popen([sys.executable, "-c", code])
-    deadline = time.monotonic() + 120
-    while proc.poll() is None and time.monotonic() < deadline and not any(
-            n.endswith(".tmp") for n in os.listdir(tmp_path)):
-        time.sleep(0.001)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and not any(
+                n.endswith(".tmp") for n in os.listdir(tmp_path)):
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        reap(proc)  # a failure above must not leave it rewriting 256 MB for the rest of the session
     assert _names(tmp_path) == ["big.bin"]
     assert dest.stat().st_size in (7, 256 << 20)
+    dest.unlink()  # pytest keeps the last sessions' temporary folders: not 256 MB of them
 
 
 def test_a_deferred_folder_sync_still_writes_whole_files_and_syncs_later(tmp_path: Path, monkeypatch) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import toml
-from helpers import CONF, dry_run
+from helpers import CONF, dry_run, reap
 
 from cloudai_mbridge.launch.payload import UnsafeOutputPathError, check_folder_name, claim_scenario_root
 
@@ -86,7 +86,10 @@ def test_two_dry_runs_in_the_same_second_get_their_own_folders(tmp_path: Path) -
         args = [a.format(log=tmp_path / f"debug{i}.log") for a in cmd]
         procs.append(subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    try:
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        reap(*procs)
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert not any("Traceback" in o for o in outputs)
     roots = sorted(p for p in out.iterdir() if p.is_dir())

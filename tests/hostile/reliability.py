@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers import CONF
+from helpers import CONF, reap
 
 from hostile.harness import Case, lay_out
 
@@ -456,15 +456,6 @@ def job_dirs(out: Path) -> list[Path]:
     return [Path(d) for d, _, files in os.walk(out) if "cloudai_sbatch_script.sh" in files]
 
 
-def _reap(proc: subprocess.Popen) -> None:
-    """Kill ``proc`` if it still runs, wait for it and close its pipe."""
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    if proc.stdout is not None:
-        proc.stdout.close()
-
-
 def sweep_signal_trial(tmp: Path, sig: signal.Signals) -> Trial:
     """A real ``dry-run`` of a 40-point sweep gets ``sig`` once a few jobs are written: it stops before the next
     point, keeps the whole jobs it wrote, says how many of the 40, and exits 128 + the signal."""
@@ -480,7 +471,7 @@ def sweep_signal_trial(tmp: Path, sig: signal.Signals) -> Trial:
         proc.send_signal(sig)
         output, _ = proc.communicate(timeout=300)
     finally:  # a failure above must not leave the CLI running for a later test to trip over
-        _reap(proc)
+        reap(proc)
     t.returncode, t.output = proc.returncode, output
     dirs = job_dirs(p["out"])
     if proc.returncode != 128 + sig:
@@ -521,14 +512,16 @@ def preflight_signal_trial(tmp: Path, attempts: int = 6) -> Trial:
                                          log_file=None), cwd=p["work"], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         try:
-            while proc.poll() is None and not any(TEMP.match(n) for n in os.listdir(p["out"])):
-                pass
+            deadline = time.monotonic() + 300
+            while (proc.poll() is None and time.monotonic() < deadline
+                   and not any(TEMP.match(n) for n in os.listdir(p["out"]))):
+                pass  # no sleep: the moment the temporary file appears is what the signal must hit
             if proc.poll() is None:
                 hits += 1
                 proc.send_signal(signal.SIGTERM)
             output, _ = proc.communicate(timeout=300)
         finally:
-            _reap(proc)
+            reap(proc)
         t.returncode, t.output = proc.returncode, output
         if proc.returncode not in (0, 128 + signal.SIGTERM) or "Traceback" in output:
             t.problems.append(f"exit {proc.returncode}: {output[-300:]}")

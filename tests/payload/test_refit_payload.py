@@ -27,11 +27,11 @@ INT_VIEW = {2: torch.int16, 4: torch.int32}
 def config(src: dict, dst: dict, **extra) -> dict:
     model = {**MODEL, **extra.pop("model", {})}
     return {"model": model, "src": src, "dst": dst, "mode": "collocated", "transport": "gloo", "warmup": 1,
-            "iterations": 2, "seed": 1, "verify": True, "timeout_s": 120, "device": "cpu", **extra}
+            "iterations": 2, "seed": 1, "verify": True, "timeout_s": 600, "device": "cpu", **extra}
 
 
 def run(cfg: dict) -> LocalRun:
-    return launch(cfg, WORLD, timeout=240)
+    return launch(cfg, WORLD, timeout=900)
 
 
 def _positions(g: dict, local_len: int) -> torch.Tensor:

@@ -105,11 +105,18 @@ def test_cloudai_slurm_system_queries_the_cluster(slurm_cluster: SlurmCluster, t
     assert system.get_nodes_by_spec(1, ["local:all:2"]) == (2, ["node1", "node2"])
 
     # A job that CloudAI watches the way its runner does (sacct through SlurmSystem), from running to completed.
-    job_id = sbatch("-N", "1", "-n", "1", "--time=1", "-o", str(tmp_path / "sleep.out"), "--wrap", "sleep 2")
+    # The job ends when the test says so (a gate file), not after a fixed sleep that a slow accounting daemon can
+    # miss: sacct may record the start late under load.
+    gate = tmp_path / "go"
+    job_id = sbatch("-N", "1", "-n", "1", "--time=2", "-o", str(tmp_path / "sleep.out"), "--wrap",
+                    f"while [ ! -e {gate} ]; do sleep 0.2; done")
     job = SlurmJob(test_run=None, id=job_id)  # type: ignore[arg-type]  (the status calls read only the id)
-    wait_for("CloudAI to see the job running", lambda: system.is_job_running(job), timeout=30)
-    assert not system.is_job_completed(job)
-    wait_for("CloudAI to see the job completed", lambda: system.is_job_completed(job), timeout=30)
+    try:
+        wait_for("CloudAI to see the job running", lambda: system.is_job_running(job), timeout=60)
+        assert not system.is_job_completed(job)
+    finally:
+        gate.touch()
+    wait_for("CloudAI to see the job completed", lambda: system.is_job_completed(job), timeout=60)
     steps = wait_for(
         "sacct to show the finished batch step",
         lambda: [s for s in system.get_job_status(job) if s.state == "COMPLETED" and s.step_id == "batch"],
