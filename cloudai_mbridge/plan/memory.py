@@ -49,7 +49,9 @@ the MLA dims ``ql`` (q_lora_rank), ``kl`` (kv_lora_rank), ``dq`` (qk_head_dim), 
    fp32 master copy and one momentum buffer, ``8`` bytes, for every matrix except embedding / output, which stay on
    Adam. The distributed optimizer (and Muon's layer-wise distribution) divides dense state by DP·CP and expert
    state by expert-DP; ``num_distributed_optimizer_instances`` replicates the shard that many times. Without a
-   distributed optimizer every rank holds all of it.
+   distributed optimizer every rank holds all of it. With the optimizer's CPU offload (``optimizer_cpu_offload``)
+   only the share ``1 - optimizer_offload_fraction`` stays on the GPU, at ``12`` bytes (fp32 copy and moments), and
+   the step's fp32 gradients with it (``_optimizer_bytes``; modeled from the code, not measured).
 
    Optimizer step (``step``, transient): at the step the mixed-precision optimizer copies the bf16 gradient of its
    shard into fp32 ``.grad`` tensors of the main params, ``4`` bytes per parameter of the shard
@@ -777,6 +779,12 @@ def _optimizer_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards
     8 B for its matrices; embeddings stay on Adam."""
     adam = 8 if p.precision_aware_optimizer else 12
     per_matrix = 8 if p.optimizer == "muon" else adam
+    if p.optimizer_cpu_offload:
+        # Megatron-Core's HybridDeviceOptimizer (optimizer/cpu_offloading/hybrid_optimizer.py
+        # _get_sub_optimizer_param_groups): the first optimizer_offload_fraction of the shard's parameters, by count,
+        # get their fp32 copy and states on the host; the rest an fp32 copy (param_update_in_fp32) and fp32 Adam
+        # states on the GPU, 12 B. Modeled from the code, not measured.
+        adam = per_matrix = 12 * (1 - p.optimizer_offload_fraction)
     return (params.embedding * adam + params.dense * per_matrix) / dp_shards + params.expert * per_matrix / ep_shards
 
 
@@ -786,6 +794,8 @@ def _step_bytes(p: TrainingPlan, params: _Params, dp_shards: int, ep_shards: int
         return 0.0  # distrib_optimizer.py _copy_model_grads_to_main_grads returns before the copy
     shard = (params.embedding + params.dense) / dp_shards + params.expert / ep_shards
     per_param = 4 + (4 if p.transformer_impl == "local" and p.optimizer == "adam" else 0)
+    if p.optimizer_cpu_offload:  # hybrid_optimizer.py _set_sub_optimizer_grads: fp32 grads of the GPU share only
+        per_param = 4 * (1 - p.optimizer_offload_fraction)
     return per_param * shard
 
 

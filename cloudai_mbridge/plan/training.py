@@ -99,6 +99,11 @@ class TrainingPlan:
     fp8_dot_product_attention: bool = False  # attention in FP8 (Bridge mixed_precision.fp8_dot_product_attention)
     fp8_output_proj: bool = False  # the attention output projection in MXFP8 (megatron-core 0.19)
     offload_modules: tuple[str, ...] = ()  # fine-grained activation offloading to the host (empty: off)
+    # Megatron-Core's optimizer CPU offload (OptimizerConfig optimizer_cpu_offload): the HybridDeviceOptimizer keeps
+    # optimizer_offload_fraction of the parameters' optimizer states and fp32 copies on the host and steps them there
+    optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float = 1.0
+    overlap_cpu_optimizer_d2h_h2d: bool = False
     moe_shared_expert_overlap: bool | None = None  # None: as the payload sets it, see shared_expert_overlap
     grad_reduce_in_fp32: bool = False  # DSV3 recipe: False (bf16 main grads)
     # The recipes' gradient_accumulation_fusion (APEX's fused wgrad into main_grad, as in NVIDIA's containers). Off,

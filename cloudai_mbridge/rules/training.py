@@ -823,6 +823,30 @@ def _muon_mxfp8_param_gather(p: TrainingPlan) -> Iterator[Violation]:
                  "bridge_version = \"0.6\"")
 
 
+@rule("optimizer-cpu-offload")
+def _optimizer_cpu_offload(p: TrainingPlan) -> Iterator[Violation]:
+    """Megatron-Core's optimizer CPU offload, the same in 0.17.1 and 0.19.2: a HybridDeviceOptimizer wraps Adam or
+    SGD only (optimizer/__init__.py, 0.17.1 L489-L521, 0.19.2 L502-L534; the Muon path, emerging_optimizers.py, has
+    none); Megatron-LM asserts it runs with the precision-aware optimizer, whose code path it reuses, and that an FP8
+    parameter gather then uses the delayed recipe (megatron/training/arguments.py: 0.17.1 L1496-L1503, 0.19.2
+    L1803-L1811). Megatron-Bridge checks neither, so the rule does."""
+    if not p.optimizer_cpu_offload:
+        return
+    if p.optimizer != "adam":
+        yield _v({"optimizer_cpu_offload": True, "optimizer": p.optimizer},
+                 f"Megatron-Core offloads only an Adam (or SGD) optimizer to the CPU; {p.optimizer!r} has no offload",
+                 "use optimizer = \"adam\" or optimizer_cpu_offload = false")
+    if not p.precision_aware_optimizer:
+        yield _v({"optimizer_cpu_offload": True, "precision_aware_optimizer": False},
+                 "the optimizer's CPU offload needs the precision-aware optimizer (Megatron-LM asserts it), which "
+                 "this point's recipe / engine does not use (engine mcore; the kimi_k2 recipe switches it off)",
+                 "set optimizer_cpu_offload = false, or use the DeepSeek-V3 recipe on engine bridge")
+    if p.fp8_param_gather and p.precision != "fp8_delayed":
+        yield _v({"optimizer_cpu_offload": True, "fp8_param_gather": True, "precision": p.precision},
+                 "with the optimizer's CPU offload an FP8 parameter gather needs the delayed FP8 recipe",
+                 "set fp8_param_gather = false or precision = \"fp8_delayed\"")
+
+
 @rule("fp8-recipe-gpu")
 def _fp8_recipe(p: TrainingPlan) -> Iterator[Violation]:
     """megatron/core/fp8_utils.py L565-L580 (core_v0.16.1) hands the recipe to Transformer Engine, whose

@@ -85,6 +85,7 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
     "log_interval": [({}, 2)],
     "num_distributed_optimizer_instances": [({}, 2)],
     "offload_modules": [({}, "core_attn")],
+    "optimizer_offload_fraction": [({"optimizer_cpu_offload": True}, 0.5), ({}, 0.5)],
     "lr": [({}, 1e-5)],
 }
 SFT_NEEDS = {"checkpoint_dir": "/ckpt/base"}  # an SFT point is refused without it (payload check_config)

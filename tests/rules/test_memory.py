@@ -381,3 +381,17 @@ def test_paged_stash_keeps_the_expert_rows_at_1_1_and_reloads_one_layer_at_the_b
     layers = r_base.in_flight * (m.num_layers - m.first_k_dense)
     assert r_stash.activations - r_base.activations < layers * 0.1 * routed + 1.5 * routed + 1
     assert r_stash.activations > r_base.activations
+
+
+def test_optimizer_cpu_offload_keeps_only_the_gpu_share_of_the_optimizer() -> None:
+    """Megatron-Core's HybridDeviceOptimizer: the offloaded share's fp32 copy and states live on the host; the rest
+    keeps an fp32 copy and fp32 moments on the GPU (12 B), and the step's fp32 gradients only for that share."""
+    base = seed_plan(model="deepseek_v3", precision="mxfp8", precision_aware_optimizer=True)
+    r0 = estimate_ranks(base)[0]
+    whole = estimate_ranks(replace(base, optimizer_cpu_offload=True, optimizer_offload_fraction=1.0))[0]
+    half = estimate_ranks(replace(base, optimizer_cpu_offload=True, optimizer_offload_fraction=0.5))[0]
+    assert r0.optimizer > 0 and whole.optimizer == 0 and whole.step == 0
+    assert half.optimizer == pytest.approx(r0.optimizer * 12 / 8 / 2, rel=1e-6)  # 12 B on half of what had 8 B
+    assert half.step == pytest.approx(r0.step / 2, rel=1e-6)
+    assert (whole.weights, whole.gradients, whole.activations) == (r0.weights, r0.gradients, r0.activations)
+    assert whole.total < half.total < r0.total

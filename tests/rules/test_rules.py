@@ -37,6 +37,8 @@ CASES = {
     "a2a-overlap-cuda-graph": (seed_plan(**OVERLAP, cuda_graph_impl="local", cuda_graph_scope=("full_iteration",)),
                                seed_plan(**OVERLAP, cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",))),
     "delay-wgrad": (seed_plan(delay_wgrad_compute=True), seed_plan(**OVERLAP, delay_wgrad_compute=True)),
+    "optimizer-cpu-offload": (seed_plan(optimizer_cpu_offload=True),
+                              seed_plan(optimizer_cpu_offload=True, precision_aware_optimizer=True)),
     "dispatcher-gpu": (seed_plan(dispatcher="deepep", **GB200), seed_plan(dispatcher="deepep")),
     "flex-dispatcher-ep": (small_plan(dispatcher="deepep", ep=1), small_plan(dispatcher="deepep", ep=8)),
     "dispatcher-bridge-release": (small_plan(**{**NCCLEP, "bridge_version": "0.5"}), small_plan(**NCCLEP)),

@@ -89,6 +89,8 @@ Fraction = Annotated[float, Field(ge=0)]
 CapacityFactor = Annotated[float, Field(gt=0, le=1024, allow_inf_nan=False, strict=True)]
 # A learning rate: a finite float in (0, 1] (no nan / inf, no bool or string read as one)
 LearningRate = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False, strict=True)]
+# A share in [0, 1] (no nan / inf, no bool or string read as one)
+OffloadFraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False, strict=True)]
 
 
 class GoldenThresholdArgs(BaseModel):
@@ -172,6 +174,12 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     delay_wgrad_compute: Bool | list[Bool] = False
     # fine-grained activation offloading: comma-separated modules (empty: off)
     offload_modules: str | list[str] = ""
+    # Megatron-Core's optimizer CPU offload (OptimizerConfig; Megatron-LM --optimizer-cpu-offload): the share of the
+    # optimizer's parameters whose states and fp32 copies live and step on the host (Megatron-LM's default 1.0), and
+    # whether the host step overlaps the copies (--overlap-cpu-optimizer-d2h-h2d)
+    optimizer_cpu_offload: Bool | list[Bool] = False
+    optimizer_offload_fraction: OffloadFraction | list[OffloadFraction] = 1.0
+    overlap_cpu_optimizer_d2h_h2d: Bool = False
     data: str = "mock"
     hf_model_id: str | None = None
     # a folder (on the cluster) with the model's Hugging Face config.json; unset: the catalog's architecture is written
@@ -301,6 +309,9 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             fp8_output_proj=a.fp8_output_proj,
             delay_wgrad_compute=a.delay_wgrad_compute,
             offload_modules=_split_csv(a.offload_modules, OFFLOAD_MODULES, "offload_modules"),
+            optimizer_cpu_offload=a.optimizer_cpu_offload,
+            optimizer_offload_fraction=float(a.optimizer_offload_fraction),
+            overlap_cpu_optimizer_d2h_h2d=a.overlap_cpu_optimizer_d2h_h2d,
             # the mcore engine builds Megatron-Core's local (non-TE) layers; bridge, and auto in the TE containers,
             # build Transformer Engine ones (plan/memory.py estimates both)
             transformer_impl="local" if a.engine == "mcore" else "transformer_engine",
@@ -424,6 +435,11 @@ def unused_fields(a: MBridgeTrainingCmdArgs) -> list[str]:
         found.append(f"hf_model_id = {a.hf_model_id!r} is not used by this point: the model's architecture comes "
                      "from the catalog (or hf_config_dir); hf_model_id is read for an SFT run's tokenizer (data not "
                      "\"mock\") or its checkpoint conversion (convert_checkpoint = true)")
+    if not a.optimizer_cpu_offload:
+        for name, default in (("optimizer_offload_fraction", 1.0), ("overlap_cpu_optimizer_d2h_h2d", False)):
+            if getattr(a, name) != default:
+                found.append(f"{name} = {getattr(a, name)!r} is not used with optimizer_cpu_offload = false: it "
+                             "shapes the optimizer's CPU offload; set optimizer_cpu_offload = true")
     if a.data_parallel_sharding_strategy != "optim_grads_params" and not a.use_megatron_fsdp:
         found.append(f"data_parallel_sharding_strategy = {a.data_parallel_sharding_strategy!r} is not used with "
                      "use_megatron_fsdp = false: it is Megatron FSDP's sharding; set use_megatron_fsdp = true")
