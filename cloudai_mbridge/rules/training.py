@@ -927,11 +927,25 @@ def _memory(p: TrainingPlan) -> Iterator[Violation]:
     est = estimate_memory(p)
     if est.verdict == "does not fit":
         yield _v({"model": p.model.name, "gpu": p.gpu.name, "tp": p.tp, "pp": p.pp, "vp": p.vp, "ep": p.ep,
-                  "mbs": p.mbs, "recompute": p.recompute, "optimizer": p.optimizer},
+                  "etp": p.etp, "mbs": p.mbs, "recompute": p.recompute, "optimizer": p.optimizer},
                  f"estimated peak memory does not fit: {est.summary()}",
-                 "lower mbs, recompute (selective moe_act/mla_up_proj, or full), raise pp or ep, or use the "
-                 "distributed optimizer; if you know better than the estimate, set memory_check = \"warn\" in the "
-                 "test's [cmd_args] (the job then runs with a warning)")
+                 f"{', '.join(_memory_fixes(p))}; if you know better than the estimate, set memory_check = "
+                 "\"warn\" in the test's [cmd_args] (the job then runs with a warning)")
+
+
+def _memory_fixes(p: TrainingPlan) -> list[str]:
+    """What could bring this point's memory down, the usual first, then what its own settings leave unused."""
+    fixes = ["lower mbs", "recompute (selective moe_act/mla_up_proj, or full)", "raise pp or ep"]
+    if p.etp < p.tp and p.model.num_experts:
+        # Megatron-Core sets expert_tensor_parallel_size to tp when a configuration leaves it unset
+        # (parallel_state.py initialize_model_parallel); here etp is 1 unless the test says otherwise
+        fixes.append(f"split the experts over tensor parallelism too (etp = {p.tp}: Megatron-Core's own default "
+                     "when a configuration leaves it unset; this project's is 1)")
+    if not p.use_distributed_optimizer:
+        fixes.append("use the distributed optimizer")
+    if not p.optimizer_cpu_offload and p.optimizer == "adam" and p.precision_aware_optimizer:
+        fixes.append("offload the optimizer to the CPU (optimizer_cpu_offload = true)")
+    return fixes
 
 
 def memory_caution(p: TrainingPlan) -> str | None:

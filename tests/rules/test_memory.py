@@ -395,3 +395,15 @@ def test_optimizer_cpu_offload_keeps_only_the_gpu_share_of_the_optimizer() -> No
     assert half.step == pytest.approx(r0.step / 2, rel=1e-6)
     assert (whole.weights, whole.gradients, whole.activations) == (r0.weights, r0.gradients, r0.activations)
     assert whole.total < half.total < r0.total
+
+
+def test_a_refusal_names_the_memory_the_points_own_settings_leave_on_the_table() -> None:
+    """NeMo 2.0's DeepSeek-V3 full SFT (TP16 PP7 EP4 on 448 H100) leaves expert_tensor_parallel_size unset, which
+    Megatron-Core turns into tp; written with this project's default etp = 1 it does not fit, and the fix says why."""
+    plan = seed_plan(model="deepseek_v3", gpu="h100", num_nodes=56, gpus_per_node=8, network="ib", tp=16, pp=7,
+                     ep=4, etp=1, mbs=1, gbs=128, seq_length=2048, recompute="none", mtp_num_layers=0,
+                     precision_aware_optimizer=True)
+    (memory,) = [v for v in TRAINING_RULES.check(plan) if v.rule == "memory"]
+    assert "etp = 16" in memory.fix and "optimizer_cpu_offload = true" in memory.fix
+    assert memory.fields["etp"] == 1
+    assert not [v for v in TRAINING_RULES.check(replace(plan, etp=16)) if v.rule == "memory"]  # and it then fits
