@@ -164,3 +164,20 @@ def test_the_strategy_passes_the_scenarios_nodes_and_exclude_nodes(tmp_path: Pat
     spec = strategy.sbatch_spec()
     assert spec.nodelist == () and spec.exclude == ("node07",)
     assert "#SBATCH --exclude=node07" in render_sbatch(spec)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("checkpoint_dir", "/fsx/ck,/etc"), ("data", "/fsx/d,/root/.ssh:/m"), ("hf_config_dir", "/fsx/cfg:/root"),
+    ("hf_model_id", "/fsx/models/K,/root/.ssh:/m"),
+])
+def test_a_cluster_path_with_a_comma_or_colon_is_refused_not_mounted(tmp_path: Path, field: str, value: str) -> None:
+    """--container-mounts=SRC:DST,...: a path field holding ',' or ':' would mount a host folder of its choosing."""
+    extra = {"task": "sft", "checkpoint_dir": "/fsx/ck"} if field != "checkpoint_dir" else {"task": "sft"}
+    strategy = slurm_strategy(CONF / "system" / "slurm_b300_efa.toml", CONF / "test" / "kimi_k2_sft.toml", 1,
+                              tmp_path / "out", {**extra, field: value})
+    with pytest.raises(SbatchFieldError) as err:
+        strategy.sbatch_spec()
+    assert f"cmd_args.{field} = {value!r}" in str(err.value) and "Fix:" in str(err.value)
+    fine = slurm_strategy(CONF / "system" / "slurm_b300_efa.toml", CONF / "test" / "kimi_k2_sft.toml", 1,
+                          tmp_path / "ok", {**extra, field: "/fsx/plain"})
+    assert "/fsx/plain:/fsx/plain" in fine.sbatch_spec().container_mounts

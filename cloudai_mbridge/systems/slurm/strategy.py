@@ -17,6 +17,7 @@ from cloudai.systems.slurm import SlurmCommandGenStrategy
 from ...atomic import write_atomic
 from ...catalog.gpus import GPU_ENV
 from ...launch.payload import payload_argv, stage_payload, write_config
+from ...launch.shell import SbatchFieldError
 from ...launch.slurm import SbatchSpec, SrunStep, render_sbatch, srun_line
 from ...rules import PointRejectedError, Violation
 from ..common import generated_by, open_run_dir, store_test_run
@@ -50,8 +51,21 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
         image = getattr(self.test_run.test, "docker_image", None)
         return str(image.installed_path) if image is not None else None
 
+    def mount_sources(self) -> dict[str, str]:
+        """Paths on the cluster the job reads, by the field that names them: each is mounted at the same path."""
+        return {}
+
     def extra_mounts(self) -> list[str]:
-        return []
+        """The mounts of mount_sources. ``--container-mounts`` separates mounts with ',' and source from destination
+        with ':', so a path holding either would mount something else (a host folder of the path's choosing)."""
+        for field, path in self.mount_sources().items():
+            bad = next((c for c in ",:" if c in path), None)
+            if bad:
+                raise SbatchFieldError(
+                    f"{field} = {path!r} holds {bad!r}: it is mounted into the container with "
+                    "--container-mounts=SRC:DST,..., where ',' separates mounts and ':' source from destination. "
+                    f"Fix: use a path without ',' or ':' for {field} (a symbolic link to it will do).")
+        return [f"{p}:{p}" for p in dict.fromkeys(self.mount_sources().values())]
 
     def pre_steps(self) -> list[SrunStep]:
         return []
@@ -81,6 +95,11 @@ class MBridgeSlurmStrategy(SlurmCommandGenStrategy):
         out = self.test_run.output_path.absolute()
         num_nodes, node_list = self.get_cached_nodes_spec()
         image = self.image_url()
+        for mount in self.test_run.test.extra_container_mounts if image else ():
+            if "," in str(mount):
+                raise SbatchFieldError(
+                    f"extra_container_mounts entry {str(mount)!r} holds ',', which --container-mounts reads as the "
+                    "start of another mount. Fix: give each mount as its own list entry, SRC:DST without ','.")
         mounts = [f"{out}:{out}", *self.test_run.test.extra_container_mounts, *self.extra_mounts()] if image else []
         return SbatchSpec(
             job_name=self.job_name(),

@@ -15,8 +15,8 @@ class MBridgeTrainingSlurmCommandGenStrategy(TrainingJob, MBridgeSlurmStrategy):
     def ntasks_per_node(self) -> int:
         return self.plan().gpus_per_node
 
-    def extra_mounts(self) -> list[str]:
-        return [f"{p}:{p}" for p in dict.fromkeys(self.cluster_paths().values())]
+    def mount_sources(self) -> dict[str, str]:
+        return self.cluster_paths()
 
     def payload_config(self) -> dict[str, Any]:
         return self.tdef.payload_config(self.test_run, self.system, str(self.test_run.output_path.absolute()))
