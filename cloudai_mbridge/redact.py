@@ -37,7 +37,11 @@ REDACTED = "<redacted by cloudai-mbridge>"
 # DB_PASSWORD; not TOKENIZERS_PARALLELISM or num_tokens.
 _WORD_LIST = r"TOKEN|TKN|SECRET|SECRET_KEY|PASSWORD|PASSWD|PASS_?PHRASE|API_?KEY|ACCESS_KEY|PRIVATE_KEY|AUTH_KEY"
 _WORDS = rf"(?:{_WORD_LIST})"
-SECRET_NAME = re.compile(rf"(?:^|[_-]){_WORDS}$", re.IGNORECASE)
+# Also glued to the word before it (PGPASSWORD, SMTPPASSWORD, WANDBAPIKEY, HFTOKEN, LOGIN_CREDENTIAL), and the short
+# ones only as a whole word (MYSQL_PWD, SSH_PASS, PASS; not PWD / OLDPWD, the shell's working folder; not a
+# plural CREDENTIALS, which names files and Secrets: GOOGLE_APPLICATION_CREDENTIALS, CLOUDAI_MBRIDGE_K8S_CREDENTIALS).
+SECRET_NAME = re.compile(rf"(?:^|[_-]){_WORDS}$|(?:TOKEN|SECRET|PASSWORD|PASSWD|APIKEY|CREDENTIAL)$"
+                         r"|(?:^|[_-])(?:CREDS?|PASS)$|[_-]PWD$", re.IGNORECASE)
 
 # Shapes of credentials that are secrets wherever they appear.
 # No word boundary in front: a token glued to other text ("xhf_...", "run-hf_...") is still a token.
@@ -51,7 +55,7 @@ TOKEN_SHAPES = re.compile(
 # scheme://user:password@host: the password is a secret wherever the URL appears.
 # Anchored on "://" (the scheme before it stays outside the match): a scheme pattern in front would be tried at every
 # word start of a long hyphenated text, each try scanning to its end (quadratic).
-URL_PASSWORD = re.compile(r"(?P<head>://[^\s/@:'\"]*:)(?P<password>[^\s/@'\"]+)(?=@)")
+URL_PASSWORD = re.compile(r"(?P<head>://[^\s/@:'\"]*:)(?P<password>[^\s/@]+)(?=@)")  # a password may hold ' or "
 # W&B's API key shape; alone it is also a git commit id, so generated files refuse it only under a key-like name.
 WANDB_SHAPE = re.compile(r"\b(?:local-)?[0-9a-f]{40}\b")
 _KEYLIKE_NAME = re.compile(r"(WANDB|KEY)", re.IGNORECASE)

@@ -359,6 +359,11 @@ FREE_TEXT_SECRETS = [
          secret=PASSWORD),
     Case("train-data-url-password", "sft", {T + "data": f"https://bot:{PASSWORD}@data.example/sft"}, ("data",),
          secret=PASSWORD),
+    # a credential word glued to the name before it, or a short one as a whole word; a URL password holding '
+    *[Case(f"sys-env-name-{name.lower()}", "sft", {ENV + name: "hunter2correct"}, (name,), secret="hunter2correct")
+      for name in ("PGPASSWORD", "SMTPPASSWORD", "WANDBAPIKEY", "MYSQL_PWD", "PASS", "LOGIN_CREDENTIAL")],
+    Case("sys-env-url-password-quote", "sft", {ENV + "REPO_URL": "https://bot:Pa55'w0rdXyz@git.example/x"},
+         ("REPO_URL",), secret="Pa55'w0rdXyz"),
 ]
 
 # Issue 26: the golden-values file a training test names is refused at dry-run when it is missing or cannot be used;
