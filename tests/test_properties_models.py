@@ -465,7 +465,7 @@ def refit_args(draw: st.DrawFn, sweep: bool = True) -> dict[str, Any]:
         **{k: _literal(R, k) for k in ("device", "dtype")},
         "verify": st.booleans(),
         "container_image": images,
-        "python": paths,
+        "python": paths.filter(lambda s: " " not in s),  # workloads/fields.py check_python: no space
     }
     for key in draw(st.lists(st.sampled_from(sorted(optional)), unique=True, max_size=len(optional))):
         args[key] = draw(optional[key])

@@ -43,3 +43,17 @@ def test_no_coercion_and_bounded_values(model, base, key, value) -> None:
 ])
 def test_good_values(model, base, key, value) -> None:
     assert getattr(model.model_validate({**base, key: value}), key) == value
+
+
+@pytest.mark.parametrize("value", ["--help", "-c", "relative/py", "python3; touch x", "/opt/my venv/python", ""])
+def test_an_interpreter_that_srun_would_read_as_an_option_or_a_shell_would_split_is_refused(value: str) -> None:
+    """`python` follows srun's options on the job's line: "--help" made srun print its usage and exit 0 (a job that
+    "succeeded" without running anything)."""
+    from cloudai_mbridge.workloads.dispatch_bench.test_definition import MBridgeDispatchBenchCmdArgs
+    from cloudai_mbridge.workloads.refit.test_definition import MBridgeRefitCmdArgs
+
+    for model, base in ((MBridgeRefitCmdArgs, {"model": "kimi_k2_proxy", "src": {"tp": 2}, "dst": {"ep": 2}}),
+                        (MBridgeDispatchBenchCmdArgs, {"model": "kimi_k2_proxy", "dispatcher": "alltoall"})):
+        with pytest.raises(ValueError, match="is not an interpreter"):
+            model(**base, python=value)
+        assert model(**base, python="/usr/bin/python3").python == "/usr/bin/python3"

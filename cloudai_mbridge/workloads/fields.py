@@ -42,6 +42,20 @@ def check_image(value: str | None) -> str | None:
     return value
 
 
+# The interpreter a job starts: an absolute path, or a command name looked up on the node's PATH. Never a word that
+# starts with '-': it follows srun's options on the job's line, where "--help" or "-c" would be read as srun's own.
+_PYTHON = re.compile(r"/[^\x00-\x20\x7f]*|[A-Za-z0-9_.+][A-Za-z0-9_.+-]*")
+
+
+def check_python(value: str | None) -> str | None:
+    if value is not None and not _PYTHON.fullmatch(value):
+        raise ValueError(f"python {value!r} is not an interpreter: give an absolute path (/opt/venv/bin/python3) or a "
+                         "command name on the nodes' PATH (python3), without spaces or a leading '-'. Fix: e.g. "
+                         "python = \"/usr/bin/python3\", or remove the key (python3 in a container, else the "
+                         "interpreter that runs CloudAI)")
+    return value
+
+
 def check_hf_model_id(value: str | None) -> str | None:
     if value is None:
         return None

@@ -21,7 +21,7 @@ from ...rules import Violation
 from ...rules.dispatch_bench import DISPATCH_BENCH_RULES, bench_violations
 from ...systems.common import system_gpus_per_node
 from ..base import MBridgeTestDefinition
-from ..fields import PosInt, Seed, check_expected_rejections, check_image
+from ..fields import PosInt, Seed, check_expected_rejections, check_image, check_python
 
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 BenchDispatcher = Literal["alltoall", "deepep", "ncclep"]
@@ -60,6 +60,11 @@ class MBridgeDispatchBenchCmdArgs(CmdArgs):
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         return check_image(v)
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str | None) -> str | None:
+        return check_python(v)
 
     @field_validator("expected_rejections", mode="before")
     @classmethod

@@ -13,7 +13,16 @@ from ...plan.refit import RefitPlan, refit_model
 from ...rules import Violation
 from ...rules.refit import REFIT_RULES
 from ..base import MBridgeTestDefinition
-from ..fields import Bool, NonNegInt, Parallel, PosInt, Seed, check_expected_rejections, check_image
+from ..fields import (
+    Bool,
+    NonNegInt,
+    Parallel,
+    PosInt,
+    Seed,
+    check_expected_rejections,
+    check_image,
+    check_python,
+)
 
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
@@ -74,6 +83,11 @@ class MBridgeRefitCmdArgs(CmdArgs):
     @classmethod
     def _image(cls, v: str | None) -> str | None:
         return check_image(v)
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str | None) -> str | None:
+        return check_python(v)
 
     @field_validator("expected_rejections", mode="before")
     @classmethod
