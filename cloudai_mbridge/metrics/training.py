@@ -95,6 +95,7 @@ STATUS_ORDER = (
     "no_logs",
     "failed",
     "bad_iteration_time",
+    "inconsistent_log",
     "no_iterations",
     "no_steady_state",
     "missing_rank_log",
@@ -473,6 +474,23 @@ def _dedupe(records: list[IterationRecord], problems: list[str]) -> list[Iterati
     return [by_iteration[i] for i in sorted(by_iteration)]
 
 
+def _contradictions(records: Sequence[IterationRecord], config: Mapping[str, Any]) -> list[str]:
+    """What the iteration lines say that cannot be true of one run of this config: an iteration past the total, two
+    totals, a global batch size other than the config's. Such a log was edited, mixed with another run's
+    or damaged; its times are no measurement of this config."""
+    found = []
+    totals = {r.train_iters for r in records}
+    if len(totals) > 1:
+        found.append(f"iterations of {len(totals)} different totals")
+    if any(r.iteration > r.train_iters for r in records):
+        found.append("an iteration past its total")
+    gbs = config_int(config, "gbs")
+    logged_gbs = {r.global_batch_size for r in records if r.global_batch_size is not None}
+    if gbs is not None and logged_gbs and logged_gbs != {gbs}:
+        found.append(f"global batch size {sorted(logged_gbs)} where the config says gbs {gbs}")
+    return found
+
+
 def warmup_count(iterations: Sequence[int], warmup: int) -> int:
     """How many leading records overlap the first ``warmup`` iterations of the run.
 
@@ -645,6 +663,8 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     raw, source = _collect_iterations(run, problems)
     lost = [r for r in raw if r.iteration < 0]  # iteration lines too damaged to read: counted below
     records = _dedupe([r for r in raw if r.iteration >= 0], problems)
+    if _contradictions(records, config):
+        problems.append("inconsistent_log")
     if not any(r.elapsed_ms is not None for r in records):
         problems.append("no_iterations")
 

@@ -81,8 +81,8 @@ def test_truncated_last_rank_log(tmp_path: Path) -> None:
 
 
 def test_real_truncated_quote_keeps_closed_fields_of_the_cut_line(tmp_path: Path) -> None:
-    run = make_run(
-        tmp_path / "run", training_config(), {0: "x\n", 1: fixture_bytes("epfllm_megatron_llm_33_truncated.log")}
+    run = make_run(  # the config of the run that log is from: global batch size 64
+        tmp_path / "run", training_config(gbs=64), {0: "x\n", 1: fixture_bytes("epfllm_megatron_llm_33_truncated.log")}
     )
     m = parse_training_run(run, warmup=0)
     assert [r.elapsed_ms for r in m.iterations] == [7613.1, 7845.5, 7624.3]
@@ -471,3 +471,28 @@ def test_parsing_does_not_import_pandas(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("edit", ["past_total", "two_totals", "other_gbs"])
+def test_a_log_that_contradicts_itself_or_its_config_is_no_measurement(tmp_path: Path, edit: str) -> None:
+    """Iterations past their total, iterations of two totals, or a global batch size other than the config's: the
+    log was edited, mixed with another run's or damaged, and its times give no number (issue 32: an A/B winner came
+    from such a log)."""
+    def line(i: int, total: int = 12, gbs: int = 128) -> str:
+        return (f" [2026-11-27 10:00:{i:02d}] iteration {i:8d}/{total:8d} | consumed samples: {i * gbs} | elapsed time "
+                f"per iteration (ms): 5000.0 | learning rate: 1.0E-05 | global batch size: {gbs:5d} | lm loss: "
+                "1.0E+01 | loss scale: 1.0 | grad norm: 1.0 | number of skipped iterations:   0 | number of nan "
+                "iterations:   0 |\n")
+    lines = [line(i) for i in range(1, 13)]
+    if edit == "past_total":
+        lines += [line(i) for i in range(13, 20)]
+    elif edit == "two_totals":
+        lines = [line(i, total=100 if i > 6 else 12) for i in range(1, 13)]
+    else:
+        lines = [line(i, gbs=64) for i in range(1, 13)]
+    good = parse_training_run(make_run(tmp_path / "good", training_config(train_iters=12, gbs=128),
+                                       {0: "x\n", 1: "".join(line(i) for i in range(1, 13))}), warmup=2)
+    assert good.status == "ok", good.problems
+    bad = parse_training_run(make_run(tmp_path / "bad", training_config(train_iters=12, gbs=128),
+                                      {0: "x\n", 1: "".join(lines)}), warmup=2)
+    assert bad.status == "inconsistent_log" and not bad.ok
