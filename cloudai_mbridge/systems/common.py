@@ -124,6 +124,28 @@ def secret_field_violations(cmd_args: Any) -> list[Violation]:
     ]
 
 
+def env_value_violations(system: System | None) -> list[Violation]:
+    """A system's ``[global_env_vars]`` value that is no text or whole number (true, 1e3, a table, a list, a date):
+    the job would export Python's rendering of it (True, 1000.0, {'a': 1}), not what the file says."""
+    found = []
+    for key, value in (getattr(system, "global_env_vars", None) or {}).items():
+        if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+            continue
+        kind = ("a boolean" if isinstance(value, bool) else "a float" if isinstance(value, float)
+                else "a table" if isinstance(value, dict) else "a list" if isinstance(value, (list, tuple))
+                else "a date/time" if hasattr(value, "isoformat") else f"a {type(value).__name__}")
+        found.append(Violation(
+            "env-value", {f"global_env_vars.{key}": kind},
+            f"global_env_vars.{key} is {kind}: an environment variable holds text, and the job would export "
+            f"{str(value)[:60]!r} (Python's rendering), not what the file says",
+            f"write it as a quoted string, e.g. {key} = \"{_as_text(value)}\""))
+    return found
+
+
+def _as_text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else "..."
+
+
 def system_env(system: System | None) -> dict[str, str]:
     env = getattr(system, "global_env_vars", None) or {}
     return {str(k): str(v) for k, v in env.items()}

@@ -16,6 +16,7 @@ from ..redact import redact, text_secret_problem
 from ..rules import Violation
 from ..systems.common import (
     container_image,
+    env_value_violations,
     redact_secret_env,
     secret_env_violations,
     secret_field_violations,
@@ -111,6 +112,7 @@ class MBridgeTestDefinition(TestDefinition):
         return [
             *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
             *secret_env_violations(system_env(system), "global_env_vars"),
+            *env_value_violations(system),
             *secret_field_violations(self.cmd_args),
         ]
 

@@ -362,6 +362,9 @@ FREE_TEXT_SECRETS = [
     # a credential word glued to the name before it, or a short one as a whole word; a URL password holding '
     *[Case(f"sys-env-name-{name.lower()}", "sft", {ENV + name: "hunter2correct"}, (name,), secret="hunter2correct")
       for name in ("PGPASSWORD", "SMTPPASSWORD", "WANDBAPIKEY", "MYSQL_PWD", "PASS", "LOGIN_CREDENTIAL")],
+    # a value that is no text: the job would export Python's rendering of it (True, 1000.0, {'a': 1})
+    *[Case(f"sys-env-{kind}-value", "sft", {ENV + "NCCL_SETTING": value}, ("NCCL_SETTING", kind))
+      for kind, value in (("boolean", True), ("float", 1e3), ("table", {"a": 1}), ("list", [1, 2]))],
     Case("sys-env-url-password-quote", "sft", {ENV + "REPO_URL": "https://bot:Pa55'w0rdXyz@git.example/x"},
          ("REPO_URL",), secret="Pa55'w0rdXyz"),
 ]
