@@ -232,7 +232,7 @@ class RedactingStream(io.TextIOBase):
     def write(self, s: str) -> int:
         if self.error is None:
             try:
-                self._inner.write(redact(s))
+                self._inner.write(neutralize(redact(s)))
             except OSError as exc:
                 self._failed(exc)
         return len(s)
@@ -278,6 +278,17 @@ class RedactingStream(io.TextIOBase):
         return _RedactingBuffer(self._inner)
 
 
+# Terminal control strings a text from a file can carry to the console: OSC (ESC ], e.g. OSC 52 writes the clipboard,
+# OSC 0 the window title, OSC 8 a link), DCS, SOS, PM and APC, in their 7-bit and 8-bit forms. Shown as text; CSI
+# sequences (colours, rich's tables) pass unchanged.
+_TERMINAL_STRINGS = re.compile(r"\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]")
+
+
+def neutralize(text: str) -> str:
+    """``text`` with terminal control strings shown as escapes (\\x1b]...) instead of acted on by the terminal."""
+    return _TERMINAL_STRINGS.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
 class _RedactingBuffer(io.RawIOBase):
     def __init__(self, text_stream: Any) -> None:
         self._text = text_stream
@@ -287,7 +298,7 @@ class _RedactingBuffer(io.RawIOBase):
 
     def write(self, b: Any) -> int:
         data = bytes(b)
-        self._text.write(redact(data.decode(getattr(self._text, "encoding", None) or "utf-8", "replace")))
+        self._text.write(neutralize(redact(data.decode(getattr(self._text, "encoding", None) or "utf-8", "replace"))))
         return len(data)
 
     def flush(self) -> None:

@@ -178,3 +178,18 @@ def test_a_signal_python_swallows_in_a_callback_still_stops_the_command_quietly(
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 128 + 15, proc.stderr
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_terminal_control_string_from_a_toml_reaches_the_console_as_text(tmp_path: Path) -> None:
+    """CloudAI prints a test's description; an OSC 52 string there wrote the terminal's clipboard (OSC 0 its title).
+    The console shows it as text; colours (CSI) still pass."""
+    from helpers import write_case
+
+    text = (CONF / "test" / "refit_cpu_smoke.toml").read_text()
+    toml_value = r'"refit \u001b]52;c;ZWNobyBwd25lZA==\u0007 smoke \u009d0;title\u0007"'
+    text = re.sub(r"(?m)^description = .*$", lambda _: f"description = {toml_value}", text)
+    _, scenario = write_case(tmp_path, text, 'name = "case"\n[[Tests]]\nid = "case"\ntest_name = '
+                             '"refit_cpu_smoke"\nnum_nodes = 2\ntime_limit = "00:10:00"\n')
+    res = dry_run(LOCAL, scenario, tmp_path)
+    assert res.returncode == 0, res.output[-2000:]
+    assert "\\x1b]52" in res.output and "\x1b]" not in res.output and "\x9d" not in res.output
