@@ -193,3 +193,12 @@ def test_a_terminal_control_string_from_a_toml_reaches_the_console_as_text(tmp_p
     res = dry_run(LOCAL, scenario, tmp_path)
     assert res.returncode == 0, res.output[-2000:]
     assert "\\x1b]52" in res.output and "\x1b]" not in res.output and "\x9d" not in res.output
+
+
+def test_a_log_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """Opening a FIFO for writing waits for a reader: every command hung on --log-file <fifo> (or a FIFO debug.log)."""
+    fifo = tmp_path / "debug.log"
+    os.mkfifo(fifo)
+    proc = run_cli("verify-configs", str(SMOKE), "--system-config", str(LOCAL), cwd=tmp_path, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "it is a FIFO, not a regular file" in out and "Fix:" in out, out[-2000:]

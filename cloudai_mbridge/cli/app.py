@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,24 @@ def _log_file_problem(exc: BaseException, log_file: str) -> str | None:
             "path in a writable folder (the default is debug.log in the current folder)")
 
 
+def _log_file_kind_problem(log_file: str) -> str | None:
+    """A --log-file that exists and is no regular file: opening a FIFO waits for a reader forever, a device takes or
+    refuses the lines unseen (/dev/full). /dev/null is a choice: the user asks for no log."""
+    import stat
+
+    path = Path(log_file)
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None  # absent (it is created) or unreachable (opening it says why)
+    if stat.S_ISREG(mode) or str(path) == os.devnull:
+        return None
+    kind = "a FIFO" if stat.S_ISFIFO(mode) else "a folder" if stat.S_ISDIR(mode) else "a device or socket"
+    return (f"cannot use the log file {path.absolute()}: it is {kind}, not a regular file. Fix: pass --log-file with "
+            "a file path in a writable folder (the default is debug.log in the current folder), or --log-file "
+            "/dev/null for no log")
+
+
 def _quiet_log_file_errors() -> None:
     """A log file that stops taking lines (a full disk) is said once in one line, not a traceback per record."""
     said = False
@@ -242,6 +261,10 @@ def _main(argv: list[str] | None) -> None:
         if click.get_current_context().invoked_subcommand == "preflight":
             logging.basicConfig(level=log_level.upper(), format="[%(levelname)s] %(message)s", stream=sys.stderr)
         else:
+            problem = _log_file_kind_problem(log_file)
+            if problem:
+                print(f"cloudai-mbridge: {problem}", file=sys.stderr)
+                raise SystemExit(2)
             try:
                 cloudai_cli.main.callback(log_file, log_level)
             except (OSError, ValueError) as exc:  # dictConfig wraps the OSError of an unwritable --log-file
