@@ -202,3 +202,10 @@ def test_a_log_file_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> N
     proc = run_cli("verify-configs", str(SMOKE), "--system-config", str(LOCAL), cwd=tmp_path, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "it is a FIFO, not a regular file" in out and "Fix:" in out, out[-2000:]
+
+
+def test_an_output_dir_that_is_no_utf8_is_one_line_naming_the_option(tmp_path: Path) -> None:
+    res = dry_run(LOCAL, SMOKE, tmp_path, "--output-dir", os.fsdecode(b"out_\xff"))
+    assert res.returncode == 2, res.output[-2000:]
+    assert "--output-dir 'out_\\udcff' is not valid UTF-8" in res.output and "Fix:" in res.output
+    assert "unexpected" not in res.output and not (tmp_path / os.fsdecode(b"out_\xff")).exists()

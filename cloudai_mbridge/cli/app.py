@@ -160,6 +160,18 @@ def _log_file_problem(exc: BaseException, log_file: str) -> str | None:
             "path in a writable folder (the default is debug.log in the current folder)")
 
 
+def _undecodable_args(args: list[str]) -> list[str]:
+    """An argument that is no valid UTF-8 (a path of raw bytes, which Python keeps as surrogate escapes): the files
+    and folders the command writes carry it in their text (configs, CSVs, the script), which cannot hold it."""
+    found = []
+    for i, arg in enumerate(args):
+        if any("\udc80" <= c <= "\udcff" for c in arg):
+            option = args[i - 1] if i and args[i - 1].startswith("-") else "an argument"
+            found.append(f"{option} {arg!a} is not valid UTF-8 text; the files the command writes name it and "
+                         "cannot hold it. Fix: use a path whose name is UTF-8 (rename or link the folder)")
+    return found
+
+
 def _log_file_kind_problem(log_file: str) -> str | None:
     """A --log-file that exists and is no regular file: opening a FIFO waits for a reader forever, a device takes or
     refuses the lines unseen (/dev/full). /dev/null is a choice: the user asks for no log."""
@@ -295,7 +307,7 @@ def _main(argv: list[str] | None) -> None:
     group.add_command(list_command(), "list")
     group.add_command(preflight_command(cloudai_cli.main.commands["dry-run"]), "preflight")
     args = _default_tests_dir(sys.argv[1:] if argv is None else argv)
-    problems = toml_problems(args)
+    problems = _undecodable_args(args) or toml_problems(args)
     if not problems and "--help" not in args and "-h" not in args:
         from .field_check import typo_problems
 
