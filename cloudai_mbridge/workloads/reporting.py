@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -73,6 +74,11 @@ class MBridgeReport(ReportGenerationStrategy):
 
     def can_handle_directory(self) -> bool:
         path = self.test_run.output_path
+        linked = next((p for p in (path, path.parent, path.parent.parent) if p.is_symlink()), None)
+        if linked is not None:  # the run's report files would be written where the link points, outside the results
+            logging.warning(f"{path}: not reported: {linked} is a symbolic link (a report writes into the run's "
+                            "folder, which would then be outside the results folder)")
+            return False
         return (path / "mbridge_config.json").is_file() and load_layout(path).workload == self.workload
 
     def get_metric(self, metric: str) -> MetricValue:

@@ -30,3 +30,27 @@ def test_row_is_handled(tree: AbTree, tmp_path: Path, cls: str, row: str) -> Non
     if trial.skipped:
         pytest.skip(trial.skipped)
     assert trial.problems == [], f"{trial.problems}\n{trial.output[-3000:]}"
+
+
+def test_a_run_folder_linked_out_of_the_results_gets_no_report_file_written_there(tree: AbTree, tmp_path: Path) -> None:
+    """generate-report writes each run's summary, CSV and plot into the run's folder: a run folder that is a symbolic
+    link to a folder elsewhere had them written there, outside --result-dir."""
+    import hashlib
+    import shutil
+
+    ab = tree.copy(tmp_path / "case")
+    run = ab.runs()[-1]
+    outside = tmp_path / "outside" / "run"
+    outside.parent.mkdir()
+    shutil.move(str(run), str(outside))
+    run.symlink_to(outside, target_is_directory=True)
+
+    def state() -> dict[str, str]:
+        return {str(p.relative_to(outside)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in outside.rglob("*") if p.is_file()}
+
+    before = state()
+    proc = ab.report(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert state() == before  # nothing written or rewritten where the link points
+    assert "is a symbolic link" in proc.stdout + proc.stderr
