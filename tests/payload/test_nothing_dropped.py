@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import types
 import typing
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -195,14 +196,21 @@ def _base(engine: str, dispatcher: str, release: str, extra: dict[str, Any]) -> 
     return args
 
 
+def probe_points(name: str) -> Iterator[tuple[dict[str, Any], Any, str]]:
+    """(the point without the probed value, the value, where that is in words) for every engine, dispatcher, release
+    and probe of ``name``, skipping a probe whose point already has the value."""
+    for (engine, dispatcher, release), (extra, value, *reference) in itertools.product(combos(), probes(name)):
+        base = _base(engine, dispatcher, release, {**extra, **({name: reference[0]} if reference else {})})
+        if base.get(name) != value:
+            yield base, value, (f"{name} = {value!r} (engine {engine}, dispatcher {dispatcher}, bridge_version "
+                                f"{release}{', with ' + repr(extra) if extra else ''})")
+
+
 def dropped(name: str) -> list[str]:
     """Every (engine, dispatcher, release, value) where setting ``name`` is accepted without a word and changes
     nothing the payload hands Megatron."""
     found = []
-    for (engine, dispatcher, release), (extra, value, *reference) in itertools.product(combos(), probes(name)):
-        base = _base(engine, dispatcher, release, {**extra, **({name: reference[0]} if reference else {})})
-        if base.get(name) == value:
-            continue
+    for base, value, where in probe_points(name):
         base_refusals, _, base_view = outcome(base)
         if base_refusals:
             continue  # the point is refused without the field: nothing to compare
@@ -216,8 +224,7 @@ def dropped(name: str) -> list[str]:
             continue  # refused for another field the probe changed with it (e.g. vp needs pp): not silent
         if view != base_view:
             continue  # it reached Megatron
-        found.append(f"{name} = {value!r} (engine {engine}, dispatcher {dispatcher}, bridge_version {release}"
-                     f"{', with ' + repr(extra) if extra else ''})")
+        found.append(where)
     return found
 
 
@@ -225,17 +232,13 @@ def unused_but_used(name: str) -> list[str]:
     """Every (engine, dispatcher, release, value) where a caution calls ``name`` unused ("... is not used ...") while
     the value does change what the payload hands Megatron: a false warning a user would act on."""
     found = []
-    for (engine, dispatcher, release), (extra, value, *reference) in itertools.product(combos(), probes(name)):
-        base = _base(engine, dispatcher, release, {**extra, **({name: reference[0]} if reference else {})})
-        if base.get(name) == value:
-            continue
+    for base, value, where in probe_points(name):
         base_refusals, _, base_view = outcome(base)
         refusals, warnings, view = outcome({**base, name: value})
         if base_refusals or refusals or not any(f"{name} = " in w and "is not used" in w for w in warnings):
             continue
         if view != base_view:
-            found.append(f"{name} = {value!r} (engine {engine}, dispatcher {dispatcher}, bridge_version {release}"
-                         f"{', with ' + repr(extra) if extra else ''})")
+            found.append(where)
     return found
 
 
