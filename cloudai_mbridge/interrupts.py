@@ -93,6 +93,14 @@ def interrupted_cause(exc: BaseException) -> Interrupted | None:
     return None
 
 
+def stop_code(exc: BaseException) -> int | None:
+    """For an exception that ends a command while it starts: when it is a signal (an Interrupted, Ctrl-C's
+    KeyboardInterrupt, or an exception Python wrapped one into), say so in one line and give the exit status
+    (:func:`stopped_before_start`); None for any other exception, which the caller re-raises."""
+    signalled = exc if isinstance(exc, KeyboardInterrupt) else interrupted_cause(exc)
+    return None if signalled is None else stopped_before_start(signalled)
+
+
 def raise_swallowed() -> None:
     """Raise :class:`Interrupted` for a signal whose exception Python swallowed (see :func:`install`)."""
     if _swallowed:

@@ -16,11 +16,9 @@ def main(argv: list[str] | None = None) -> None:
         from .app import main as _main
 
         interrupts.raise_swallowed()  # a signal the import machinery swallowed still stops the command here
-    except (interrupts.Interrupted, KeyboardInterrupt) as exc:
-        raise SystemExit(interrupts.stopped_before_start(exc)) from None
-    except Exception as exc:
-        signalled = interrupts.interrupted_cause(exc)  # a signal Python wrapped into another exception
-        if signalled is None:
+    except (interrupts.Interrupted, KeyboardInterrupt, Exception) as exc:
+        code = interrupts.stop_code(exc)  # a signal, also one Python wrapped into another exception
+        if code is None:
             raise
-        raise SystemExit(interrupts.stopped_before_start(signalled)) from None
+        raise SystemExit(code) from None
     _main(argv)

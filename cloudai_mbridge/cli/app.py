@@ -223,13 +223,12 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.code
         if not code:
             code = interrupts.swallowed_at_end() or code
-    except (interrupts.Interrupted, KeyboardInterrupt) as exc:  # outside the command's own handling: while starting
-        code = interrupts.stopped_before_start(exc)
-    except Exception as exc:
-        signalled = interrupts.interrupted_cause(exc)  # a signal Python wrapped (e.g. while CloudAI's classes build)
-        if signalled is None:
+    except (interrupts.Interrupted, KeyboardInterrupt, Exception) as exc:
+        # outside the command's own handling: while starting (a signal, also one Python wrapped into another
+        # exception while CloudAI's classes build)
+        code = interrupts.stop_code(exc)
+        if code is None:
             raise
-        code = interrupts.stopped_before_start(signalled)
     finally:
         sys.stdout.flush()
         failed = redact.output_errors()
