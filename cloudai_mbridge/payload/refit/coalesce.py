@@ -10,7 +10,11 @@ NCCL kernels). This service keeps the plan (same slices, same peers, same bytes)
 - they are packed back to back (16-byte aligned, so every typed view of the buffer is aligned) into buckets of at
   most ``bucket_bytes`` (a slice larger than a bucket gets one of its own); both sides cut the same ordered sizes the
   same way, so bucket ``i`` to a peer is bucket ``i`` from it;
-- one round per bucket index: pack every peer's bucket, one ``batch_isend_irecv`` for all peers, wait, unpack.
+- the buckets travel in exchange units (:func:`exchange_units`), one ``batch_isend_irecv`` each: pack the unit's
+  buckets, post, wait, unpack. ``schedule`` (config ``coalesce_schedule``) orders them: "rounds" (the default), one
+  unit per bucket index with every peer's bucket of that index (all peers at once); "pairwise", steps s = 1 ..
+  world-1 in which rank i sends to (i+s) % world and receives from (i-s) % world, one unit per bucket index of that
+  pair (one peer each way at a time). ``stats["schedule"]`` records which one ran.
 
 Speed (the same refit repeats every RL step with the same slices):
 
@@ -22,7 +26,7 @@ Speed (the same refit repeats every RL step with the same slices):
   multi-tensor kernel for the contiguous ones instead of one ``copy_`` each; the rest go through the same call, which
   loops in C++; ``copy_`` per tensor if it raises);
 - on CUDA with ``overlap`` (config ``coalesce_overlap``) and no profiling: same-rank copies on a side stream next to
-  the first round, round r+1 packed on a side stream while round r's NCCL ops run, round r unpacked on a third
+  the first unit, unit u+1 packed on a side stream while unit u's NCCL ops run, unit u unpacked on a third
   stream (see :meth:`CoalescingCopyService._run_overlapped` for the event order). ``stats["overlapped"]`` tells
   whether the last ``run()`` took that path. With profiling (payload/refit/phases.py sets ``phase_ms``), on CPU, or
   with overlap off, the phases run one after the other on the current stream, timed per phase.
@@ -36,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ALIGN = 16
+SCHEDULES = ("rounds", "pairwise")
 
 
 @dataclass
@@ -65,6 +70,44 @@ def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
     return out
 
 
+@dataclass(frozen=True)
+class Unit:
+    """One exchange (one ``batch_isend_irecv``): (peer, bucket index) of every message it sends and receives."""
+    sends: tuple[tuple[int, int], ...]
+    recvs: tuple[tuple[int, int], ...]
+
+
+def exchange_units(schedule: str, rank: int, world: int, send_buckets: dict[int, int],
+                   recv_buckets: dict[int, int]) -> list[Unit]:
+    """The order in which ``rank`` exchanges its buckets: ``send_buckets`` / ``recv_buckets`` map a peer to the
+    number of buckets to / from it (peers in dict order). Every (peer, bucket) is in exactly one unit.
+
+    - "rounds": unit r holds bucket r of every peer that has one (``max`` bucket count units);
+    - "pairwise": for s = 1 .. world-1, send to (rank+s) % world and receive from (rank-s) % world, one unit per
+      bucket index b < the larger of the two counts (a unit has only a send or only a receive where one side has
+      fewer buckets). Rank j = rank+s walks the same step s receiving from rank, so its unit (s, b) posts the
+      receive for this unit's send (both sides cut the same sizes, so the counts agree), and every rank walks
+      (s, b) in the same order: no unit waits on one that its peer has not reached.
+    """
+    if schedule == "rounds":
+        n = max([*send_buckets.values(), *recv_buckets.values()], default=0)
+        return [Unit(tuple((p, r) for p, k in send_buckets.items() if r < k),
+                     tuple((p, r) for p, k in recv_buckets.items() if r < k)) for r in range(n)]
+    if schedule != "pairwise":
+        raise ValueError(f"schedule={schedule!r}: must be one of {list(SCHEDULES)}")
+    for side, counts in (("send to", send_buckets), ("receive from", recv_buckets)):
+        bad = [p for p in counts if not (0 <= p < world) or p == rank]
+        if bad:
+            raise ValueError(f"pairwise schedule: rank {rank} has buckets to {side} peer(s) {bad}, which no step "
+                             f"of a world of {world} pairs it with (peers must be other ranks in [0, {world}))")
+    units = []
+    for s in range(1, world):
+        to, frm = (rank + s) % world, (rank - s) % world
+        ns, nr = send_buckets.get(to, 0), recv_buckets.get(frm, 0)
+        units += [Unit(((to, b),) if b < ns else (), ((frm, b),) if b < nr else ()) for b in range(max(ns, nr))]
+    return units
+
+
 def copy_all(dsts: list, srcs: list) -> None:
     """``dst.copy_(src)`` for every pair, in as few launches as torch allows: ``torch._foreach_copy_`` per group of
     one (dst dtype, src dtype) with both sides contiguous (its multi-tensor kernel), the others in one more call
@@ -92,10 +135,12 @@ def copy_all(dsts: list, srcs: list) -> None:
             d.copy_(s)
 
 
-def make_service(bucket_bytes: int, group=None, stale: bool = False, overlap: bool = True):
+def make_service(bucket_bytes: int, group=None, stale: bool = False, overlap: bool = True,
+                 schedule: str = "rounds"):
     """A CoalescingCopyService that is also a megatron-core ``CopyService`` (0.16.x checks ``isinstance``; 0.17.x
     accepts any object with its methods). ``stale``: the testing hook :class:`StaleCopyService`; ``overlap``: CUDA
-    side streams (module docstring; config ``coalesce_overlap``)."""
+    side streams (module docstring; config ``coalesce_overlap``); ``schedule``: "rounds" or "pairwise"
+    (:func:`exchange_units`; config ``coalesce_schedule``)."""
     from megatron.core.resharding.copy_services.base import CopyService
 
     base = StaleCopyService if stale else CoalescingCopyService
@@ -103,7 +148,7 @@ def make_service(bucket_bytes: int, group=None, stale: bool = False, overlap: bo
     class _Service(base, CopyService):
         pass
 
-    return _Service(bucket_bytes, group, overlap)
+    return _Service(bucket_bytes, group, overlap, schedule)
 
 
 @dataclass
@@ -128,28 +173,39 @@ class _Bucket:
 class _Plan:
     key: tuple
     local: list[tuple[int, int]]  # (recv index, send index) of same-rank copies
-    sends: dict[int, list[_Bucket]]  # peer -> buckets in round order
+    sends: dict[int, list[_Bucket]]  # peer -> buckets in transfer order
     recvs: dict[int, list[_Bucket]]
-    rounds: int
+    units: list[Unit]  # exchange order (exchange_units); unit u's buckets live in staging slot u % slots
     slots: int
     buffers: list = field(default_factory=list)  # keeps the staging memory (the views hold it too)
+
+    @property
+    def rounds(self) -> int:
+        """Exchanges per run (one ``batch_isend_irecv`` each)."""
+        return len(self.units)
 
 
 class CoalescingCopyService:
     """megatron-core CopyService API (submit_send[_with_id], submit_recv[_with_id], run) over packed buckets."""
 
-    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True):
+    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True, schedule: str = "rounds"):
         import torch.distributed as dist
 
         if bucket_bytes <= 0:
             raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule={schedule!r}: must be one of {list(SCHEDULES)}")
         self.bucket_bytes = bucket_bytes
         self.group = group
         self.overlap = overlap
+        self.schedule = schedule
         self.rank = group.rank() if group is not None else dist.get_rank()
+        self.world = group.size() if group is not None else dist.get_world_size()
         self.sends: list[_Op] = []
         self.recvs: list[_Op] = []
-        self.stats = {"rounds": 0, "messages": 0, "bytes": 0, "plan_builds": 0, "overlapped": False}
+        # rounds: exchanges (batch_isend_irecv calls, one per unit) summed over runs
+        self.stats = {"rounds": 0, "messages": 0, "bytes": 0, "plan_builds": 0, "overlapped": False,
+                      "schedule": schedule}
         # Profiling (payload/refit/phases.py sets both): ms per phase of run(), with `phase_sync` (a CUDA sync)
         # before every clock read so the time lands in the phase that queued the work. None: no clock, no sync.
         self.phase_ms: dict[str, float] | None = None
@@ -239,28 +295,47 @@ class CoalescingCopyService:
                 raise RuntimeError(f"coalescing copy service: rank {self.rank} has a local receive (task_id="
                                    f"{op.task_id}) without a matching local send with the same task_id")
             local.append((op.order, src))
-        plan = _Plan(key, local, {}, {}, 0, slots)
-        for ops, side in ((self.sends, plan.sends), (self.recvs, plan.recvs)):
+        # per side, peer -> (ops in transfer order, sizes, [(op indices, offsets, message bytes) per bucket])
+        layouts: tuple[dict, dict] = ({}, {})
+        for ops, layout_of in ((self.sends, layouts[0]), (self.recvs, layouts[1])):
             for peer, items in self._ordered([op for op in ops if op.peer != self.rank]).items():
                 sizes = [op.tensor.nbytes for op in items]
-                layout = []  # (op indices, offsets, message bytes) per bucket
+                layout = []
                 for idx in buckets(sizes, self.bucket_bytes):
                     offsets, off = [], 0
                     for i in idx:
                         offsets.append(off)
                         off += _aligned(sizes[i])
                     layout.append((idx, offsets, off))
-                slot_bytes = [max((b[2] for r, b in enumerate(layout) if r % slots == s), default=0)
+                layout_of[peer] = (items, sizes, layout)
+        units = exchange_units(self.schedule, self.rank, self.world, {p: len(v[2]) for p, v in layouts[0].items()},
+                               {p: len(v[2]) for p, v in layouts[1].items()})
+        # the staging slot of every bucket: its unit's index % slots, so unit u never shares a buffer with unit u-1
+        slot_of: tuple[dict, dict] = ({}, {})
+        for u, unit in enumerate(units):
+            for where, pairs in ((slot_of[0], unit.sends), (slot_of[1], unit.recvs)):
+                for pb in pairs:
+                    if pb in where:
+                        raise RuntimeError(f"coalescing copy service: schedule {self.schedule!r} has bucket {pb[1]} "
+                                           f"of peer {pb[0]} in two units")
+                    where[pb] = u % slots
+        plan = _Plan(key, local, {}, {}, units, slots)
+        for layout_of, where, side in ((layouts[0], slot_of[0], plan.sends), (layouts[1], slot_of[1], plan.recvs)):
+            missing = [(p, b) for p, v in layout_of.items() for b in range(len(v[2])) if (p, b) not in where]
+            if missing:
+                raise RuntimeError(f"coalescing copy service: schedule {self.schedule!r} on rank {self.rank} leaves "
+                                   f"(peer, bucket) {missing[:4]} out of every exchange")
+            for peer, (items, sizes, layout) in layout_of.items():
+                slot_bytes = [max((b[2] for r, b in enumerate(layout) if where[(peer, r)] == s), default=0)
                               for s in range(slots)]
                 bufs = [torch.empty(n, dtype=torch.uint8, device=device) for n in slot_bytes]
                 plan.buffers.extend(bufs)
                 side[peer] = []
                 for r, (idx, offsets, nbytes) in enumerate(layout):
-                    message = bufs[r % slots][:nbytes]
+                    message = bufs[where[(peer, r)]][:nbytes]
                     views = [message[o:o + sizes[i]].view(items[i].tensor.dtype).view(items[i].tensor.shape)
                              for i, o in zip(idx, offsets, strict=True)]
                     side[peer].append(_Bucket([items[i].order for i in idx], message, views))
-        plan.rounds = max([len(b) for b in (*plan.sends.values(), *plan.recvs.values())], default=0)
         return plan
 
     @staticmethod
@@ -280,34 +355,32 @@ class CoalescingCopyService:
         if plan.local:
             copy_all([self.recvs[r].tensor for r, _ in plan.local], [self.sends[s].tensor for _, s in plan.local])
 
-    def _pack(self, plan: _Plan, r: int) -> None:
+    def _pack(self, plan: _Plan, u: int) -> None:
         dsts, srcs = [], []
-        for peer_buckets in plan.sends.values():
-            if r < len(peer_buckets):
-                b = peer_buckets[r]
-                dsts.extend(b.views)
-                srcs.extend(self.sends[i].tensor for i in b.ops)
+        for peer, r in plan.units[u].sends:
+            b = plan.sends[peer][r]
+            dsts.extend(b.views)
+            srcs.extend(self.sends[i].tensor for i in b.ops)
         if dsts:
             copy_all(dsts, srcs)
 
-    def _unpack(self, plan: _Plan, r: int) -> None:
+    def _unpack(self, plan: _Plan, u: int) -> None:
         dsts, srcs = [], []
-        for peer_buckets in plan.recvs.values():
-            if r < len(peer_buckets):
-                b = peer_buckets[r]
-                dsts.extend(self.recvs[i].tensor for i in b.ops)
-                srcs.extend(b.views)
+        for peer, r in plan.units[u].recvs:
+            b = plan.recvs[peer][r]
+            dsts.extend(self.recvs[i].tensor for i in b.ops)
+            srcs.extend(b.views)
         if dsts:
             copy_all(dsts, srcs)
 
-    def _exchange(self, plan: _Plan, r: int) -> list:
-        """Post round r's sends and receives (one batch_isend_irecv); returns the requests."""
+    def _exchange(self, plan: _Plan, u: int) -> list:
+        """Post unit u's sends and receives (one batch_isend_irecv); returns the requests."""
         import torch.distributed as dist
 
-        p2p = [dist.P2POp(dist.isend, b[r].message, peer, group=self.group)
-               for peer, b in plan.sends.items() if r < len(b)]
-        p2p += [dist.P2POp(dist.irecv, b[r].message, peer, group=self.group)
-                for peer, b in plan.recvs.items() if r < len(b)]
+        unit = plan.units[u]
+        p2p = [dist.P2POp(dist.isend, plan.sends[peer][r].message, peer, group=self.group) for peer, r in unit.sends]
+        p2p += [dist.P2POp(dist.irecv, plan.recvs[peer][r].message, peer, group=self.group)
+                for peer, r in unit.recvs]
         self.stats["rounds"] += 1
         self.stats["messages"] += len(p2p)
         self.stats["bytes"] += sum(op.tensor.numel() for op in p2p)
@@ -344,10 +417,13 @@ class CoalescingCopyService:
         payload see only main):
 
         - every side stream first waits for main (the sources were written and the destinations poisoned there);
-        - local copies run on ``local_s`` from the start, next to the rounds;
-        - pack(r) on ``pack_s`` writes send slot r % 2, last read by the sends of round r - 2: it waits comm_done[r-2]
-          (pack(r + 1) is queued right after round r's NCCL ops, so it runs while they do);
-        - round r's NCCL ops (their stream waits on main at launch) come after main waits pack_done[r] and, for the
+        - local copies run on ``local_s`` from the start, next to the exchanges;
+        - r indexes the exchange units (``plan.units``, in schedule order; with "rounds" unit r is bucket index r);
+          unit r's buckets live in staging slot r % 2 of their peer's buffers, so the last unit that used a slot of
+          unit r is r - 2 or earlier (main and the side streams run in order: waiting for r - 2 covers those);
+        - pack(r) on ``pack_s`` writes send slot r % 2, last read by the sends of unit r - 2 or before: it waits
+          comm_done[r-2] (pack(r + 1) is queued right after unit r's NCCL ops, so it runs while they do);
+        - unit r's NCCL ops (their stream waits on main at launch) come after main waits pack_done[r] and, for the
           receive slot r % 2, unpack_done[r-2] (the unpack that last read it); ``req.wait()`` then makes main wait
           for the NCCL stream, and comm_done[r] is recorded on main;
         - unpack(r) on ``unpack_s`` waits comm_done[r];
@@ -422,8 +498,8 @@ class StaleCopyService(CoalescingCopyService):
     later refit sends those instead of the current ones; bytes, messages and timing stay as they were. A refit check
     that only looks for NaN, or compares against weights that never change, passes it."""
 
-    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True):
-        super().__init__(bucket_bytes, group, overlap)
+    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True, schedule: str = "rounds"):
+        super().__init__(bucket_bytes, group, overlap, schedule)
         self._kept: list = []
         self._refit = 0
 
