@@ -64,6 +64,9 @@ def test_padded_vocab_is_shared_by_both_sides():
         ({"coalesce_overlap": "yes"}, 1, ["coalesce_overlap='yes'", "true or false"]),
         ({"executor": "replay"}, 1, ["executor='replay'", "coalesce_mib=0", "coalesce_mib > 0", "'megatron'"]),
         ({"executor": "fast", "coalesce_mib": 1}, 1, ["executor='fast'", "'replay'"]),
+        ({"coalesce_schedule": "ring", "coalesce_mib": 1}, 1, ["coalesce_schedule='ring'", "'rounds', 'pairwise'"]),
+        ({"coalesce_schedule": "pairwise"}, 1, ["coalesce_schedule='pairwise'", "coalesce_mib=0", "coalesce_mib > 0",
+                                                "coalesce_schedule to 'rounds'"]),
     ],
 )
 def test_config_errors_name_field_value_and_fix(kw, world, needles):
@@ -124,3 +127,10 @@ def test_nvshmem_gets_the_cta_limit_megatron_core_insists_on():
 def test_replay_executor_is_accepted_with_coalescing():
     rc.derive_layouts(cfg(executor="replay", coalesce_mib=1), 1)
     assert cfg().executor == "megatron"
+
+
+def test_coalesce_schedule_defaults_to_rounds_and_takes_pairwise_from_the_cli():
+    assert cfg().coalesce_schedule == "rounds"
+    loaded = rc.load(["--coalesce-mib", "1", "--coalesce-schedule", "pairwise"])
+    assert (loaded.coalesce_mib, loaded.coalesce_schedule) == (1, "pairwise")
+    rc.validate(loaded)

@@ -115,14 +115,28 @@ def test_collocated_refit_is_bit_exact(tmp_path, src, dst, extra, adapter):
 def test_coalesced_transport_is_bit_exact_with_fewer_messages(tmp_path, src, dst, mode):
     result = run(config(src, dst, mode=mode, coalesce_mib=1, dump_shards=str(tmp_path)))
     final = assert_verified(result, tmp_path)
-    assert final["config"]["coalesce_mib"] == 1
+    assert final["config"]["coalesce_mib"] == 1 and final["config"]["coalesce_schedule"] == "rounds"
     (line,) = [x for x in result.stdout[0].splitlines() if x.startswith("REFIT_COALESCE ")]
     fields = dict(kv.split("=") for kv in line.split()[1:4])
     sends_rank0 = int(result.parsed["refit_stats"]["send_ops"])  # summed over ranks: an upper bound for rank 0
     # a model this small fits one 1 MiB message per peer: one round, at most one message per peer and direction
     assert fields["rounds"] == "1" and 0 < int(fields["messages"]) <= 2 * (WORLD - 1) < sends_rank0
     # every refit submits the same slices: the plan is built once (warm-up 1) and reused; CPU: no side streams
-    assert "plan_builds=1 " in line and "overlapped=false" in line, line
+    assert "plan_builds=1 " in line and "overlapped=false" in line and "schedule=rounds " in line, line
+
+
+def test_pairwise_schedule_is_bit_exact_one_peer_pair_at_a_time(tmp_path):
+    """coalesce_schedule "pairwise" through the payload: 4 ranks, 1 MiB messages (one per peer and direction),
+    so one exchange per step (3), each with one peer each way, and the same bits as megatron-core's plan says."""
+    cfg = config({"tp": 2, "ep": 2, "etp": 1}, {"tp": 1, "ep": 4}, coalesce_mib=1, coalesce_schedule="pairwise",
+                 dump_shards=str(tmp_path))
+    result = run(cfg)
+    final = assert_verified(result, tmp_path)
+    assert final["config"]["coalesce_schedule"] == "pairwise"
+    (line,) = [x for x in result.stdout[0].splitlines() if x.startswith("REFIT_COALESCE ")]
+    fields = dict(kv.split("=") for kv in line.split()[1:7])
+    assert fields["schedule"] == "pairwise", line
+    assert 1 < int(fields["rounds"]) <= WORLD - 1 and 0 < int(fields["messages"]) <= 2 * (WORLD - 1), line
 
 
 def test_non_collocated_refit_is_bit_exact(tmp_path):

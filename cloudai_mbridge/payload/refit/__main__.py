@@ -20,6 +20,8 @@ Optional keys (defaults in brackets):
   after the first skip megatron-core's executor and hand its cached plan's slice views to the coalescing service,
   see replay.py], "coalesce_overlap" [true; coalesce_mib > 0 on CUDA: pack/NCCL/
   unpack of successive rounds on side streams, see coalesce.py; profile=true runs them serially],
+  "coalesce_schedule" ["rounds"; coalesce_mib > 0 only: "rounds" sends bucket i to every peer at once, "pairwise"
+  one peer pair at a time (step s: to rank+s, from rank-s), see coalesce.exchange_units],
   "_corrupt_after_refit" [false; testing], "_no_adapter" [false; testing: unpatched megatron-core].
   "seed" only seeds Megatron's CUDA RNG tracker (GPU builds need one; nothing random is drawn): the weights come
   from crc32(global parameter name), so every run of a model moves and checks the same values.
@@ -52,8 +54,9 @@ Output (stdout, rank 0, flushed):
       run, make the run invalid)
   then, only when verification passed, one line per timed iteration:
   REFIT_ITER iter=<i> time_ms=<float>
-  REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> overlapped=<true|false> plan_builds=<n> per refit on rank 0
-      (before them, coalesce_mib > 0; overlapped: the last warm-up ran on side streams; plan_builds: so far)
+  REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> overlapped=<true|false> plan_builds=<n>
+      schedule=<rounds|pairwise> per refit on rank 0 (before them, coalesce_mib > 0; rounds: exchanges, one
+      batch_isend_irecv each; overlapped: the last warm-up ran on side streams; plan_builds: so far)
   REFIT_EXECUTOR name=replay ops_send=<n> ops_recv=<n>   (executor "replay", after the first warm-up; ops summed
       over ranks) or REFIT_EXECUTOR fallback reason=<word> (every refit then goes through swap_model_weights)
   REFIT_PHASES submit_ms=.. run_ms=.. rest_ms=.. [local_ms=.. pack_ms=.. comm_ms=.. unpack_ms=..]   ("profile":
@@ -234,7 +237,7 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         from .coalesce import make_service
 
         method = make_service(max(cfg.coalesce_mib, 1) << 20, stale=cfg._stale_copy_service,
-                              overlap=cfg.coalesce_overlap)
+                              overlap=cfg.coalesce_overlap, schedule=cfg.coalesce_schedule)
     service = method
     recorder = None
     if cfg.profile:
@@ -278,7 +281,8 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         stats = service.stats
         _emit(f"REFIT_COALESCE bucket_mib={cfg.coalesce_mib} rounds={stats['rounds'] // cfg.warmup} "
               f"messages={stats['messages'] // cfg.warmup} overlapped={str(stats.get('overlapped', False)).lower()} "
-              f"plan_builds={stats.get('plan_builds', 0)} per refit on rank 0")
+              f"plan_builds={stats.get('plan_builds', 0)} schedule={stats.get('schedule', 'rounds')} "
+              "per refit on rank 0")
     _state["phase"] = "timed"
     if recorder is not None:
         recorder.records.clear()

@@ -19,6 +19,7 @@ TRANSPORTS = ("gloo", "nccl", "nvshmem", "nixl")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("bf16", "fp16", "fp32")
 EXECUTORS = ("megatron", "replay")
+COALESCE_SCHEDULES = ("rounds", "pairwise")  # payload/refit/coalesce.py SCHEDULES
 # Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times TP; both sides must end
 # up with the same padded size or the embedding cannot be resharded, so we pad with the LCM of both TP sizes.
 VOCAB_DIVISOR = 128
@@ -87,6 +88,10 @@ class RefitConfig:
     # coalesce_mib > 0 on CUDA: pack, NCCL and unpack of successive rounds overlap on side streams (off with
     # "profile": true, which times the phases one after the other); false: the serial path (for comparison).
     coalesce_overlap: bool = True
+    # coalesce_mib > 0: the order of the messages (payload/refit/coalesce.py exchange_units). "rounds": bucket i of
+    # every peer at once; "pairwise": step s = 1 .. world-1 sends to rank+s and receives from rank-s, one peer pair at
+    # a time, that pair's buckets one after the other.
+    coalesce_schedule: str = "rounds"
     # "megatron": every refit is swap_model_weights. "replay" (needs coalesce_mib > 0): the first refit is, later
     # ones hand megatron-core's cached plan's slice views straight to the coalescing service (payload/refit/replay.py).
     executor: str = "megatron"
@@ -261,6 +266,7 @@ def validate(cfg: RefitConfig) -> None:
     _need_choice(cfg.device, "device", DEVICES)
     _need_choice(cfg.dtype, "dtype", DTYPES)
     _need_choice(cfg.executor, "executor", EXECUTORS)
+    _need_choice(cfg.coalesce_schedule, "coalesce_schedule", COALESCE_SCHEDULES)
     _need_int(cfg.warmup, "warmup", 1)
     _need_int(cfg.iterations, "iterations", 1)
     _need_int(cfg.seed, "seed", 0)
@@ -273,6 +279,9 @@ def validate(cfg: RefitConfig) -> None:
     if cfg.coalesce_mib and cfg.transport in ("nvshmem", "nixl"):
         raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport={cfg.transport!r}: packing applies to the "
                           "send/recv transports only; set coalesce_mib to 0 or transport to 'nccl'")
+    if cfg.coalesce_schedule != "rounds" and not cfg.coalesce_mib:
+        raise ConfigError(f"coalesce_schedule={cfg.coalesce_schedule!r} with coalesce_mib=0: the schedule orders the "
+                          "coalescing copy service's messages; set coalesce_mib > 0 or coalesce_schedule to 'rounds'")
     if cfg.executor == "replay" and not cfg.coalesce_mib:
         raise ConfigError("executor='replay' with coalesce_mib=0: replay hands the plan to the coalescing copy "
                           "service; set coalesce_mib > 0 or executor to 'megatron'")
