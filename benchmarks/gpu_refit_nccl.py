@@ -28,6 +28,8 @@ Run (on a GPU host, megatron-core importable): python3 benchmarks/gpu_refit_nccl
           [--layers 2] [--pairs tp2-ep2 tp1ep2-tp2ep1] [--skip-p2p] [--dry-run: print the configs, no GPU needed]
           [--coalesce-mib 0 1024 [--coalesce-overlap on|off|both (default: each size with and without overlap)]]
           [--executor megatron|replay|both (default megatron; coalesce sizes > 0 only; replay runs end in _rp)]
+          [--coalesce-schedule rounds pairwise (default rounds; coalesce sizes > 0 run once per schedule listed;
+           pairwise runs end in _pw, rows carry "coalesce_schedule")]
 Prints a short table and ``RESULT <metric>=<value> <unit>`` lines; writes ``<out>/gpu_refit_nccl.json``.
 """
 
@@ -68,7 +70,8 @@ BATCHED_OP_MIB = (4, 16, 64, 256)  # each batched test moves the largest exchang
 
 
 def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib: int = 0,
-                 transport: str = "nccl", overlap: bool | None = None, executor: str = "megatron") -> dict:
+                 transport: str = "nccl", overlap: bool | None = None, executor: str = "megatron",
+                 schedule: str | None = None) -> dict:
     src, dst = PAIRS[pair]
     cfg = {
         "coalesce_mib": coalesce_mib,
@@ -84,22 +87,27 @@ def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib:
         cfg["coalesce_overlap"] = overlap
     if executor != "megatron":
         cfg["executor"] = executor
+    if coalesce_mib and schedule is not None:
+        cfg["coalesce_schedule"] = schedule
     return cfg
 
 
 OVERLAP_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
 EXECUTOR_CHOICES = {"megatron": ("megatron",), "replay": ("replay",), "both": ("megatron", "replay")}
+SCHEDULE_CHOICES = ("rounds", "pairwise")  # payload coalesce_schedule (payload/refit/coalesce.py exchange_units)
 
 
-def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int, bool | None, str]]:
-    """(pair, transport, coalesce_mib, coalesce_overlap, executor) per refit run: coalescing is combined with nccl
-    only, and each coalesce size runs once per --coalesce-overlap choice (None: megatron-core's service, no such
-    switch) and per --executor choice (replay needs coalescing: coalesce_mib 0 runs megatron's executor only)."""
+def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int, bool | None, str, str | None]]:
+    """(pair, transport, coalesce_mib, coalesce_overlap, executor, coalesce_schedule) per refit run: coalescing is
+    combined with nccl only, and each coalesce size runs once per --coalesce-overlap choice (None: megatron-core's
+    service, no such switch), per --executor choice (replay needs coalescing: coalesce_mib 0 runs megatron's
+    executor only) and per --coalesce-schedule value (None with coalesce_mib 0), schedules next to each other."""
     overlaps = OVERLAP_CHOICES[getattr(args, "coalesce_overlap", "both")]
     executors = EXECUTOR_CHOICES[getattr(args, "executor", "megatron")]
-    return [(pair, t, c, ov, ex) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
+    schedules = tuple(dict.fromkeys(getattr(args, "coalesce_schedule", None) or ("rounds",)))
+    return [(pair, t, c, ov, ex, sc) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
             if c == 0 or t == "nccl" for ov in ((None,) if c == 0 else overlaps)
-            for ex in (("megatron",) if c == 0 else executors)]
+            for ex in (("megatron",) if c == 0 else executors) for sc in ((None,) if c == 0 else schedules)]
 
 
 def overlap_suffix(overlap: bool | None) -> str:
@@ -110,12 +118,18 @@ def executor_suffix(executor: str | None) -> str:
     return "_rp" if executor == "replay" else ""
 
 
+def schedule_suffix(schedule: str | None) -> str:
+    return "_pw" if schedule == "pairwise" else ""
+
+
 def run_name(pair: str, layers: int, transport: str, coalesce_mib: int, overlap: bool | None = None,
-             executor: str = "megatron") -> str:
+             executor: str = "megatron", schedule: str | None = None) -> str:
     """nccl runs keep their old names (refit_<pair>_<n>l[_c<mib>]); other transports add _<transport>; coalescing
-    runs end in _ov / _noov (coalesce_overlap on / off), then _rp with executor "replay"."""
+    runs end in _ov / _noov (coalesce_overlap on / off), then _rp with executor "replay", then _pw with
+    coalesce_schedule "pairwise" ("rounds", the default, adds nothing)."""
     return (f"refit_{pair}_{layers}l" + ("" if transport == "nccl" else f"_{transport}")
-            + (f"_c{coalesce_mib}" if coalesce_mib else "") + overlap_suffix(overlap) + executor_suffix(executor))
+            + (f"_c{coalesce_mib}" if coalesce_mib else "") + overlap_suffix(overlap) + executor_suffix(executor)
+            + schedule_suffix(schedule))
 
 
 def first_error_line(row: dict, tail: str) -> str | None:
@@ -255,12 +269,13 @@ def write_run_folder(folder: Path, cfg: dict, run) -> None:
 
 
 def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coalesce_mib: int = 0,
-              transport: str = "nccl", overlap: bool | None = None, executor: str = "megatron") -> dict:
+              transport: str = "nccl", overlap: bool | None = None, executor: str = "megatron",
+              schedule: str | None = None) -> dict:
     from cloudai_mbridge.metrics import parse_refit_run
     from cloudai_mbridge.payload.refit.local import launch
 
-    cfg = refit_config(pair, layers, args, coalesce_mib, transport, overlap, executor)
-    name = run_name(pair, layers, transport, coalesce_mib, overlap, executor)
+    cfg = refit_config(pair, layers, args, coalesce_mib, transport, overlap, executor, schedule)
+    name = run_name(pair, layers, transport, coalesce_mib, overlap, executor, schedule)
     start = time.perf_counter()
     run = launch(cfg, args.world, timeout=args.refit_timeout_s + 60, env={"PYTHONUNBUFFERED": "1"}, cwd=ROOT)
     wall = time.perf_counter() - start
@@ -268,7 +283,8 @@ def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coale
     write_run_folder(folder, cfg, run)
     m = parse_refit_run(folder)
     row = {"name": name, "pair": pair, "layers": layers, "transport": transport, "coalesce_mib": coalesce_mib,
-           "coalesce_overlap": overlap, "executor": executor, "src": cfg["src"],
+           "coalesce_overlap": overlap, "executor": executor, "coalesce_schedule": cfg.get("coalesce_schedule"),
+           "src": cfg["src"],
            "dst": cfg["dst"],
            "returncodes": run.returncodes, "wall_s": wall, "status": m.status, "problems": list(m.problems),
            "verify": m.verify.status if m.verify else None,
@@ -360,6 +376,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="payload executor for coalesce sizes > 0: megatron (swap_model_weights every refit), "
                              "replay (after the first refit, megatron-core's cached plan replayed by the coalescing "
                              "service, run names _rp), or both (each coalesce size with each)")
+    parser.add_argument("--coalesce-schedule", nargs="+", choices=SCHEDULE_CHOICES, default=["rounds"],
+                        help="payload coalesce_schedule values for coalesce sizes > 0, each run side by side: rounds "
+                             "(bucket i to every peer at once) and/or pairwise (one peer pair per step, run names "
+                             "_pw); rows carry coalesce_schedule")
     parser.add_argument("--p2p-sizes-mib", type=int, nargs="+", default=list(EXCHANGE_SIZES_MIB))
     parser.add_argument("--p2p-batched-op-mib", type=int, nargs="+", default=list(BATCHED_OP_MIB))
     parser.add_argument("--p2p-only", action="store_true", help="measure the ceiling, run no refit")
@@ -380,14 +400,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         from cloudai_mbridge.payload.refit.config import ConfigError, derive_layouts, from_dict
 
-        for pair, transport, c, ov, ex in refit_runs(args):
-            cfg = refit_config(pair, args.layers, args, c, transport, ov, ex)
+        for pair, transport, c, ov, ex, sc in refit_runs(args):
+            cfg = refit_config(pair, args.layers, args, c, transport, ov, ex, sc)
             try:
                 derive_layouts(from_dict(cfg), args.world)
                 check = "layout ok"
             except ConfigError as exc:
                 check = f"LAYOUT REFUSED: {exc}"
-            name = run_name(pair, args.layers, transport, c, ov, ex)
+            name = run_name(pair, args.layers, transport, c, ov, ex, sc)
             print(f"refit {name} ({check}): {json.dumps(cfg, sort_keys=True)}")
         print(f"p2p plan: {json.dumps(p2p_plan(args.world, args.p2p_sizes_mib, args.p2p_batched_op_mib))}")
         return 0
@@ -423,20 +443,21 @@ def main(argv: list[str] | None = None) -> int:
     batched = [r for r in p2p if r["mode"] == "exchange" and r["bytes"] == total]
 
     runs = [] if args.p2p_only else refit_runs(args)
-    for pair, transport, coalesce, overlap, executor in runs:
+    for pair, transport, coalesce, overlap, executor, schedule in runs:
         try:
-            row = run_refit(pair, args.layers, args, args.out, coalesce, transport, overlap, executor)
+            row = run_refit(pair, args.layers, args, args.out, coalesce, transport, overlap, executor, schedule)
         except Exception as exc:  # one transport's failure must not stop the others
-            row = {"name": run_name(pair, args.layers, transport, coalesce, overlap, executor), "pair": pair,
-                   "layers": args.layers, "transport": transport, "coalesce_mib": coalesce,
-                   "coalesce_overlap": overlap, "executor": executor, "status": "harness-error", "returncodes": [],
+            row = {"name": run_name(pair, args.layers, transport, coalesce, overlap, executor, schedule),
+                   "pair": pair, "layers": args.layers, "transport": transport, "coalesce_mib": coalesce,
+                   "coalesce_overlap": overlap, "executor": executor,
+                   "coalesce_schedule": schedule if coalesce else None, "status": "harness-error", "returncodes": [],
                    "verify": None, "median_ms": None, "wall_s": 0.0, "error": f"{type(exc).__name__}: {exc}",
                    "first_error": f"{type(exc).__name__}: {exc}"}
         if row["status"] != "ok" and args.layers > 1 and not args.no_fallback:
             print(f"{row['name']}: status {row['status']} rc {row['returncodes']} error {row.get('error')}; "
                   "retrying with 1 layer", flush=True)
             result["refit"].append(row)
-            row = run_refit(pair, 1, args, args.out, coalesce, transport, overlap, executor)
+            row = run_refit(pair, 1, args, args.out, coalesce, transport, overlap, executor, schedule)
         derive(row, args.world, ceiling, batched)
         result["refit"].append(row)
         print(f"[{row['name']}] status={row['status']} verify={row['verify']} median_ms={row['median_ms']} "
@@ -460,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in result["refit"]:
         tag = f"{r['pair'].replace('-', '_to_')}_{r['layers']}l" + (
             f"_coalesce{r['coalesce_mib']}mib{overlap_suffix(r.get('coalesce_overlap'))}"
-            f"{executor_suffix(r.get('executor'))}" if r.get("coalesce_mib") else "")
+            f"{executor_suffix(r.get('executor'))}{schedule_suffix(r.get('coalesce_schedule'))}"
+            if r.get("coalesce_mib") else "")
         prefix = f"refit_{r.get('transport', 'nccl')}_{tag}"
         if r.get("median_ms") is None:
             failed = True

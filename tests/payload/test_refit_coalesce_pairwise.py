@@ -270,3 +270,18 @@ def test_pairwise_lands_the_same_bits_as_rounds(tmp_path, world, sparse) -> None
     if world > 2:  # uneven directions: some pairwise unit somewhere only sends or only receives
         assert any(json.loads((tmp_path / f"result.{r}").read_text())["pairwise"]["one_sided"]
                    for r in range(world))
+
+
+# --- the GPU benchmark's sweep -----------------------------------------------------------------------------------
+def test_the_gpu_benchmark_runs_each_schedule_side_by_side_and_labels_the_rows() -> None:
+    import gpu_refit_nccl as bench  # benchmarks/ is on pytest's pythonpath
+
+    args = bench.parse_args(["--out", "/nonexistent", "--world", "4", "--pairs", "tp4-ep4", "--coalesce-mib", "0",
+                             "1024", "--coalesce-overlap", "on", "--coalesce-schedule", "rounds", "pairwise"])
+    runs = bench.refit_runs(args)
+    assert [(c, sc) for _, _, c, _, _, sc in runs] == [(0, None), (1024, "rounds"), (1024, "pairwise")]
+    names = [bench.run_name(p, 2, t, c, ov, ex, sc) for p, t, c, ov, ex, sc in runs]
+    assert names == ["refit_tp4-ep4_2l", "refit_tp4-ep4_2l_c1024_ov", "refit_tp4-ep4_2l_c1024_ov_pw"]
+    configs = [bench.refit_config(p, 2, args, c, t, ov, ex, sc) for p, t, c, ov, ex, sc in runs]
+    assert [c.get("coalesce_schedule") for c in configs] == [None, "rounds", "pairwise"]
+    assert bench.parse_args(["--out", "/x"]).coalesce_schedule == ["rounds"]  # the default: today's runs only
