@@ -127,6 +127,14 @@ def uccl_env(uccl_dir: Path, base: Mapping[str, str]) -> tuple[dict[str, str], l
     return {"PYTHONPATH": os.pathsep.join(pythonpath), "LD_LIBRARY_PATH": os.pathsep.join(ld)}, notes
 
 
+def uccl_site(entry: Path) -> bool:
+    """A PYTHONPATH folder holding UCCL's pip install (uccl/__init__.py) or the CUDA 12 runtime it brings
+    (nvidia/cuda_runtime/lib/libcudart.so.12): gpu_bridge_env.sh puts /tmp/uccl_site on every arm's PYTHONPATH, and
+    on 4 x H200 (2026-11-28) the hybridep arm then ran with libcudart.so.12 and .so.13 both loaded (cuDNN
+    frontend: "Multiple libcudart libraries found ... Using libcudart.so.12")."""
+    return (entry / "uccl" / "__init__.py").is_file() or (entry / "nvidia" / "cuda_runtime" / "lib" / CUDART).exists()
+
+
 def hybridep_env(hybridep_dir: Path, base: Mapping[str, str],
                  uccl_dir: Path | None = None) -> tuple[dict[str, str], list[str]]:
     """PYTHONPATH, CUDA_HOME and HYBRID_EP_CACHE_DIR for NVIDIA DeepEP's hybrid-ep build (deep_ep.HybridEPBuffer),
@@ -141,7 +149,16 @@ def hybridep_env(hybridep_dir: Path, base: Mapping[str, str],
         notes.append(f"{hybridep_dir}/deep_ep/__init__.py not found (NVIDIA DeepEP's hybrid-ep build, made by "
                      "benchmarks/gpu_hybridep_build.sh)")
     drop = {str(hybridep_dir), *([str(uccl_dir.resolve())] if uccl_dir is not None else [])}
-    pythonpath = [str(hybridep_dir), *[p for p in _split(base.get("PYTHONPATH")) if p not in drop]]
+    kept = []
+    for entry in _split(base.get("PYTHONPATH")):
+        if entry in drop:
+            continue
+        if uccl_site(Path(entry)):
+            notes.append(f"{entry} left off PYTHONPATH (UCCL's pip site: its uccl package or libcudart.so.12 "
+                         "would load a second CUDA runtime into the hybridep arm)")
+            continue
+        kept.append(entry)
+    pythonpath = [str(hybridep_dir), *kept]
     cuda_home = base.get("CUDA_HOME") or "/usr/local/cuda"
     if not (Path(cuda_home) / "bin" / "nvcc").exists():
         notes.append(f"{cuda_home}/bin/nvcc not found (HybridEP's run-time JIT needs it; set CUDA_HOME)")

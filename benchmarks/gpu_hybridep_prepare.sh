@@ -11,7 +11,7 @@
 # usage: bash benchmarks/gpu_hybridep_prepare.sh [GIT_DIR] [COMMIT] [piece_bytes]
 #   GIT_DIR      a bare DeepEP git dir (default /work/.mirror/deepseek-ai+DeepEP/repo, what the `fetch` tool gives)
 #   COMMIT       the commit to build (default: the pinned one below, hybrid-ep at 2026-07-10)
-#   piece_bytes  largest piece, default 56000000 (a device call carries 64 MiB with the working tree)
+#   piece_bytes  largest piece, default 64 MiB less the tracked tree less 2 MB (gpu_pieces.sh default_piece_bytes: a device call carries 64 MiB with the working tree)
 # Writes (all under .gpu_stack/, which git ignores), in the layout of benchmarks/gpu_stack_prepare.sh:
 #   .gpu_stack/hybridep/pNN/   `piece` (a slice of one uncompressed tar), `SHA256SUMS` (every piece, the whole tar),
 #                              `STACK` ("hybridep <n> <total>")
@@ -26,7 +26,7 @@ GIT_DIR=${1:-/work/.mirror/deepseek-ai+DeepEP/repo}
 # HybridEPBuffer argument megatron-core 0.19.2 passes (num_blocks_permute, num_sms_preprocessing_api,
 # fuse_permute_dispatch / fuse_unpermute_combine, handle[-1] = overflow_flag).
 COMMIT=${2:-94a9f8f6b146c07d97ec58f67cd6d303296d6098}
-PIECE=${3:-56000000}
+PIECE=${3:-}
 NAME=hybridep
 OUTDIR=.gpu_stack/$NAME
 [ -f "$GIT_DIR/HEAD" ] || { echo "error: $GIT_DIR is no git dir (fetch github:deepseek-ai/DeepEP first)" >&2; exit 2; }
@@ -55,6 +55,7 @@ tarball=$OUTDIR/stack.tar
 tar -cf "$tarball" -C "$tmp" DeepEP-src.tar.gz SOURCE.txt FILES.sha256
 # shellcheck source=benchmarks/gpu_pieces.sh
 source benchmarks/gpu_pieces.sh
+PIECE=${PIECE:-$(default_piece_bytes)}
 cut_pieces "$NAME" "$OUTDIR" "$tarball" "$PIECE" "DeepEP $COMMIT (${branches:-?})"
 cp "$tmp/SOURCE.txt" "$OUTDIR/SOURCE.txt"
 echo "Send each piece with one device call (carry .gpu_stack/$NAME/pNN; command: bash benchmarks/gpu_hybridep_build.sh);"

@@ -11,7 +11,8 @@ cut_pieces() {
   total=$(ls "$outdir"/piece.* | wc -l)
   {
     echo "# stack $name: $total pieces of <= $piece bytes; $(wc -c < "$tarball") bytes in all${note:+; $note}"
-    (cd "$outdir" && sha256sum "$(basename "$tarball")" piece.*)
+    (cd "$(dirname "$tarball")" && sha256sum "$(basename "$tarball")")
+    (cd "$outdir" && sha256sum piece.*)
   } > "$outdir/SHA256SUMS"
   local p n d
   for p in "$outdir"/piece.*; do
@@ -21,4 +22,12 @@ cut_pieces() {
   rm -f "$tarball"
   echo "stack $name: $total pieces under $outdir/"
   du -b "$outdir"/p*/piece | awk '{printf "  %s  %d bytes (%.2f MB)\n", $2, $1, $1/1e6}'
+}
+
+# default_piece_bytes: the largest piece one device call can carry beside the working tree: 64 MiB less the tracked
+# files (17 MB on 2026-11-28: 56 MB pieces no longer fit, "the working tree is larger than 64 MiB") less 2 MB.
+default_piece_bytes() {
+  local tree
+  tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  echo $((64 * 1024 * 1024 - tree - 2000000))
 }

@@ -4,7 +4,7 @@
 #
 # usage: bash benchmarks/gpu_stack_prepare.sh <stack> [piece_bytes]
 #   stack        a list under benchmarks/gpu_stack/ (bridge-0.4.2: the NGC nemo 26.04 pair; bridge-0.6.2: PyPI's newest)
-#   piece_bytes  largest piece, default 56000000 (a device call carries 64 MiB with the working tree)
+#   piece_bytes  largest piece, default 64 MiB less the tracked tree less 2 MB (gpu_pieces.sh default_piece_bytes: a device call carries 64 MiB with the working tree)
 # Writes (all under .gpu_stack/, which git ignores):
 #   .gpu_stack/cache/            every downloaded wheel / sdist, shared by the stacks (nothing is fetched twice)
 #   .gpu_stack/<stack>/pNN/      one folder per piece: `piece` (a slice of one uncompressed tar of the stack's files)
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STACK=${1:?usage: gpu_stack_prepare.sh <stack> [piece_bytes]}
-PIECE=${2:-56000000}
+PIECE=${2:-}
 LIST=benchmarks/gpu_stack/$STACK.txt
 [ -f "$LIST" ] || { echo "error: no list $LIST (stacks: $(ls benchmarks/gpu_stack | sed 's/\.txt$//' | xargs))" >&2; exit 2; }
 CACHE=.gpu_stack/cache
@@ -68,6 +68,7 @@ tar -cf "$tarball" -C "$CACHE" "${files[@]}" -C "$PWD/$OUTDIR" FILES.sha256
 rm -f "$OUTDIR/FILES.sha256"
 # shellcheck source=benchmarks/gpu_pieces.sh
 source benchmarks/gpu_pieces.sh
+PIECE=${PIECE:-$(default_piece_bytes)}
 cut_pieces "$STACK" "$OUTDIR" "$tarball" "$PIECE" "${#files[@]} files"
 echo "Send each piece with one device call (carry .gpu_stack/$STACK/pNN; command: bash benchmarks/gpu_setup.sh $STACK);"
 echo "the call that brings the last missing piece installs the stack."

@@ -248,3 +248,28 @@ def test_probe_blocks_a_hybridep_arm_whose_deep_ep_is_not_the_dir(tmp_path: Path
     assert ab.probe_blocks("hybridep", p, "nvidia", site) is None
     assert "HAVE_HYBRIDEP=False" in ab.probe_blocks("hybridep", {**p, "megatron_have_hybridep": False}, "nvidia", site)
     assert "no HybridEPBuffer" in ab.probe_blocks("hybridep", {**p, "deep_ep_has_hybridep": False}, "nvidia", site)
+
+
+def test_hybridep_env_leaves_uccls_pip_site_and_cuda12_runtime_off_the_path(tmp_path: Path) -> None:
+    # What 4 x H200 ran on 2026-11-28: /tmp/uccl_site (uccl + nvidia-cuda-runtime-cu12) on PYTHONPATH for every arm,
+    # so the hybridep arm loaded libcudart.so.12 beside torch's .so.13.
+    hep = tmp_path / "hybridep"
+    (hep / "deep_ep").mkdir(parents=True)
+    (hep / "deep_ep" / "__init__.py").write_text("")
+    uccl_site = tmp_path / "uccl_site"
+    (uccl_site / "uccl").mkdir(parents=True)
+    (uccl_site / "uccl" / "__init__.py").write_text("")
+    cuda12 = tmp_path / "cuda12"
+    (cuda12 / "nvidia" / "cuda_runtime" / "lib").mkdir(parents=True)
+    (cuda12 / "nvidia" / "cuda_runtime" / "lib" / "libcudart.so.12").write_text("")
+    stack = tmp_path / "stack"
+    stack.mkdir()
+    env, notes = ab.hybridep_env(hep, {"PYTHONPATH": f"{stack}:{uccl_site}:{cuda12}", "CUDA_HOME": str(tmp_path)})
+    assert env["PYTHONPATH"].split(":") == [str(hep.resolve()), str(stack)]
+    assert sum("left off PYTHONPATH" in n for n in notes) == 2
+    # the UCCL arm keeps them: it needs both
+    uccl = tmp_path / "uccl"
+    (uccl / "deep_ep").mkdir(parents=True)
+    (uccl / "deep_ep" / "__init__.py").write_text("")
+    env, _ = ab.uccl_env(uccl, {"PYTHONPATH": f"{stack}:{uccl_site}:{cuda12}"})
+    assert str(uccl_site) in env["PYTHONPATH"].split(":") and str(cuda12) in env["PYTHONPATH"].split(":")

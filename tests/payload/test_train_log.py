@@ -167,3 +167,33 @@ def test_built_dispatcher_from_the_model():
     assert tl.dispatcher_class_name(None, "alltoall") == "alltoall"
     assert tl.built_backend("flex", "deepep") == "deepep"
     assert tl.built_backend("alltoall", "deepep") == "none"  # Megatron-Core's field default, unused
+
+
+# NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN: what 4 x H200 met (2026-11-28): 8 inherited from the host, a HybridEP
+# group of 4 ranks, and HybridEPBuffer's assertion on every rank at the first dispatch.
+@pytest.mark.parametrize(("value", "etp", "ep", "removed"), [
+    ("8", 1, 4, True),     # the host's 8 on a 4-rank group: HybridEPBuffer would assert
+    ("3", 2, 4, True),     # does not divide 8
+    ("x", 1, 4, True),     # not a number
+    ("0", 1, 4, True),
+    ("4", 1, 4, False),    # equal to the group
+    ("8", 2, 8, False),    # a smaller domain than the group, dividing it: a user's choice (Bridge's GB200 recipes)
+])
+def test_an_inherited_hybridep_domain_that_cannot_divide_the_group_is_removed(value, etp, ep, removed):
+    environ = {tl.HYBRIDEP_DOMAIN_ENV: value, "OTHER": "kept"}
+    line = tl.hybridep_domain_env({"dispatcher": "hybridep", "etp": etp, "ep": ep}, environ)
+    assert (tl.HYBRIDEP_DOMAIN_ENV not in environ) is removed
+    assert environ["OTHER"] == "kept"
+    if removed:
+        assert line.startswith("MBRIDGE_HYBRIDEP unset ")
+        assert repr(value) in line and f"group of {etp * ep} ranks" in line
+    else:
+        assert line is None and environ[tl.HYBRIDEP_DOMAIN_ENV] == value
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep", "ncclep"])
+def test_the_hybridep_domain_variable_is_left_alone_for_other_dispatchers(dispatcher):
+    environ = {tl.HYBRIDEP_DOMAIN_ENV: "8"}
+    assert tl.hybridep_domain_env({"dispatcher": dispatcher, "etp": 1, "ep": 4}, environ) is None
+    assert environ == {tl.HYBRIDEP_DOMAIN_ENV: "8"}
+    assert tl.hybridep_domain_env({"dispatcher": "hybridep", "etp": 1, "ep": 4}, {}) is None

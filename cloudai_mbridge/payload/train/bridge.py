@@ -47,6 +47,7 @@ from .log import (
     dispatcher_class_name,
     dispatcher_line,
     first_dispatcher_class,
+    hybridep_domain_env,
     import_deep_ep,
 )
 from .nccl_ep import nccl_ep_topk, prepare_nccl_ep
@@ -336,6 +337,9 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
     say(hub.line())
     deep_ep, deep_ep_error = import_deep_ep()
     check_deep_ep(cfg["dispatcher"], cfg["deepep_impl"], deep_ep, deep_ep_error)
+    unset = hybridep_domain_env(cfg, os.environ)
+    if unset:
+        say(unset)
     if cfg["dispatcher"] == "ncclep":
         say(_prepare_nccl_ep(cfg))
 

@@ -134,6 +134,36 @@ def check_deep_ep(dispatcher: str, deepep_impl: str | None, module: ModuleType |
         )
 
 
+HYBRIDEP_DOMAIN_ENV = "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"
+
+
+def hybridep_domain_env(cfg: dict[str, Any], environ: dict[str, str]) -> str | None:
+    """An inherited NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN that HybridEP cannot use is removed before the model is
+    built; returns the MBRIDGE_HYBRIDEP line saying so (None when nothing was changed).
+
+    DeepEP's hybrid-ep HybridEPBuffer (deep_ep/hybrid_ep_buffer.py L62-L76 at 94a9f8f) takes the ranks per NVLink
+    domain from that variable when it is set (warning when it differs from what it detects: the group's ranks whose
+    memory it can map) and asserts that the group's size is a multiple of it. Seen on 4 x H200 (2026-11-28): the
+    variable came in as 8 from the host's environment, DeepEP detected 4, and every rank died at its first dispatch
+    with "The number of ranks 4 should be divisible by the number of ranks per node 8". A value that divides the
+    group (etp x ep) is a choice (Bridge's GB200 recipes set 8 on a 72-GPU domain) and is kept; one that does not
+    cannot run, so it is removed and DeepEP's own detection decides."""
+    if cfg.get("dispatcher") != "hybridep" or HYBRIDEP_DOMAIN_ENV not in environ:
+        return None
+    group = int(cfg.get("etp") or 1) * int(cfg.get("ep") or 1)
+    value = environ[HYBRIDEP_DOMAIN_ENV]
+    try:
+        ok = int(value) > 0 and group % int(value) == 0
+    except ValueError:
+        ok = False
+    if ok:
+        return None
+    del environ[HYBRIDEP_DOMAIN_ENV]
+    return (f"MBRIDGE_HYBRIDEP unset {HYBRIDEP_DOMAIN_ENV}={value!r} from the environment: it does not divide the "
+            f"HybridEP group of {group} ranks (etp x ep), so HybridEPBuffer would assert; DeepEP detects the NVLink "
+            "domain itself")
+
+
 def dispatcher_class_name(cls_name: str | None, config_type: str) -> str:
     """The built dispatcher from the first MoE layer's token_dispatcher class, else from the config's type."""
     if cls_name is None:

@@ -52,6 +52,7 @@ from .log import (
     dispatcher_class_name,
     dispatcher_line,
     first_dispatcher_class,
+    hybridep_domain_env,
     import_deep_ep,
     iteration_line,
     memory_line,
@@ -195,6 +196,9 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
         missing_echo_fields(cfg, transformer_config_fields(), _megatron_core_version())
     deep_ep, deep_ep_error = import_deep_ep()
     check_deep_ep(cfg["dispatcher"], cfg["deepep_impl"], deep_ep, deep_ep_error)
+    unset = hybridep_domain_env(cfg, os.environ)
+    if unset and dist.rank == 0:
+        print(unset, flush=True)
     if cfg["tp"] > 1 and cfg["sequence_parallel"]:
         # Megatron-LM's requirement for sequence parallelism: kernels reach the GPU in issue order.
         os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
