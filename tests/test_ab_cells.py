@@ -19,10 +19,13 @@ def _run(capsys: pytest.CaptureFixture[str], *cells: Path) -> tuple[int, str]:
     return rc, capsys.readouterr().out
 
 
-def test_recorded_cells_count_four(capsys: pytest.CaptureFixture[str]) -> None:
+def test_recorded_cells_count_five(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out = _run(capsys)
     assert rc == 0
-    assert re.search(r"^RESULT ab_bridge_cells=4 ", out, flags=re.M)
+    assert re.search(r"^RESULT ab_bridge_cells=5 ", out, flags=re.M)
+    # host 6: the first UCCL-EP cell with 3 + 3 starts, alltoall faster
+    assert re.search(r"^dsv3_mbs1_deepep_h6: deepseek_v3_proxy mbs 1 deepep: counts: alltoall faster, \+6\.5 %",
+                     out, flags=re.M)
     # the DSV3 cells of host 4 ran 3 + 3 starts but left the loss envelope: listed, not counted
     assert re.search(r"^dsv3_mbs1_h4: deepseek_v3_proxy mbs 1 ncclep: does not count: work gate", out, flags=re.M)
     assert "cell deepseek_v3_proxy mbs 2 ncclep: dsv3_mbs2_h200" in out
