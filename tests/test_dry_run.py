@@ -181,6 +181,13 @@ def test_refit_executor_sweeps_and_refuses_replay_without_coalescing(tmp_path: P
     assert "[refit-executor-coalesce]" in res.output and "set coalesce_mib > 0" in res.output
 
 
+def test_refit_schedule_sweeps_to_the_payload_and_refuses_pairwise_without_coalescing(tmp_path: Path) -> None:
+    res, configs = _refit_sweep(tmp_path, 'coalesce_schedule = ["rounds", "pairwise"]\ncoalesce_mib = [0, 1024]\n')
+    assert sorted((c["coalesce_schedule"], c["coalesce_mib"]) for c in configs) == [
+        ("pairwise", 1024), ("rounds", 0), ("rounds", 1024)]
+    assert "[refit-schedule-coalesce]" in res.output and "set coalesce_mib > 0" in res.output
+
+
 def test_shared_expert_overlap_can_be_held_off_in_both_ab_arms(tmp_path: Path) -> None:
     import json
 

@@ -64,6 +64,17 @@ def _executor(p: RefitPlan) -> Iterator[Violation]:
                         "set coalesce_mib > 0 or executor = \"megatron\"")
 
 
+@rule("refit-schedule-coalesce")
+def _schedule(p: RefitPlan) -> Iterator[Violation]:
+    """payload/refit/coalesce.py exchange_units: coalesce_schedule orders the coalescing copy service's messages, so
+    "pairwise" needs coalesce_mib > 0 (payload/refit/config.py refuses it too)."""
+    c = p.config
+    if c.get("coalesce_schedule", "rounds") != "rounds" and not c.get("coalesce_mib"):
+        yield Violation("", {"coalesce_schedule": c["coalesce_schedule"], "coalesce_mib": c.get("coalesce_mib", 0)},
+                        "the schedule orders the coalescing copy service's messages",
+                        "set coalesce_mib > 0 or coalesce_schedule = \"rounds\"")
+
+
 @rule("refit-model-size")
 def _model_size(p: RefitPlan) -> Iterator[Violation]:
     """catalog/models.py: num_layers is there to run fewer layers than the model has (refit moves every layer

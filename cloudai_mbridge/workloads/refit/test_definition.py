@@ -28,6 +28,7 @@ ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
 Transport = Literal["gloo", "nccl", "nvshmem", "nixl"]
 Executor = Literal["megatron", "replay"]
+Schedule = Literal["rounds", "pairwise"]
 
 
 def new_run_id() -> str:
@@ -66,6 +67,10 @@ class MBridgeRefitCmdArgs(CmdArgs):
     # "replay" (coalesce_mib > 0 only, rule refit-executor-coalesce): refits after the first hand megatron-core's
     # cached plan straight to the coalescing service (payload/refit/replay.py); "megatron": swap_model_weights
     executor: Executor | list[Executor] = "megatron"
+    # coalesce_mib > 0 only (rule refit-schedule-coalesce): "rounds" sends bucket i to every peer at once, "pairwise"
+    # one peer pair at a time (step s: rank i sends to i + s); 4 x H200 TP4 -> EP4, replay, 1 GiB: 37.8 ms pairwise
+    # against 40.8 ms rounds in one command (benchmarks/results/refit_4gpu/README.md, host 4)
+    coalesce_schedule: Schedule | list[Schedule] = "rounds"
     device: Literal["cuda", "cpu"] = "cuda"
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     warmup: PosInt = 2
@@ -111,6 +116,7 @@ class MBridgeRefitTestDefinition(MBridgeTestDefinition):
             "transport": a.transport,
             "coalesce_mib": a.coalesce_mib,
             "executor": a.executor,
+            "coalesce_schedule": a.coalesce_schedule,
             "device": a.device,
             "dtype": a.dtype,
             "warmup": a.warmup,
