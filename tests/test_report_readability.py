@@ -293,3 +293,16 @@ def build_refit_page(tmp_path: Path) -> Path:
                    "--test-scenario", str(scenario_path), "--result-dir", str(root), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return root / "mbridge_refit.html"
+
+
+def test_refit_rows_of_a_copy_service_sweep_are_told_apart() -> None:
+    # A sweep of coalesce_mib x executor x coalesce_schedule (conf/test/kimi_k2_refit.toml's fields) gives rows with
+    # the same mapping and transport: the label is all that tells a reader which ran.
+    from cloudai_mbridge.reports.refit_table import transport_label
+
+    labels = {transport_label({"transport": "nccl", "coalesce_mib": mib, "executor": ex, "coalesce_schedule": sch})
+              for mib, ex, sch in [(0, "megatron", "rounds"), (1024, "megatron", "rounds"),
+                                   (1024, "replay", "rounds"), (1024, "replay", "pairwise")]}
+    assert labels == {"nccl", "nccl (1024 MiB messages)", "nccl (1024 MiB messages, replay)",
+                      "nccl (1024 MiB messages, replay, pairwise)"}
+    assert transport_label({"transport": "gloo"}) == "gloo"

@@ -97,6 +97,19 @@ class MBridgeRefitTable(TolerantLoading, Reporter):
                            skipped_section(skipped_points(self, MBridgeRefitTestDefinition)))
 
 
+def transport_label(config: Mapping[str, Any]) -> str:
+    """The transport and how the copy service ran, so that the rows of a coalesce_mib / executor /
+    coalesce_schedule sweep can be told apart: "nccl (1024 MiB messages, replay, pairwise)"; defaults are left out."""
+    how = []
+    if config.get("coalesce_mib"):
+        how.append(f"{config['coalesce_mib']} MiB messages")
+    if config.get("executor", "megatron") != "megatron":
+        how.append(str(config["executor"]))
+    if config.get("coalesce_schedule", "rounds") != "rounds":
+        how.append(str(config["coalesce_schedule"]))
+    return config["transport"] + (f" ({', '.join(how)})" if how else "")
+
+
 def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str) -> dict[str, Any]:
     # A damaged REFIT_ITER time makes the whole run's times unusable, and so do logs from another run, a config
     # edited after the run or a verification whose parts disagree: the row stays, without a time.
@@ -104,8 +117,8 @@ def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str)
                 and not getattr(m, "invalid_reasons", ()))
     # the mapping is what ran (REFIT_CONFIG), not what the config file says now
     ran = getattr(m, "ran_config", None) or {}
-    config = {**config, **{k: ran[k] for k in ("model", "src", "dst", "mode", "transport", "coalesce_mib", "dtype")
-                           if k in ran}}
+    config = {**config, **{k: ran[k] for k in ("model", "src", "dst", "mode", "transport", "coalesce_mib", "dtype",
+                                               "executor", "coalesce_schedule") if k in ran}}
     t = m.time_ms
     dims = mapping_dims(config["src"], config["dst"])
     src, dst = layout_name(config["src"], dims), layout_name(config["dst"], dims)
@@ -118,8 +131,7 @@ def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str)
         "dst_layout": dst,
         "mapping": f"{src} → {dst}",
         "mode": config["mode"],
-        "transport": config["transport"] + (f" ({config['coalesce_mib']} MiB messages)"
-                                            if config.get("coalesce_mib") else ""),
+        "transport": transport_label(config),
         "ranks": m.world_size,
         "time_ms_min": t.min if verified else None,
         "time_ms_p10": t.p10 if verified else None,
