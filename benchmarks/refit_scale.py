@@ -6,7 +6,8 @@ of --gpus-per-node, remote between nodes) and the planned slices; a GPU's second
 + inter-node / NIC rate + local / copy rate; the refit takes the slowest GPU's seconds. No per-op latency term.
 Rates: "measured" = the refit's own 57.68 GB/s/GPU (2x H200, megatron-core NCCL service) inside a node and the same
 16 % of an ASSUMED 400 Gb/s NIC between nodes; "coalesced" = 70.05 GB/s/GPU likewise; "replay" = 248.70 GB/s/GPU
-(4x H200, the replay executor, 69.4 % of its run's ceiling) likewise; "line-rate" = the measured
+(4x H200, the replay executor, 69.4 % of its run's ceiling) likewise; "replay-pairwise" = 267.44 GB/s/GPU (4x H200,
+the replay executor with the pairwise schedule, 75.0 % of its run's ceiling) likewise; "line-rate" = the measured
 359.3 GB/s/GPU NCCL ceiling and the assumed 50 GB/s NIC. Copies at an ASSUMED 1000 GB/s. Models: catalog shapes,
 bf16, MTP left out.
 """
@@ -24,6 +25,8 @@ from cloudai_mbridge.catalog import get_model
 from cloudai_mbridge.plan.refit_bytes import (
     MEASURED_CEILING_GBPS,
     MEASURED_COALESCED_GBPS,
+    MEASURED_PAIRWISE_CEILING_GBPS,
+    MEASURED_PAIRWISE_GBPS,
     MEASURED_REFIT_GBPS,
     MEASURED_REPLAY_CEILING_GBPS,
     MEASURED_REPLAY_GBPS,
@@ -63,6 +66,12 @@ def check_measured() -> None:
     row = next(r for r in replay if r.get("executor") == "replay")
     for name, have, want in (("replay", MEASURED_REPLAY_GBPS, row["remote_gbps_per_gpu"]),
                              ("replay ceiling", MEASURED_REPLAY_CEILING_GBPS, row["ceiling"]["gbps_per_gpu"])):
+        if abs(have - want) > 0.01:
+            raise SystemExit(f"plan/refit_bytes.py {name} rate {have} differs from the measured {want:.2f}")
+    pairwise = json.loads((RESULTS / "refit_4gpu" / "h200b" / "c3_pairwise_1024" / "gpu_refit_nccl.json").read_text())
+    row = next(r for r in pairwise["refit"] if r.get("coalesce_schedule") == "pairwise")
+    for name, have, want in (("pairwise", MEASURED_PAIRWISE_GBPS, row["remote_gbps_per_gpu"]),
+                             ("pairwise ceiling", MEASURED_PAIRWISE_CEILING_GBPS, row["ceiling"]["gbps_per_gpu"])):
         if abs(have - want) > 0.01:
             raise SystemExit(f"plan/refit_bytes.py {name} rate {have} differs from the measured {want:.2f}")
 

@@ -244,6 +244,8 @@ REFIT_SCENARIO = (
     '  [Tests.cmd_args]\n  dst = { tp = 4, ep = 1 }\n'
     '[[Tests]]\nid = "ep8pp2_to_tp8_replay"\ntest_name = "case"\nnum_nodes = 2\ntime_limit = "01:00:00"\n'
     '  [Tests.cmd_args]\n  coalesce_mib = 1024\n  executor = "replay"\n'
+    '[[Tests]]\nid = "ep8pp2_to_tp8_pairwise"\ntest_name = "case"\nnum_nodes = 2\ntime_limit = "01:00:00"\n'
+    '  [Tests.cmd_args]\n  coalesce_mib = 1024\n  executor = "replay"\n  coalesce_schedule = "pairwise"\n'
 )
 
 
@@ -265,6 +267,10 @@ def test_refit_points_show_predicted_seconds_that_follow_the_byte_plan(tmp_path:
     assert "248.70 GB/s" in rp["refit_predicted_basis"] and "4x H200" in rp["refit_predicted_basis"], rp
     assert rp["refit_recv_gb_per_gpu"] == tp8["refit_recv_gb_per_gpu"]
     assert float(rp["refit_predicted_s"]) < float(tp8["refit_predicted_s"]) / 3
+    # and the pairwise schedule at its own (measured on 4 x H200, host 4 of refit_4gpu/): faster than rounds
+    pw = rows["ep8pp2_to_tp8_pairwise"]
+    assert "267.44 GB/s" in pw["refit_predicted_basis"], pw
+    assert float(pw["refit_predicted_s"]) < float(rp["refit_predicted_s"])
     html = (tmp_path / "out" / "preflight.html").read_text()
     assert "predicted refit (s)" in html and "prediction, not a measurement" in html and "2 x H200" in html
     assert f"<td>{tp8['refit_predicted_s']}</td>" in html and f"<td>{tp4['refit_predicted_s']}</td>" in html

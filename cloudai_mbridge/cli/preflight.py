@@ -173,14 +173,14 @@ def _refit_note_html() -> str:
     from ..plan.refit_bytes import ASSUMED_COPY_GBPS, ASSUMED_NIC_GBPS, MEASURED_CEILING_GBPS, bandwidths
 
     rates = {b.name: b for b in bandwidths()}
-    m, c, r = rates["measured"], rates["coalesced"], rates["replay"]
+    m, c, r, pw = rates["measured"], rates["coalesced"], rates["replay"], rates["replay-pairwise"]
     return ("<p class='note'>Predicted refit seconds are a <b>prediction, not a measurement</b>: the point's byte "
             "plan (plan/refit_bytes.py, after megatron-core's resharding planner) priced at the refit rate measured "
             f"on 2 x H200 (benchmarks/results/gpu_refit_nccl.json): {m.nvlink_gbps:.2f} GB/s per GPU of remote "
             f"bytes inside a node with megatron-core's NCCL service ({c.nvlink_gbps:.2f} GB/s with coalesce_mib "
             f"&gt; 0), {100 * m.nvlink_gbps / MEASURED_CEILING_GBPS:.0f} % of that run's NCCL ceiling; with "
-            f"executor = \"replay\" {r.nvlink_gbps:.2f} GB/s, measured on 4 x H200 "
-            "(benchmarks/results/refit_4gpu/h200/). "
+            f"executor = \"replay\" {r.nvlink_gbps:.2f} GB/s ({pw.nvlink_gbps:.2f} GB/s with coalesce_schedule = "
+            "\"pairwise\"), measured on 4 x H200 (benchmarks/results/refit_4gpu/h200/, h200b/). "
             f"Assumed, not measured: between nodes the same fraction of a 400 Gb/s NIC ({ASSUMED_NIC_GBPS:.0f} "
             f"GB/s per GPU, so {m.nic_gbps:.2f} GB/s; {r.nic_gbps:.2f} GB/s with replay), local copies at "
             f"{ASSUMED_COPY_GBPS:.0f} GB/s, no per-message "

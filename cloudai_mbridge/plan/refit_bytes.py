@@ -368,6 +368,9 @@ MEASURED_CEILING_GBPS = 359.29  # NCCL exchange, 4 GiB in one op, same run as ME
 # Measured on 4x H200 (NV18), benchmarks/results/refit_4gpu/h200/w4_gpu_refit_nccl.json, Kimi-K2-shaped tp4 -> ep4:
 MEASURED_REPLAY_GBPS = 248.70  # executor "replay" (payload/refit/replay.py), coalesce_mib 1024, overlapped
 MEASURED_REPLAY_CEILING_GBPS = 358.29  # NCCL exchange, 4 GiB in one op, same run as MEASURED_REPLAY_GBPS
+# Measured on 4x H200 (NV18), benchmarks/results/refit_4gpu/h200b/c3_pairwise_1024/gpu_refit_nccl.json, tp4 -> ep4:
+MEASURED_PAIRWISE_GBPS = 267.44  # executor "replay", coalesce_mib 1024, coalesce_schedule "pairwise", overlapped
+MEASURED_PAIRWISE_CEILING_GBPS = 356.41  # NCCL exchange, 4 GiB in one op, same run as MEASURED_PAIRWISE_GBPS
 # Assumed, not measured here:
 ASSUMED_NIC_GBPS = 50.0  # 400 Gb/s per GPU between nodes (one 400G NIC per H100), line rate
 ASSUMED_COPY_GBPS = 1000.0  # device-to-device copy of local slices (H100 HBM3, read + write)
@@ -390,6 +393,8 @@ def bandwidths() -> list[Bandwidth]:
                   ASSUMED_NIC_GBPS * MEASURED_COALESCED_GBPS / MEASURED_CEILING_GBPS),
         Bandwidth("replay", MEASURED_REPLAY_GBPS,
                   ASSUMED_NIC_GBPS * MEASURED_REPLAY_GBPS / MEASURED_REPLAY_CEILING_GBPS, measured_on="4x H200"),
+        Bandwidth("replay-pairwise", MEASURED_PAIRWISE_GBPS,
+                  ASSUMED_NIC_GBPS * MEASURED_PAIRWISE_GBPS / MEASURED_PAIRWISE_CEILING_GBPS, measured_on="4x H200"),
         Bandwidth("line-rate", MEASURED_CEILING_GBPS, ASSUMED_NIC_GBPS),
     ]
 
@@ -438,16 +443,19 @@ _PREDICTIONS: dict[tuple, RefitPrediction] = {}
 
 
 def _rate_name(config: dict) -> str:
-    """Which measured rate prices a refit payload config: its copy service and executor."""
+    """Which measured rate prices a refit payload config: its copy service, executor and schedule. The pairwise
+    schedule was measured with the replay executor only: with executor "megatron" it is priced as "coalesced"."""
     if (config.get("coalesce_mib") or 0) <= 0:
         return "measured"
-    return "replay" if config.get("executor") == "replay" else "coalesced"
+    if config.get("executor") != "replay":
+        return "coalesced"
+    return "replay-pairwise" if config.get("coalesce_schedule") == "pairwise" else "replay"
 
 
 def predict_payload(config: dict, world_size: int, gpus_per_node: int) -> RefitPrediction:
     """Seconds of a refit payload config on ``world_size`` GPUs, ``gpus_per_node`` a node, at the measured rate
     (``coalesce_mib`` > 0: the coalescing service's measured rate; ``executor`` "replay" as well: the replay
-    executor's). Cached per model, layout pair and world: a
+    executor's, with ``coalesce_schedule`` "pairwise" its pairwise rate). Cached per model, layout pair and world: a
     Kimi-K2 plan takes seconds to build and every point of a sweep that changes something else shares it."""
     layout = (json.dumps({k: config.get(k) for k in ("model", "src", "dst", "mode", "dtype")}, sort_keys=True),
               world_size, gpus_per_node)
