@@ -292,6 +292,39 @@ def test_generate_reports(tmp_path: Path) -> None:
     assert not any(empty.iterdir())
 
 
+@surface("cloudai.cli.handlers._check_installation")
+def test_check_installation(tmp_path: Path) -> None:
+    from cloudai.cli import handlers
+
+    member = "cloudai.cli.handlers._check_installation"
+    check_signature(handlers._check_installation, "(args: argparse.Namespace, system: cloudai._core.system.System, "
+                    "tests: list[cloudai.models.workload.TestDefinition], test_scenario: "
+                    "cloudai._core.test_scenario.TestScenario) -> cloudai._core.installables.base.InstallStatusResult",
+                    member, "replace_check_installation")
+    run = handlers.handle_dry_run_and_run
+    assert calls_by_name(run, "_check_installation") and calls_by_name(run, "mark_as_installed"), (
+        "cloudai.cli.handlers.handle_dry_run_and_run no longer checks the installation and then marks every item "
+        "installed in a dry-run: check what session.replace_check_installation leaves out")
+    # The original creates install_path and its huggingface folder, even for a dry-run.
+    system, scenario = parse(tmp_path)
+    _tests = [tr.test for tr in scenario.test_runs]
+    args = argparse.Namespace(mode="dry-run", enable_cache_without_check=False)
+    system.install_path = tmp_path / "install"
+    system.hf_home_path = system.install_path / "huggingface"
+    handlers._check_installation(args, system, _tests, scenario)
+    assert system.hf_home_path.is_dir(), (
+        f"{member} no longer creates install_path/huggingface in a dry-run: session.replace_check_installation may "
+        "be unnecessary")
+    system.install_path = tmp_path / "install2"
+    system.hf_home_path = system.install_path / "huggingface"
+    with replaced(plugin_session.replace_check_installation):
+        assert handlers._check_installation(args, system, _tests, scenario).success
+        assert not system.install_path.exists()  # the dry-run created nothing
+        handlers._check_installation(argparse.Namespace(mode="run", enable_cache_without_check=False), system,
+                                     _tests, scenario)
+        assert system.hf_home_path.is_dir()  # a run keeps CloudAI's check, which creates the install folder
+
+
 @surface("cloudai.cli.handlers.register_signal_handlers")
 def test_register_signal_handlers() -> None:
     import signal

@@ -335,6 +335,28 @@ def replace_slurm_gpu_directives(p: Patches) -> None:
     p.replace(SlurmSystem, "supports_gpu_directives", property(supports_gpu_directives))
 
 
+def replace_check_installation(p: Patches) -> None:
+    """dry-run: replaces ``_check_installation`` in cloudai/cli/handlers.py, whose ``installer.is_installed`` creates
+    the system's ``install_path`` and ``<install_path>/huggingface`` (``prepare_output_dir``): ``./install`` of the
+    shipped system files lands in the working folder, outside --output-dir, although ``handle_dry_run_and_run``
+    then marks every item as installed without looking (``mark_as_installed``). Here a dry-run checks nothing on disk
+    and creates nothing; ``run`` keeps CloudAI's check and install (the folder is the system file's ``install_path``,
+    relative to the working folder). Not an extension point: ``handle_dry_run_and_run`` calls it by name in both
+    modes."""
+    from cloudai.cli import handlers
+    from cloudai.core import InstallStatusResult
+
+    check = handlers._check_installation
+
+    def no_install_check(args: Any, *rest: Any, **kwargs: Any) -> Any:
+        if getattr(args, "mode", None) != "dry-run":
+            return check(args, *rest, **kwargs)
+        logging.debug("dry-run: installation not checked, nothing created under install_path")
+        return InstallStatusResult(True, "dry-run: installation not checked")
+
+    p.replace(handlers, "_check_installation", no_install_check)
+
+
 def replace_generate_reports(p: Patches, s: Session) -> None:
     """Replaces ``generate_reports`` in cloudai/cli/handlers.py, which ``handle_non_dse_job`` calls whatever the mode.
     dry-run: CloudAI's writes a status table of FAILED jobs and empty reports from results that cannot exist; here
@@ -421,6 +443,7 @@ REPLACEMENTS = {
     "cloudai.systems.slurm.slurm_system.SlurmSystem.update": replace_slurm_update,
     "cloudai.systems.slurm.slurm_system.SlurmSystem.complete_job": replace_slurm_complete_job,
     "cloudai.systems.slurm.slurm_system.SlurmSystem.supports_gpu_directives": replace_slurm_gpu_directives,
+    "cloudai.cli.handlers._check_installation": replace_check_installation,
     "cloudai.cli.handlers.generate_reports": replace_generate_reports,
     "cloudai.cli.handlers.register_signal_handlers": replace_register_signal_handlers,
     "cloudai.cli.handlers.expand_file_list": replace_expand_file_list,
@@ -445,6 +468,7 @@ def session(mode: str) -> Iterator[Session]:
         replace_slurm_update(p)
         replace_slurm_complete_job(p)
         replace_slurm_gpu_directives(p)
+        replace_check_installation(p)
         for handler in logging.getLogger().handlers:
             if type(handler) is logging.StreamHandler:  # the terminal, not debug.log
                 f = _DropNoise()

@@ -216,6 +216,50 @@ def test_a_bad_setting_is_a_system_file_error_naming_the_key(knob: str, value: s
     assert not manifest_dirs(res.output_dir)
 
 
+@pytest.mark.parametrize(
+    ("system", "resources", "expected"),
+    [
+        (GENERIC, '{"nvidia.com/gpu": 0}', "sets nvidia.com/gpu itself, to the plan's GPUs per node"),
+        (GENERIC, '{"nvidia.com/gpu": 4}', "change gpus_per_node in the system file"),
+        (GENERIC, '{"NVIDIA.com/GPU": 8}', "sets nvidia.com/gpu itself"),
+        (EKS, '{"vpc.amazonaws.com/efa": 32}', f"from {PREFIX}EFA_DEVICES"),
+        (GENERIC, '{"gpu": 1}', "neither a standard container resource"),
+        (GENERIC, '{"kubernetes.io/x": 1}', "a name Kubernetes reserves"),
+        (GENERIC, '{"rdma/ib": "0.5"}', "whole devices"),
+        (GENERIC, '{"rdma/ib": "lots"}', "not a Kubernetes quantity"),
+        (GENERIC, '{"hugepages-huge": "1Gi", "memory": "8Gi"}', "not a huge page size"),
+        (GENERIC, '{"hugepages-2Mi": "1Gi"}', "huge pages only with a cpu or memory request"),
+    ],
+    ids=["gpu-0", "gpu-other-count", "gpu-case", "efa-on-efa-system", "no-domain", "reserved", "fraction",
+         "quantity", "hugepage-size", "hugepages-alone"],
+)
+def test_extra_resources_that_override_the_plan_or_break_the_api_are_refused(system, resources, expected,
+                                                                              tmp_path: Path) -> None:
+    _, scenario = write_case(tmp_path, SMALL_CASE + 'container_image = "img:1"\n', ONE_POINT)
+    system_file = system_toml(tmp_path, system, {PREFIX + "EXTRA_RESOURCES": resources})
+    res = k8s_dry_run(system_file, scenario, tmp_path)
+    assert res.returncode != 0, res.output
+    for part in (str(system_file), PREFIX + "EXTRA_RESOURCES[", expected, "Fix:"):
+        assert part in res.output, (part, res.output)
+    assert "Traceback" not in res.output
+    assert not manifest_dirs(res.output_dir)
+
+
+def test_genuinely_extra_resources_reach_the_manifest(tmp_path: Path) -> None:
+    """An EFA device on a system whose network is not EFA, huge pages with memory: limits = requests, beside the
+    plan's GPUs; the manifests still validate."""
+    _, scenario = write_case(tmp_path, SMALL_CASE + 'container_image = "img:1"\n', ONE_POINT)
+    extra = '{"vpc.amazonaws.com/efa": 4, "hugepages-2Mi": "1Gi", "memory": "512Gi"}'
+    system_file = system_toml(tmp_path, GENERIC, {PREFIX + "EXTRA_RESOURCES": extra})
+    res = k8s_dry_run(system_file, scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    (k8s_dir,) = manifest_dirs(res.output_dir)
+    objects = _assert_valid_point(k8s_dir)
+    (c,) = containers(objects[-1])
+    want = {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "4", "hugepages-2Mi": "1Gi", "memory": "512Gi"}
+    assert c["resources"] == {"limits": want, "requests": want}
+
+
 def test_every_setting_is_documented() -> None:
     text = (CONF / "system" / "eks_b300_efa.toml").read_text() + (CONF / "system" / "k8s_generic.toml").read_text()
     assert [k for k in KNOBS if PREFIX + k not in text] == [], "every setting appears in an example system file"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,7 +68,8 @@ KNOBS: dict[str, str] = {
     "CREDENTIALS": 'JSON object: env var -> "secret-name[:key]" (key defaults to "token"), e.g. '
     '{"HF_TOKEN": "hf-token:token"}',
     "EFA_DEVICES": "vpc.amazonaws.com/efa devices per pod (required on EFA systems), e.g. 16",
-    "EXTRA_RESOURCES": 'JSON object of extra resource limits = requests, e.g. {"rdma/rdma_shared_device_a": 1}',
+    "EXTRA_RESOURCES": 'JSON object of extra resource limits = requests, e.g. {"rdma/rdma_shared_device_a": 1}; '
+    "never nvidia.com/gpu (from gpus_per_node) nor, on an EFA system, vpc.amazonaws.com/efa (from EFA_DEVICES)",
     "SHM_SIZE": 'size of the memory-backed /dev/shm, e.g. "64Gi" (the default)',
     "MASTER_PORT": "torchrun rendezvous port, default 29500",
     "SERVICE_ACCOUNT": "serviceAccountName of the pods",
@@ -222,13 +224,60 @@ def _credential_refs(key: str, raw: str) -> tuple[Credential, ...]:
     return tuple(out)
 
 
-def _extra_resources(key: str, raw: str) -> dict[str, str]:
+# Resources the manifests set themselves (objects._resources): from the plan, never from EXTRA_RESOURCES.
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# The container resources Kubernetes knows without a domain (core/v1 helper IsStandardContainerResourceName).
+_STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+_INTEGER = re.compile(r"[0-9]+\Z")
+
+
+def _extra_resources(key: str, raw: str, env: Mapping[str, object] | None = None) -> dict[str, str]:
+    """Resources the pods request on top of what the plan gives them (limits = requests). A resource the manifests
+    set themselves (the GPUs of the plan; the EFA devices on an EFA system) is refused: EXTRA_RESOURCES would
+    silently override the plan's value. Names follow the API server's rules for container resources; an extended
+    resource (a domain-prefixed name) takes whole numbers only."""
     value = _json(key, raw, dict, '{"rdma/rdma_shared_device_a": 1}')
+    env = env or {}
+    efa_system = str(env.get("FI_PROVIDER", "")).strip().lower() == "efa" or PREFIX + "EFA_DEVICES" in env
     out = {}
     for name, qty in value.items():
-        if not is_label_key(name):
-            raise K8sConfigError(f"{key}[{name!r}]", name, "not a resource name", 'write e.g. "rdma/ib"')
-        out[name] = _quantity(f"{key}[{name!r}]", qty)
+        where = f"{key}[{name!r}]"
+        lowered = name.lower()
+        if lowered == GPU_RESOURCE:
+            raise K8sConfigError(
+                where, qty, f"cloudai-mbridge sets {GPU_RESOURCE} itself, to the plan's GPUs per node (gpus_per_node "
+                "of the system file); a value here would override it",
+                f"remove {name!r} from {key}; change gpus_per_node in the system file to give the pods other GPUs")
+        if lowered == EFA_RESOURCE and efa_system:
+            raise K8sConfigError(
+                where, qty, f"cloudai-mbridge sets {EFA_RESOURCE} itself on an EFA system (FI_PROVIDER = efa), "
+                f"from {PREFIX}EFA_DEVICES; a value here would override it",
+                f"remove {name!r} from {key}; set the devices per pod with {PREFIX}EFA_DEVICES")
+        if not isinstance(name, str) or not is_label_key(name):
+            raise K8sConfigError(where, name, "not a resource name", 'write e.g. "rdma/ib" or "hugepages-2Mi"')
+        prefix, _, base = name.rpartition("/")
+        if not prefix:
+            if base.startswith("hugepages-"):
+                if not _QUANTITY.match(base[len("hugepages-"):]):
+                    raise K8sConfigError(where, name, "not a huge page size", 'write e.g. "hugepages-2Mi"')
+            elif base not in _STANDARD_RESOURCES:
+                raise K8sConfigError(
+                    where, name, "neither a standard container resource nor a device plugin's resource (those have a "
+                    "domain, e.g. rdma/ib)", f"use {', '.join(_STANDARD_RESOURCES)}, hugepages-<size> or "
+                    "<domain>/<name> as the device plugin advertises it")
+        elif prefix == "kubernetes.io" or prefix.endswith(".kubernetes.io") or base.startswith("requests."):
+            raise K8sConfigError(where, name, "a name Kubernetes reserves for itself",
+                                 "use the device plugin's own <domain>/<name>")
+        text = _quantity(where, qty)
+        if prefix and not _INTEGER.match(text):
+            raise K8sConfigError(where, qty, "an extended resource is counted in whole devices",
+                                 "write a whole number, e.g. 1")
+        out[name] = text
+    huge = [n for n in out if n.startswith("hugepages-")]
+    if huge and not {"cpu", "memory"} & set(out):  # the API server: "HugePages require cpu or memory"
+        raise K8sConfigError(f"{key}[{huge[0]!r}]", out[huge[0]], "the API server takes huge pages only with a cpu "
+                             "or memory request", f'add "memory" (e.g. "64Gi") to {key}')
     return out
 
 
@@ -263,7 +312,7 @@ def parse_settings(env: Mapping[str, object]) -> tuple[K8sSettings, dict[str, st
         elif knob == "EFA_DEVICES":
             kw["efa_devices"] = _int(key, raw, 1, 64)
         elif knob == "EXTRA_RESOURCES":
-            kw["extra_resources"] = _extra_resources(key, raw)
+            kw["extra_resources"] = _extra_resources(key, raw, env)
         elif knob == "SHM_SIZE":
             kw["shm_size"] = _quantity(key, raw)
         elif knob == "MASTER_PORT":

@@ -140,7 +140,13 @@ def _resources(spec: K8sJobSpec) -> dict[str, str]:
                 f'set {PREFIX}EFA_DEVICES = "<devices per node>" in global_env_vars (16 on p6-b300.48xlarge)',
             )
         res["vpc.amazonaws.com/efa"] = str(spec.settings.efa_devices)
-    res.update(spec.settings.extra_resources)
+    for name, qty in spec.settings.extra_resources.items():
+        if name in res:  # what the plan sets (knobs._extra_resources refuses these when the system file is read)
+            raise K8sConfigError(
+                f"{PREFIX}EXTRA_RESOURCES[{name!r}]", qty,
+                f"cloudai-mbridge sets {name} itself for this point (to {res[name]}); a value here would override it",
+                f"remove {name!r} from {PREFIX}EXTRA_RESOURCES in the system file")
+        res[name] = qty
     return res
 
 
