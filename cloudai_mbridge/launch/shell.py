@@ -6,6 +6,8 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 
+from .envnames import reserved_env_message
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -108,6 +110,9 @@ def env_exports(env: Mapping[str, str]) -> list[str]:
             raise ValueError(
                 f"environment variable name {key!r} is not a valid shell name. Fix: use [A-Za-z_][A-Za-z0-9_]*"
             )
+        reserved = reserved_env_message(key, "environment variable name")
+        if reserved:
+            raise SbatchFieldError(reserved)
         text = str(value)
         bad = next((c for c in text if c in "\0\r"), None)
         if bad is not None:
