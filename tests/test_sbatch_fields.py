@@ -181,3 +181,28 @@ def test_a_cluster_path_with_a_comma_or_colon_is_refused_not_mounted(tmp_path: P
     fine = slurm_strategy(CONF / "system" / "slurm_b300_efa.toml", CONF / "test" / "kimi_k2_sft.toml", 1,
                           tmp_path / "ok", {**extra, field: "/fsx/plain"})
     assert "/fsx/plain:/fsx/plain" in fine.sbatch_spec().container_mounts
+
+
+# Every character of the categories a terminal does not show (format incl. bidi and zero-width, controls, line and
+# paragraph separators), in every kind of #SBATCH field: refused, shown as U+XXXX with its position.
+_HIDDEN = [chr(c) for c in range(0x110000) if __import__("unicodedata").category(chr(c)) in ("Cf", "Cc", "Zl", "Zp")]
+
+
+def test_every_invisible_character_is_refused_in_sbatch_fields(tmp_path: Path) -> None:
+    from cloudai_mbridge.launch.shell import sbatch_name, split_args
+
+    assert {"\u202a", "\u202e", "\u2066", "\u2069", "\u200e", "\u200f", "\u061c", "\u200b", "\u200d", "\u2060",
+            "\ufeff"} <= set(_HIDDEN)
+    for ch in _HIDDEN:
+        checks = [lambda v: sbatch_name(v, "system account", "fix"), lambda v: directive_word(v, "w"),
+                  lambda v: extra_sbatch_directive("--comment=" + v)]
+        if ch != "\t":  # in extra_srun_args a tab separates words as a space does
+            checks.append(lambda v: split_args(v, "extra_srun_args"))
+        for check in checks:
+            with pytest.raises(ValueError):
+                check(f"ab{ch}c")
+    for ch in ("\u202e", "\u200b", "\ufeff", "\u2066"):
+        with pytest.raises(SbatchFieldError, match=rf"U\+{ord(ch):04X} .* at position 3"):
+            render_sbatch(_spec(tmp_path, account=f"ab{ch}c"))
+        with pytest.raises(SbatchFieldError, match=rf"U\+{ord(ch):04X}"):
+            render_sbatch(_spec(tmp_path, extra_sbatch_args=(f"--comment=a{ch}",)))

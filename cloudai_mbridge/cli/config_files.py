@@ -94,12 +94,39 @@ _MPI = re.compile(r"^[a-z0-9_]+$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
+# the system's text fields that reach an #SBATCH line, the srun line or a Kubernetes name (the namespace: below)
+_SCHEDULER_FIELDS = ("name", "account", "default_partition", "extra_sbatch_args", "extra_srun_args")
+
+
+def _invisible_field_problems(path: Path, data: dict[str, Any]) -> list[str]:
+    """A scheduler field holding a character that does not show (launch/invisible.py): a bidi control, a zero-width
+    or other format character, a control character; shown as U+XXXX with its position."""
+    from ..launch.invisible import describe_invisible
+
+    fields: list[tuple[str, Any]] = [(k, data.get(k)) for k in _SCHEDULER_FIELDS]
+    for k in ("extra_sbatch_args",):
+        if isinstance(data.get(k), list):
+            fields[_SCHEDULER_FIELDS.index(k)] = (k, None)
+            fields += [(f"{k}[{i}]", v) for i, v in enumerate(data[k])]
+    partitions = data.get("partitions")
+    if isinstance(partitions, list):
+        fields += [(f"partitions[{i}].name", p.get("name")) for i, p in enumerate(partitions) if isinstance(p, dict)]
+    problems = []
+    for field, value in fields:
+        chars = describe_invisible(value) if isinstance(value, str) else ""
+        if chars:
+            shown = value.encode("unicode_escape").decode("ascii")
+            problems.append(f"{path}: {field} = '{shown}' holds a character that does not show ({chars}); it would "
+                            "reach Slurm as part of the value. Fix: type the value again without it")
+    return problems
+
+
 def system_file_problems(path: Path | str) -> list[str]:
     path = Path(path)
     data = _read(path)
     if not isinstance(data, dict):
         return []
-    problems = []
+    problems = _invisible_field_problems(path, data)
     for key in ("gpus_per_node", "ntasks_per_node"):
         if key in data and not (_int(data[key]) and 1 <= data[key] <= 1024):
             problems.append(f"{path}: {key} = {data[key]!r} is not a whole number from 1 to 1024. Fix: write e.g. "
@@ -120,8 +147,12 @@ def system_file_problems(path: Path | str) -> list[str]:
     if scheduler == "kubernetes":
         ns = data.get("default_namespace")
         if ns is not None and not (isinstance(ns, str) and _DNS_LABEL.match(ns)):
-            problems.append(f"{path}: default_namespace = {ns!r} is not a Kubernetes namespace name. Fix: lower-case "
-                            "letters, digits and '-', at most 63 characters (e.g. \"mbridge\")")
+            from ..launch.invisible import describe_invisible
+
+            chars = describe_invisible(ns) if isinstance(ns, str) else ""
+            hidden = f" (it holds a character that does not show: {chars})" if chars else ""
+            problems.append(f"{path}: default_namespace = {ns!r} is not a Kubernetes namespace name{hidden}. Fix: "
+                            "lower-case letters, digits and '-', at most 63 characters (e.g. \"mbridge\")")
     return problems
 
 
@@ -132,6 +163,11 @@ def _time_limit_problem(value: Any) -> str | None:
         return "is empty"
     from cloudai.util import parse_time_limit
 
+    from ..launch.invisible import describe_invisible
+
+    chars = describe_invisible(value.strip())
+    if chars:
+        return f"holds a character that does not show ({chars}) and is not a Slurm time limit"
     text = value.strip()
     try:
         limit = parse_time_limit(text)

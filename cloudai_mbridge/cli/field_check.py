@@ -14,6 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from ..launch.invisible import describe_invisible, invisible
 from ..safe_read import MAX_TOML_BYTES, read_text
 
 _TYPE_TAGS = re.compile(r"^(int|str|float|bool|list|dict|tuple|set|none|function-[a-z-]+)$|[\[\]]")
@@ -147,27 +148,13 @@ def scenario_file_problems(paths: list[Path]) -> list[str]:
 _NAME_FIELDS = ("name", "test_template_name")  # of a test or scenario file; [[Tests]]: id, test_name
 
 
-def invisible(text: str) -> list[tuple[int, str]]:
-    """(position, character) of each character a terminal does not show, or shows as another: control and format
-    characters (zero-width space U+200B, joiners, the byte-order mark, direction marks) and every space but ' '."""
-    import unicodedata
-
-    return [(i, ch) for i, ch in enumerate(text)
-            if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cn", "Zl", "Zp") or (ch.isspace() and ch != " ")
-            or (unicodedata.category(ch) == "Zs" and ch != " ")]
-
-
 def invisible_problem(where: str, field: str, value: str) -> str | None:
     """A name with a character nobody sees, shown with its escape (\u200b) and name: a test named 't\u200b' is
     otherwise 'Test 't' is not defined' for a scenario that asks for 't'."""
-    import unicodedata
-
-    found = invisible(value)
-    if not found:
+    if not invisible(value):
         return None
     shown = value.encode("unicode_escape").decode("ascii")
-    chars = ", ".join(f"U+{ord(ch):04X} {unicodedata.name(ch, 'control character')} at position {i + 1}"
-                      for i, ch in found[:3])
+    chars = describe_invisible(value)
     return (f"{where}: {field} = '{shown}' holds a character that does not show ({chars}). Fix: type the name "
             "again without it (letters, digits, '_', '-', '.')")
 

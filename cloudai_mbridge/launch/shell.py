@@ -6,6 +6,9 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping
 
+from .envnames import reserved_env_message
+from .invisible import describe_invisible
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -46,6 +49,13 @@ def _refuse_uncarried(text: str, what: str) -> None:
         raise SbatchFieldError(
             f"{what} {text!r} holds the control character {m.group()!r}: an #SBATCH line ends at a line break, "
             "a NUL cuts the value short, and the others reach Slurm as they are. Fix: remove it."
+        )
+    chars = describe_invisible(text)
+    if chars:
+        raise SbatchFieldError(
+            f"{what} {text!r} holds a character that does not show ({chars}): Slurm would take it as part of the "
+            "value, a name that looks right but matches nothing (or reads differently on screen). Fix: type the value "
+            "again without it."
         )
     m = _HETJOB.search(text)
     if m:
@@ -108,6 +118,9 @@ def env_exports(env: Mapping[str, str]) -> list[str]:
             raise ValueError(
                 f"environment variable name {key!r} is not a valid shell name. Fix: use [A-Za-z_][A-Za-z0-9_]*"
             )
+        reserved = reserved_env_message(key, "environment variable name")
+        if reserved:
+            raise SbatchFieldError(reserved)
         text = str(value)
         bad = next((c for c in text if c in "\0\r"), None)
         if bad is not None:
@@ -123,6 +136,10 @@ def split_args(raw: str | None, what: str) -> list[str]:
     """A free-form argument string from a system file, split the way a shell would, then re-quoted word by word."""
     if not raw:
         return []
+    chars = describe_invisible(raw.replace("\t", " "))  # tabs separate words as spaces do; line breaks: single_line
+    if chars and "\n" not in raw and "\r" not in raw:
+        raise SbatchFieldError(f"{what} {raw!r} holds a character that does not show ({chars}). Fix: type the "
+                               "arguments again without it.")
     try:
         return shlex.split(single_line(raw, what))
     except ValueError as exc:

@@ -212,8 +212,9 @@ def render_sbatch(spec: SbatchSpec) -> str:
         'MASTER_ADDR="$(scontrol show node "$MASTER_NODE" | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\')"',
         'export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"',
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
-        f'export PYTHONPATH={q(out)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         *env_exports(spec.env),
+        # after the test's and the system's own PYTHONPATH (if any): the staged payload comes first, theirs behind it
+        f'export PYTHONPATH={q(out)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         f"mkdir -p {q(out / 'logs')}",
         "",
     ]

@@ -13,6 +13,7 @@ from cloudai.core import DockerImage, System, TestRun
 from ..atomic import write_atomic
 from ..catalog import get_gpu
 from ..catalog.gpus import GPU_ENV
+from ..launch.envnames import reserved_env_name
 from ..launch.payload import UnsafeOutputPathError, claim_run_dir
 from ..redact import (
     REDACTED,
@@ -139,6 +140,17 @@ def env_value_violations(system: System | None) -> list[Violation]:
             f"global_env_vars.{key} is {kind}: an environment variable holds text, and the job would export "
             f"{str(value)[:60]!r} (Python's rendering), not what the file says",
             f"write it as a quoted string, e.g. {key} = \"{_as_text(value)}\""))
+    return found
+
+
+def env_name_violations(env: dict[str, Any], field: str, where: str) -> list[Violation]:
+    """Names bash or the launch reserve (launch/envnames.py): read-only in bash, set by bash itself, changing how bash
+    runs the script, or set by the launch for the payload. ``field`` is the table, ``where`` says whose file."""
+    found = []
+    for key in env:
+        reserved = reserved_env_name(str(key))
+        if reserved:
+            found.append(Violation("env-name", {field: str(key)}, f"{field} {where}: {reserved[0]}", reserved[1]))
     return found
 
 

@@ -16,6 +16,7 @@ from ..redact import redact, text_secret_problem
 from ..rules import Violation
 from ..systems.common import (
     container_image,
+    env_name_violations,
     env_value_violations,
     redact_secret_env,
     secret_env_violations,
@@ -113,6 +114,10 @@ class MBridgeTestDefinition(TestDefinition):
             *secret_env_violations(self.extra_env_vars, "extra_env_vars"),
             *secret_env_violations(system_env(system), "global_env_vars"),
             *env_value_violations(system),
+            *env_name_violations(self.extra_env_vars, "extra_env_vars", f"of test {self.name!r} (its test file, or "
+                                 "the scenario's [[Tests]] entry)"),
+            *env_name_violations(system_env(system), "global_env_vars", "of the system file"
+                                 + (f" ({system.name})" if system is not None else "")),
             *secret_field_violations(self.cmd_args),
         ]
 

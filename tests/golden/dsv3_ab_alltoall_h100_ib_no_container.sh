@@ -14,12 +14,12 @@ MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
 MASTER_ADDR="$(scontrol show node "$MASTER_NODE" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')"
 export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
-export PYTHONPATH=__OUTPUT_DIR__"${PYTHONPATH:+:$PYTHONPATH}"
 export NCCL_DEBUG=INFO
 export NCCL_DEBUG_SUBSYS=INIT,NET
 export NCCL_IB_GID_INDEX=3
 export NCCL_IB_TIMEOUT=20
 export NCCL_IB_QPS_PER_CONNECTION=4
+export PYTHONPATH=__OUTPUT_DIR__"${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p __OUTPUT_DIR__/logs
 
 echo 'cloudai-mbridge: step train starts' "$(date -u +%FT%TZ)"

@@ -14,7 +14,6 @@ MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
 MASTER_ADDR="$(scontrol show node "$MASTER_NODE" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')"
 export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
-export PYTHONPATH=__OUTPUT_DIR__"${PYTHONPATH:+:$PYTHONPATH}"
 export NCCL_DEBUG=INFO
 export NCCL_DEBUG_SUBSYS=INIT,NET
 export FI_PROVIDER=efa
@@ -23,6 +22,7 @@ export FI_EFA_FORK_SAFE=1
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'
 export NCCL_BUFFSIZE=8388608
 export NCCL_P2P_NET_CHUNKSIZE=524288
+export PYTHONPATH=__OUTPUT_DIR__"${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p __OUTPUT_DIR__/logs
 
 echo 'cloudai-mbridge: step train starts' "$(date -u +%FT%TZ)"

@@ -632,6 +632,69 @@ VALID += [
 ]
 
 
+# Environment variable names bash or the launch reserve (launch/envnames.py), from each place a name comes from (the
+# system's [global_env_vars], the test's and the scenario's extra_env_vars) and on each launcher: refused at dry-run
+# in one line naming the table, the name and the fix.
+_TENV = "test.extra_env_vars"
+RESERVED_ENV_NAMES = [
+    Case("sys-env-name-readonly-uid", "sft", {ENV + "UID": "1000"}, ("global_env_vars", "UID", "read-only")),
+    Case("test-env-name-readonly-euid", "sft", {_TENV: {"EUID": "0"}}, ("extra_env_vars", "EUID", "read-only")),
+    Case("scn-env-name-readonly-shellopts", "sft", {S0 + "extra_env_vars": {"SHELLOPTS": "xtrace"}},
+         ("extra_env_vars", "SHELLOPTS")),
+    Case("refit-env-name-readonly-bash-versinfo", "refit", {ENV + "BASH_VERSINFO": "5"}, ("BASH_VERSINFO",)),
+    Case("sys-env-name-bash-env", "sft", {ENV + "BASH_ENV": "/tmp/x.sh"}, ("global_env_vars", "BASH_ENV")),
+    Case("test-env-name-ifs", "sft", {_TENV: {"IFS": ","}}, ("extra_env_vars", "IFS")),
+    Case("test-env-name-env", "sft", {_TENV: {"ENV": "/tmp/x.sh"}}, ("extra_env_vars", "ENV")),
+    Case("sys-env-name-bash-prefix", "sft", {ENV + "BASH_XTRACEFD": "7"}, ("BASH_XTRACEFD",)),
+    Case("sys-env-name-posixly-correct", "sft", {ENV + "POSIXLY_CORRECT": "1"}, ("POSIXLY_CORRECT",)),
+    Case("sys-env-name-random", "sft", {ENV + "RANDOM": "4"}, ("global_env_vars", "RANDOM")),
+    Case("test-env-name-pwd", "sft", {_TENV: {"PWD": "/tmp"}}, ("extra_env_vars", "PWD")),
+    Case("sys-env-name-pythonhome", "sft", {ENV + "PYTHONHOME": "/usr"}, ("global_env_vars", "PYTHONHOME")),
+    Case("test-env-name-master-addr", "sft", {_TENV: {"MASTER_ADDR": "10.0.0.1"}}, ("MASTER_ADDR",)),
+    Case("k8s-env-name-readonly-uid", "k8s", {ENV + "UID": "1000"}, ("global_env_vars", "UID", "read-only")),
+    Case("k8s-test-env-name-bash-env", "k8s", {_TENV: {"BASH_ENV": "/tmp/x.sh"}}, ("extra_env_vars", "BASH_ENV")),
+]
+VALID += [
+    # a real need (NCCL plugins, profilers): exported as written
+    Case("valid-env-name-ld-preload", "sft", {ENV + "LD_PRELOAD": "/opt/nccl-net/libnccl-net.so"}, ok=True),
+    # kept behind the staged payload's folder (launch/slurm.py, launch/kubernetes/objects.py)
+    Case("valid-env-name-pythonpath", "sft", {_TENV: {"PYTHONPATH": "/opt/extra"}}, ok=True),
+    Case("valid-k8s-env-name-pythonpath", "k8s", {ENV + "PYTHONPATH": "/opt/extra"}, ok=True),
+    Case("valid-env-name-lower-case-uid", "sft", {ENV + "uid": "1"}, ok=True),
+]
+
+
+# Characters that do not show (launch/invisible.py: bidi controls, zero-width and other format characters) in every
+# field that reaches an #SBATCH line, the srun line or a Kubernetes name or label: refused at dry-run, the character
+# shown as U+XXXX with its position.
+_NS = '{"node.kubernetes.io/instance-type": "p6-b300.48xlarge\u202e"}'
+INVISIBLE_CHARACTERS = [
+    Case("sys-account-bidi-override", "sft", {SYS + "account": "acct\u202eevil"},
+         ("account", "U+202E", "position 5")),
+    Case("sys-account-rtl-mark", "sft", {SYS + "account": "\u200facct"}, ("account", "U+200F", "position 1")),
+    Case("sys-partition-zero-width", "sft", {SYS + "default_partition": "b300\u200b",
+                                             "system.partitions.0.name": "b300\u200b"},
+         ("default_partition", "U+200B", "position 5")),
+    Case("sys-sbatch-bom", "sft", {SYS + "extra_sbatch_args": ["--comment=a\ufeffb"]},
+         ("extra_sbatch_args", "U+FEFF", "position 12")),
+    Case("sys-sbatch-isolate", "sft", {SYS + "extra_sbatch_args": ["--exclusive", "--constraint=gpu\u2067"]},
+         ("extra_sbatch_args", "U+2067")),
+    Case("sys-srun-args-word-joiner", "sft", {SYS + "extra_srun_args": "--comment=x\u2060y"},
+         ("extra_srun_args", "U+2060")),
+    Case("scn-nodes-isolate", "sft", {S0 + "nodes": ["node\u20661"]}, ("nodes", "U+2066", "position 5")),
+    Case("scn-exclude-arabic-mark", "sft", {S0 + "exclude_nodes": ["node\u061c2"]}, ("exclude_nodes", "U+061C")),
+    Case("scn-time-limit-zero-width-joiner", "sft", {S0 + "time_limit": "01:00:00\u200d"},
+         ("time_limit", "U+200D")),
+    Case("scn-srun-args-embedding", "sft", {S0 + "extra_srun_args": "--comment=\u202ax"},
+         ("extra_srun_args", "U+202A")),
+    Case("refit-account-line-separator", "refit", {SYS + "account": "acct\u2028x"}, ("account", "U+2028")),
+    Case("k8s-namespace-zero-width", "k8s", {"system.default_namespace": "mbridge\u200b"},
+         ("default_namespace", "U+200B", "position 8")),
+    Case("k8s-node-selector-bidi", "k8s", {ENV + "CLOUDAI_MBRIDGE_K8S_NODE_SELECTOR": _NS},
+         ("NODE_SELECTOR", "U+202E")),
+]
+
+
 # The table by class of input (summary.py prints each class's counts).
 CLASSES: dict[str, list[Case]] = {
     "training ints": _train_ints(), "training floats": _train_floats(), "refit ints": _refit_ints(),
@@ -642,5 +705,6 @@ CLASSES: dict[str, list[Case]] = {
     "limits": LIMITS, "command lines": COMMAND_LINES, "unreadable files, names that are tokens (issue 32)": ISSUE_32,
     "sbatch directives": _also_run(SBATCH_DIRECTIVES), "filename patterns": FILENAME_PATTERNS,
     "control characters": CONTROL_CHARACTERS, "node lists": NODE_LISTS, "kubernetes API limits": K8S_LIMITS,
+    "reserved env names": RESERVED_ENV_NAMES, "invisible characters": INVISIBLE_CHARACTERS,
 }
 CASES = [c for rows in CLASSES.values() for c in rows]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..envnames import reserved_env_name
 from .knobs import K8sSettings
 from .validation import (
     _CONFIG_KEY,
@@ -163,6 +164,9 @@ def _env(spec: K8sJobSpec, *, node_rank_from_index: bool) -> list[dict[str, Any]
         where = spec.env_origin.get(name, f"env {name}")
         if not is_env_name(name):
             raise K8sConfigError(where, shown(value), "not a valid environment variable name", "rename it")
+        reserved = reserved_env_name(name)
+        if reserved:  # the same names as on Slurm (launch/envnames.py): a file works on both or on neither
+            raise K8sConfigError(where, "<value>", reserved[0], reserved[1])
         if name in secret_names:
             raise K8sConfigError(
                 f"env {name}", "<value>", f"also comes from a Secret ({PREFIX}CREDENTIALS)", "set it in one place"

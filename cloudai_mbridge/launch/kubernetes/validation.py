@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ..invisible import describe_invisible
+
 PAYLOAD_ROOT = "/opt/cloudai-mbridge"
 RESULTS_DIR = "/results"
 SHM_DIR = "/dev/shm"
@@ -49,6 +51,9 @@ class K8sConfigError(ValueError):
     """A value that cannot become a valid Kubernetes object; names the key, the problem and the fix."""
 
     def __init__(self, key: str, value: object, problem: str, fix: str) -> None:
+        chars = describe_invisible(value) if isinstance(value, str) else ""
+        if chars:  # a name or label that looks right on screen: say which character is hidden where
+            problem = f"{problem}; it holds a character that does not show ({chars})"
         self.key, self.value, self.problem, self.fix = key, value, problem, fix
         super().__init__(f"{key} = {value!r}: {problem}. Fix: {fix}")
 
