@@ -2,8 +2,10 @@
 with the closest valid name ("did you mean 'transport'?"), before CloudAI's parser answers them with pydantic's
 wording ("Extra inputs are not permitted", a ``literal[...]`` dump) and a different exit status per command.
 
-Only these two kinds are answered here (the typos); every other validation error is left to CloudAI's parser, which
-names the field and the value itself. Imported after CloudAI and the plugin are registered (app.py)."""
+A value of the wrong type or out of range (``tp = 8.0``, ``tp = "8"``, ``tp = [8, "x"]``, a table where a number
+belongs) is said here too, through friendly.friendly_lines: pydantic's union errors ("Input should be a valid list"
+for a scalar written in a sweep field) become the one member's error that fits what was written. A validator's own
+message is left to CloudAI's parser. Imported after CloudAI and the plugin are registered (app.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ from typing import Any
 
 from ..launch.invisible import describe_invisible, invisible
 from ..safe_read import MAX_TOML_BYTES, read_text
-
-_TYPE_TAGS = re.compile(r"^(int|str|float|bool|list|dict|tuple|set|none|function-[a-z-]+)$|[\[\]]")
+from .friendly import TAG as _TYPE_TAGS
+from .friendly import friendly_lines
 
 
 def _models(annotation: Any) -> list[type]:
@@ -76,6 +78,12 @@ def validation_problems(where: str, model: type, data: dict, what: str) -> list[
         return []
     problems: list[str] = []
     seen: set[str] = set()
+    typed = [e for e in errors if e["type"] not in ("extra_forbidden",)]
+    for line in friendly_lines(typed, types_only=True):
+        line = f"{where}: {line}"
+        if line not in seen:
+            seen.add(line)
+            problems.append(line)
     for err in errors:
         path = _field_path(err["loc"])
         if not path:
@@ -108,10 +116,12 @@ def validation_problems(where: str, model: type, data: dict, what: str) -> list[
 
 
 def _load(path: Path) -> dict | None:
-    import toml
+    """The file's tables read as TOML 1.0 (tomllib: a mixed array such as ``[8, "x"]`` is read, so its bad element
+    is named here instead of the older reader's "Not a homogeneous array")."""
+    from .config_files import tomllib
 
     try:
-        data = toml.loads(read_text(path, MAX_TOML_BYTES, "this TOML file"))
+        data = tomllib.loads(read_text(path, MAX_TOML_BYTES, "this TOML file"))
     except Exception:  # unreadable or not TOML: config_files.toml_file_problem says so
         return None
     return data if isinstance(data, dict) else None

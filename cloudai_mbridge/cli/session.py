@@ -93,9 +93,9 @@ def describe_error(exc: BaseException) -> str:
         seen.add(id(e))
         errors = getattr(e, "errors", None)
         if callable(errors) and type(e).__name__ == "ValidationError":
-            for err in errors():
-                loc = ".".join(str(x) for x in err.get("loc", ()))
-                parts.append(f"{loc} = {err.get('input')!r}: {err.get('msg')}")
+            from .friendly import friendly_lines
+
+            parts += [line for line in friendly_lines(errors()) if line not in parts]
         else:
             text = " ".join(str(getattr(e, "message", "") or e).split())
             if text and text not in parts:

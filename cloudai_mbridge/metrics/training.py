@@ -283,6 +283,9 @@ class TrainingRunMetrics:
     engine_requested: str | None = None
     engine_selected: str | None = None
     time_errors: tuple[str, ...] = ()
+    # What the log says that one run cannot have logged (status inconsistent_log): an iteration logged twice with
+    # different values, an iteration past its total, two totals, another global batch size. No number is used.
+    inconsistencies: tuple[str, ...] = ()
     # The payload's MBRIDGE_ROUTING hashes of rank 0 and the last rank, by (rank, iteration): the A/B's routing gate.
     routing: Mapping[tuple[int, int], str] = field(default_factory=dict)
     # Bridge's manual GC period (MBRIDGE_GC; None: not said) and the steady iterations whose time carries a collection
@@ -363,6 +366,7 @@ class TrainingRunMetrics:
             "problems": ",".join(self.problems),
             "failure": self.failure.primary,
             "bad_iteration_times": "; ".join(self.time_errors) or None,
+            "inconsistencies": "; ".join(self.inconsistencies) or None,
             "dispatcher": dispatcher.wanted,
             "dispatcher_built": dispatcher.built,
             "dispatcher_backend": dispatcher.backend,
@@ -464,14 +468,62 @@ def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[list[Iterati
     return [], None
 
 
-def _dedupe(records: list[IterationRecord], problems: list[str]) -> list[IterationRecord]:
-    """Last occurrence wins (a restarted attempt re-logs its iterations), sorted by iteration."""
+# what a duplicated iteration line may not disagree on (field, words): its numbers, not its timestamp
+_DUPLICATE_FIELDS = (
+    ("elapsed_ms", "elapsed time per iteration (ms)"), ("lm_loss", "lm loss"), ("losses", "losses"),
+    ("tflops_per_gpu", "throughput per GPU (TFLOP/s/GPU)"), ("grad_norm", "grad norm"),
+    ("learning_rate", "learning rate"), ("loss_scale", "loss scale"), ("global_batch_size", "global batch size"),
+    ("consumed_samples", "consumed samples"), ("train_iters", "total iterations"),
+    ("skipped_iterations", "number of skipped iterations"), ("nan_iterations", "number of nan iterations"),
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return all(_same(a[k], b[k]) for k in a.keys() & b.keys())
+    return a is None or b is None or a == b  # a value the line did not carry (cut short) contradicts nothing
+
+
+def _dedupe(records: list[IterationRecord], problems: list[str], where: str = "") -> tuple[list[IterationRecord],
+                                                                                            list[str]]:
+    """The records by iteration, sorted, and what their duplicates contradict.
+
+    An iteration logged more than once (a restarted rank, logs concatenated, a line printed twice):
+
+    - with the same numbers (an exact duplicate line; the timestamp may differ): tolerated, one record kept,
+      ``duplicate_iterations`` in the problems as a detail;
+    - with a different number (elapsed time, loss, throughput, ...): one run did not log both, so the log is no
+      measurement. Each such iteration is a message naming the log (``where``), the iteration, the field and both
+      values; the caller makes the run ``inconsistent_log`` (no number comes out of it). Which copy is kept does not
+      matter then; the last one is.
+
+    A value only one copy carries (a line cut short) contradicts nothing."""
     by_iteration: dict[int, IterationRecord] = {}
+    contradictions: list[str] = []
     for record in records:
-        if record.iteration in by_iteration:
+        before = by_iteration.get(record.iteration)
+        if before is not None:
             problems.append("duplicate_iterations")
+            differ = [(words, getattr(before, name), getattr(record, name)) for name, words in _DUPLICATE_FIELDS
+                      if not _same(getattr(before, name), getattr(record, name))]
+            if differ:
+                source = record.source or before.source
+                at = f"{where}/{source}" if where and source and source != "job logs" else (source or where)
+                values = "; ".join(f"{words} {_shown(a)} and {_shown(b)}" for words, a, b in differ[:3])
+                contradictions.append(f"{at}: iteration {record.iteration} is logged twice with different values "
+                                      f"({values})")
+            if not record.complete and before.complete:
+                continue  # keep the whole line over a copy cut short
         by_iteration[record.iteration] = record
-    return [by_iteration[i] for i in sorted(by_iteration)]
+    return [by_iteration[i] for i in sorted(by_iteration)], contradictions
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    return str(value)
 
 
 def _contradictions(records: Sequence[IterationRecord], config: Mapping[str, Any]) -> list[str]:
@@ -662,8 +714,12 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
 
     raw, source = _collect_iterations(run, problems)
     lost = [r for r in raw if r.iteration < 0]  # iteration lines too damaged to read: counted below
-    records = _dedupe([r for r in raw if r.iteration >= 0], problems)
-    if _contradictions(records, config):
+    records, inconsistencies = _dedupe([r for r in raw if r.iteration >= 0], problems, str(layout.run_dir))
+    contradictions = _contradictions(records, config)
+    if contradictions:
+        where = f"{layout.run_dir}/{source}" if source and source != "job logs" else str(layout.run_dir)
+        inconsistencies.append(f"{where}: " + "; ".join(contradictions))
+    if inconsistencies:
         problems.append("inconsistent_log")
     if not any(r.elapsed_ms is not None for r in records):
         problems.append("no_iterations")
@@ -774,6 +830,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         engine_requested=engine.get("requested"),
         engine_selected=engine.get("selected"),
         time_errors=time_errors,
+        inconsistencies=tuple(inconsistencies),
         routing=routing,
         gc_interval=gc_every,
         gc_iterations=gc_its,

@@ -93,7 +93,7 @@ class Arm:
         """Reasons this arm's numbers cannot be used (empty = valid)."""
         m, problems = self.metrics, []
         if not m.ok:
-            explained = m.failure.first or m.time_errors
+            explained = m.failure.first or m.time_errors or m.inconsistencies
             problems.append(f"status {m.status}" + (f" ({failure_text(m)})" if explained else ""))
         d = m.validity.dispatcher
         if d.downgraded:
@@ -212,12 +212,20 @@ def failure_text(m: TrainingRunMetrics) -> str | None:
         return f"{m.failure.reason()['failure_class']}{rank}: {first.detail[:160]}"
     if m.time_errors:
         return f"damaged log, no time is used: {'; '.join(m.time_errors)}"[:300]
+    if m.inconsistencies:
+        return f"inconsistent log, no time is used: {'; '.join(m.inconsistencies)}"[:400]
     return None if m.ok else ", ".join(m.problems)
 
 
 def mean_time_ms(m: TrainingRunMetrics) -> float | None:
-    """The steady-state mean time per iteration, or None when the log carried a damaged time (never a number)."""
-    return None if m.time_errors else m.iteration_time_ms.mean
+    """The steady-state mean time per iteration, or None when the log carried a damaged time or contradicts itself
+    (never a number)."""
+    return None if no_numbers(m) else m.iteration_time_ms.mean
+
+
+def no_numbers(m: TrainingRunMetrics) -> bool:
+    """The log's times are no measurement: a damaged time, or a log that contradicts itself (inconsistent_log)."""
+    return bool(m.time_errors or m.inconsistencies)
 
 
 def run_row(label: str, tr: Any, m: TrainingRunMetrics) -> dict[str, Any]:
@@ -233,10 +241,10 @@ def run_row(label: str, tr: Any, m: TrainingRunMetrics) -> dict[str, Any]:
         "failure": failure_text(m) or (golden.reason if golden is not None and not golden.passed else None),
         "engine": m.engine,
         "iter_ms": mean_time_ms(m),
-        "tflops_per_gpu": None if m.time_errors else m.tflops_per_gpu.mean,
-        "mfu_pct": None if m.time_errors else m.mfu_pct,
-        "tokens_per_s_per_gpu": None if m.time_errors else m.tokens_per_s_per_gpu,
-        "gpu_hours": None if m.time_errors else m.gpu_hours,
+        "tflops_per_gpu": None if no_numbers(m) else m.tflops_per_gpu.mean,
+        "mfu_pct": None if no_numbers(m) else m.mfu_pct,
+        "tokens_per_s_per_gpu": None if no_numbers(m) else m.tokens_per_s_per_gpu,
+        "gpu_hours": None if no_numbers(m) else m.gpu_hours,
         "peak_mem_gb": None if m.peak_allocated_bytes is None else m.peak_allocated_bytes / 1e9,
         "golden": None if golden is None else ("met" if golden.passed else "breached"),
         "title": run_title(m.config),
@@ -716,8 +724,8 @@ def delta_interval(base: Stats, arm: Stats) -> tuple[float, float] | None:
 
 def _series(m: TrainingRunMetrics) -> list[float]:
     """A start's steady-state times (ms) for the A/B over starts: the manual-GC iterations left out; none when the
-    log carried a damaged time."""
-    if m.time_errors:
+    log carried a damaged time or contradicts itself."""
+    if no_numbers(m):
         return []
     return ab_starts.start_times([(r.iteration, r.elapsed_ms) for r in m.iterations], set(m.steady_iterations),
                                  set(m.gc_iterations))

@@ -34,6 +34,8 @@ def run_status(output_path: Path) -> JobStatusResult:
         reason = f"{m.failure.reason()['failure_class']}{rank}: {first.detail[:200]}"
     elif m.time_errors:
         reason = f"damaged log, no time is used: {'; '.join(m.time_errors)[:200]}"
+    elif getattr(m, "inconsistencies", ()):
+        reason = f"inconsistent log, no time is used: {'; '.join(m.inconsistencies)[:300]}"
     elif getattr(m, "invalid_reasons", ()):
         reason = f"invalid, no time is used: {'; '.join(m.invalid_reasons)[:200]}"
     details = ", ".join(m.problems) or m.status

@@ -199,14 +199,17 @@ def test_skipped_iterations_are_counted(tmp_path: Path) -> None:
     assert m.failure.primary is None
 
 
-def test_duplicate_iterations_keep_the_last(tmp_path: Path, fixtures: Path) -> None:
+def test_duplicate_iterations_with_other_values_are_inconsistent(tmp_path: Path, fixtures: Path) -> None:
+    """One iteration logged twice with two times: no run logs that; the log is no measurement (the held-out finding:
+    the last copy used to be kept silently). tests/metrics/test_duplicate_iterations.py: the reports' side."""
     lines = (fixtures / "megatron_lm_756_mixtral_moe.log").read_text().splitlines()
     again = lines[3].replace("5444.9", "9999.9")
     run = make_run(tmp_path / "run", training_config(), {0: "x\n", 1: "\n".join([*lines, again]) + "\n"})
     m = parse_training_run(run)
     assert [r.iteration for r in m.iterations] == [2, 3, 43, 44, 45]
-    assert m.iterations[2].elapsed_ms == 9999.9
-    assert "duplicate_iterations" in m.problems
+    assert m.status == "inconsistent_log" and "duplicate_iterations" in m.problems
+    assert "iteration 43" in m.inconsistencies[0] and "5444.9 and 9999.9" in m.inconsistencies[0]
+    assert "logs/rank-1.log" in m.inconsistencies[0]
 
 
 @pytest.mark.parametrize(
