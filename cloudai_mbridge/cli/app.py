@@ -309,9 +309,6 @@ def _main(argv: list[str] | None) -> None:
     problems = _undecodable_args(args) or toml_problems(args)
     if not problems and "--help" not in args and "-h" not in args:
         from .field_check import typo_problems
-        from .friendly import install
-
-        install()  # CloudAI's parser says a type error in our words too (a scenario's cmd_args overrides)
         problems = typo_problems(toml_files(args))  # an unknown field or value: "did you mean", in our words
     if problems:
         for problem in problems:

@@ -178,35 +178,3 @@ def _group_line(path: tuple, members: list[tuple[str | None, tuple, dict]], type
         return None
     msg = "; ".join(dict.fromkeys(str(e.get("msg", "invalid")) for _, _, e in members))
     return f"'{field}' = {shown}: {msg}"
-
-
-def install() -> None:
-    """CloudAI's TestParser.load_test_definition (a test TOML, and a scenario's [[Tests]] entry with its cmd_args
-    overrides merged in) logs each of pydantic's errors as it comes ("Field 'cmd_args.tp.list[constrained-int]' with
-    value '8.0' is invalid: Input should be a valid list"). Replaced by one that logs friendly_lines instead; any
-    other input goes to CloudAI's own. Idempotent."""
-    import logging
-
-    from cloudai.core import Registry, TestConfigParsingError
-    from cloudai.test_parser import TestParser
-    from pydantic import ValidationError
-
-    original = TestParser.load_test_definition
-    if getattr(original, "_friendly", False):
-        return
-
-    def load_test_definition(self: Any, data: dict) -> Any:
-        model = Registry().test_definitions_map.get(data.get("test_template_name")) if isinstance(data, dict) else None
-        if model is not None:
-            lines: list[str] = []
-            try:
-                model.model_validate(data)
-            except ValidationError as exc:
-                lines = friendly_lines(exc.errors(include_url=False))
-            if lines:  # raised outside the except: the error carries our lines only, not pydantic's as its context
-                logging.error("Failed to parse test spec: '%s'\n\t%s", self.current_file, "\n\t".join(lines))
-                raise TestConfigParsingError(f"{self.current_file}: " + "; ".join(lines))
-        return original(self, data)
-
-    load_test_definition._friendly = True  # type: ignore[attr-defined]
-    TestParser.load_test_definition = load_test_definition  # type: ignore[method-assign]
