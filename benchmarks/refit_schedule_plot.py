@@ -44,7 +44,6 @@ def main(argv: list[str]) -> int:
     for name in argv[1:]:
         group = rows(Path(name))
         for r in group:
-            remote_per_gpu = r["bytes_remote"] / r["dst"]["ep"] if r.get("dst") else None
             ceiling = (r.get("ceiling") or last_ceiling or {}).get("gbps_per_gpu")
             if ceiling is None:
                 print(f"{name}: {r['name']}: no ceiling in this JSON or the one before it; skipped")
@@ -52,9 +51,9 @@ def main(argv: list[str]) -> int:
             last_ceiling = r.get("ceiling") or last_ceiling
             sched = r.get("coalesce_schedule", "rounds") + (" profiled" if r.get("phases") else "")
             med, lo, hi = r["median_ms"], r["min_ms"], r["max_ms"]
-            pct = r.get("pct_of_p2p")
-            if pct is None or pct != pct:  # NaN: written without a ceiling
-                pct = r["bytes_remote"] / r["dst"]["ep"] / (med / 1e3) / (ceiling * 1e9) * 100
+            # the row's own per-GPU rate (gpu_refit_nccl.py divides by the run's world, whatever the layouts), so
+            # a row written without a ceiling gets the share the JSON would have written with it
+            pct = r["remote_gbps_per_gpu"] / ceiling * 100
             color = "tab:orange" if sched.startswith("pairwise") else "tab:blue"
             ax.bar(x, med, width=0.8, color=color, yerr=[[med - lo], [hi - med]], capsize=3)
             ax.text(x, hi + 0.4, f"{pct:.1f}%", ha="center", fontsize=8)
@@ -64,8 +63,8 @@ def main(argv: list[str]) -> int:
                   f"[{lo:.2f}..{hi:.2f}] {pct:.1f} % of {ceiling:.1f} GB/s per GPU")
             if best is None or pct > best[0]:
                 best = (pct, r["name"])
-            if remote_per_gpu:
-                full = remote_per_gpu / (ceiling * 1e9) * 1e3
+            full = med * pct / 100  # the same bytes at the ceiling
+            if full:
                 ax.plot([x - 0.45, x + 0.45], [full, full], color="black", lw=1)
                 ax.plot([x - 0.45, x + 0.45], [full / 0.8, full / 0.8], color="black", lw=1, ls="--")
             x += 1
