@@ -132,7 +132,7 @@ def uccl_site(entry: Path) -> bool:
     (nvidia/cuda_runtime/lib/libcudart.so.12): gpu_bridge_env.sh puts /tmp/uccl_site on every arm's PYTHONPATH, and
     on 4 x H200 (2026-11-28) the hybridep arm then ran with libcudart.so.12 and .so.13 both loaded (cuDNN
     frontend: "Multiple libcudart libraries found ... Using libcudart.so.12")."""
-    return (entry / "uccl" / "__init__.py").is_file() or (entry / "nvidia" / "cuda_runtime" / "lib" / CUDART).exists()
+    return (entry / "uccl" / "__init__.py").is_file() or find_cudart([str(entry)]) is not None
 
 
 def hybridep_env(hybridep_dir: Path, base: Mapping[str, str],
