@@ -16,10 +16,12 @@
 # (NCCL_EP_JIT_CACHE_DIR): only the first ncclep start compiles. NVLink multicast stays off (the device's rule).
 # Results in $OUT (default /tmp/gpu_out): ab.log (everything printed), gpu_dispatcher_ab.json, ab_runs.tgz (run folders:
 # config + rank logs; `python3 benchmarks/gpu_dispatcher_ab.py --report <unpacked>` redoes metrics and the A/B).
+# AB_WORK (default /tmp/gpu_work/ab_bridge) is the scratch folder, emptied first: two windows in one command each
+# take their own (and their own OUT), e.g. a one-start smoke of a flex arm before the interleaved starts.
 set -u -o pipefail
 BUDGET=${1:?usage: gpu_ab_bridge_run.sh <budget_s> [options]}
 shift
-WORK=/tmp/gpu_work/ab_bridge
+WORK=${AB_WORK:-/tmp/gpu_work/ab_bridge}
 # shellcheck source=benchmarks/gpu_bridge_env.sh
 source benchmarks/gpu_bridge_env.sh
 HYBRIDEP_SITE=/tmp/mbridge_stack/hybridep/site

@@ -6,13 +6,13 @@ import argparse
 import gc
 import logging
 import re
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import click
 from cloudai.cli import handlers
 
+from .._version import installed_version
 from ..safe_read import MAX_TOML_BYTES, read_text
 from .exits import EXIT_INPUT, EXIT_REFUSED
 
@@ -21,7 +21,8 @@ PLUGIN_TEMPLATES = ("MBridgeTraining", "MBridgeRefit")
 
 def version_message() -> str:
     here = Path(__file__).resolve().parent
-    return f"cloudai-mbridge {version('cloudai-mbridge')} ({here}) with CloudAI {version('cloudai')}"
+    mine, theirs = installed_version("cloudai-mbridge"), installed_version("cloudai")
+    return f"cloudai-mbridge {mine} ({here}) with CloudAI {theirs}"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -282,7 +283,7 @@ def list_command() -> click.Command:
         from cloudai.core import Registry
 
         tdefs = Registry().test_definitions_map
-        print(f"Workloads of cloudai-mbridge {version('cloudai-mbridge')} (test_template_name):")
+        print(f"Workloads of cloudai-mbridge {installed_version('cloudai-mbridge')} (test_template_name):")
         for idx, name in enumerate(PLUGIN_TEMPLATES, start=1):
             doc = (tdefs[name].__doc__ or "").strip().splitlines()[0]
             doc = re.sub(r"\s*\(template name ``\w+``\)", "", doc).replace("``", "")  # the name is shown already

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 from cloudai.core import DockerImage, System, TestRun
 
+from .._version import installed_version
 from ..atomic import write_atomic
 from ..catalog import get_gpu
 from ..catalog.gpus import GPU_ENV
@@ -262,4 +262,4 @@ def store_test_run(tr: TestRun, test_cmd: str, full_cmd: str) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def generated_by() -> str:
-    return f"cloudai-mbridge {version('cloudai-mbridge')} with CloudAI {version('cloudai')}"
+    return f"cloudai-mbridge {installed_version('cloudai-mbridge')} with CloudAI {installed_version('cloudai')}"
