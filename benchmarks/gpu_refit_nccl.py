@@ -30,6 +30,8 @@ Run (on a GPU host, megatron-core importable): python3 benchmarks/gpu_refit_nccl
           [--executor megatron|replay|both (default megatron; coalesce sizes > 0 only; replay runs end in _rp)]
           [--coalesce-schedule rounds pairwise (default rounds; coalesce sizes > 0 run once per schedule listed;
            pairwise runs end in _pw, rows carry "coalesce_schedule")]
+          [--coalesce-edge-mib 0 64 (default 0; coalesce sizes > 0 run once per value below the size; the first
+           and last message per peer at most that many MiB; runs end in _e<mib>, rows carry "coalesce_edge_mib")]
 Prints a short table and ``RESULT <metric>=<value> <unit>`` lines; writes ``<out>/gpu_refit_nccl.json``.
 """
 
@@ -71,7 +73,7 @@ BATCHED_OP_MIB = (4, 16, 64, 256)  # each batched test moves the largest exchang
 
 def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib: int = 0,
                  transport: str = "nccl", overlap: bool | None = None, executor: str = "megatron",
-                 schedule: str | None = None) -> dict:
+                 schedule: str | None = None, edge: int = 0) -> dict:
     src, dst = PAIRS[pair]
     cfg = {
         "coalesce_mib": coalesce_mib,
@@ -89,6 +91,8 @@ def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib:
         cfg["executor"] = executor
     if coalesce_mib and schedule is not None:
         cfg["coalesce_schedule"] = schedule
+    if coalesce_mib and edge:
+        cfg["coalesce_edge_mib"] = edge
     return cfg
 
 
@@ -97,17 +101,20 @@ EXECUTOR_CHOICES = {"megatron": ("megatron",), "replay": ("replay",), "both": ("
 SCHEDULE_CHOICES = ("rounds", "pairwise")  # payload coalesce_schedule (payload/refit/coalesce.py exchange_units)
 
 
-def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int, bool | None, str, str | None]]:
-    """(pair, transport, coalesce_mib, coalesce_overlap, executor, coalesce_schedule) per refit run: coalescing is
-    combined with nccl only, and each coalesce size runs once per --coalesce-overlap choice (None: megatron-core's
-    service, no such switch), per --executor choice (replay needs coalescing: coalesce_mib 0 runs megatron's
-    executor only) and per --coalesce-schedule value (None with coalesce_mib 0), schedules next to each other."""
+def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int, bool | None, str, str | None, int]]:
+    """(pair, transport, coalesce_mib, coalesce_overlap, executor, coalesce_schedule, coalesce_edge_mib) per refit
+    run: coalescing is combined with nccl only, and each coalesce size runs once per --coalesce-overlap choice (None:
+    megatron-core's service, no such switch), per --executor choice (replay needs coalescing: coalesce_mib 0 runs
+    megatron's executor only), per --coalesce-schedule value (None with coalesce_mib 0), schedules next to each
+    other, and per --coalesce-edge-mib value below the size (0 with coalesce_mib 0)."""
     overlaps = OVERLAP_CHOICES[getattr(args, "coalesce_overlap", "both")]
     executors = EXECUTOR_CHOICES[getattr(args, "executor", "megatron")]
     schedules = tuple(dict.fromkeys(getattr(args, "coalesce_schedule", None) or ("rounds",)))
-    return [(pair, t, c, ov, ex, sc) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
+    edges = tuple(dict.fromkeys(getattr(args, "coalesce_edge_mib", None) or (0,)))
+    return [(pair, t, c, ov, ex, sc, e) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
             if c == 0 or t == "nccl" for ov in ((None,) if c == 0 else overlaps)
-            for ex in (("megatron",) if c == 0 else executors) for sc in ((None,) if c == 0 else schedules)]
+            for ex in (("megatron",) if c == 0 else executors) for sc in ((None,) if c == 0 else schedules)
+            for e in ((0,) if c == 0 else tuple(x for x in edges if x < c))]
 
 
 def overlap_suffix(overlap: bool | None) -> str:
@@ -122,14 +129,18 @@ def schedule_suffix(schedule: str | None) -> str:
     return "_pw" if schedule == "pairwise" else ""
 
 
+def edge_suffix(edge: int | None) -> str:
+    return f"_e{edge}" if edge else ""
+
+
 def run_name(pair: str, layers: int, transport: str, coalesce_mib: int, overlap: bool | None = None,
-             executor: str = "megatron", schedule: str | None = None) -> str:
+             executor: str = "megatron", schedule: str | None = None, edge: int = 0) -> str:
     """nccl runs keep their old names (refit_<pair>_<n>l[_c<mib>]); other transports add _<transport>; coalescing
     runs end in _ov / _noov (coalesce_overlap on / off), then _rp with executor "replay", then _pw with
     coalesce_schedule "pairwise" ("rounds", the default, adds nothing)."""
     return (f"refit_{pair}_{layers}l" + ("" if transport == "nccl" else f"_{transport}")
             + (f"_c{coalesce_mib}" if coalesce_mib else "") + overlap_suffix(overlap) + executor_suffix(executor)
-            + schedule_suffix(schedule))
+            + schedule_suffix(schedule) + edge_suffix(edge))
 
 
 def first_error_line(row: dict, tail: str) -> str | None:
@@ -270,12 +281,12 @@ def write_run_folder(folder: Path, cfg: dict, run) -> None:
 
 def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coalesce_mib: int = 0,
               transport: str = "nccl", overlap: bool | None = None, executor: str = "megatron",
-              schedule: str | None = None) -> dict:
+              schedule: str | None = None, edge: int = 0) -> dict:
     from cloudai_mbridge.metrics import parse_refit_run
     from cloudai_mbridge.payload.refit.local import launch
 
-    cfg = refit_config(pair, layers, args, coalesce_mib, transport, overlap, executor, schedule)
-    name = run_name(pair, layers, transport, coalesce_mib, overlap, executor, schedule)
+    cfg = refit_config(pair, layers, args, coalesce_mib, transport, overlap, executor, schedule, edge)
+    name = run_name(pair, layers, transport, coalesce_mib, overlap, executor, schedule, edge)
     start = time.perf_counter()
     run = launch(cfg, args.world, timeout=args.refit_timeout_s + 60, env={"PYTHONUNBUFFERED": "1"}, cwd=ROOT)
     wall = time.perf_counter() - start
@@ -284,7 +295,7 @@ def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coale
     m = parse_refit_run(folder)
     row = {"name": name, "pair": pair, "layers": layers, "transport": transport, "coalesce_mib": coalesce_mib,
            "coalesce_overlap": overlap, "executor": executor, "coalesce_schedule": cfg.get("coalesce_schedule"),
-           "src": cfg["src"],
+           "coalesce_edge_mib": cfg.get("coalesce_edge_mib", 0), "src": cfg["src"],
            "dst": cfg["dst"],
            "returncodes": run.returncodes, "wall_s": wall, "status": m.status, "problems": list(m.problems),
            "verify": m.verify.status if m.verify else None,
@@ -380,6 +391,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="payload coalesce_schedule values for coalesce sizes > 0, each run side by side: rounds "
                              "(bucket i to every peer at once) and/or pairwise (one peer pair per step, run names "
                              "_pw); rows carry coalesce_schedule")
+    parser.add_argument("--coalesce-edge-mib", type=int, nargs="+", default=[0],
+                        help="payload coalesce_edge_mib values for coalesce sizes > 0 (only those below the size), "
+                             "each run side by side: the first and last message per peer at most this many MiB "
+                             "(0: as large as the others; run names _e<mib>); rows carry coalesce_edge_mib")
     parser.add_argument("--p2p-sizes-mib", type=int, nargs="+", default=list(EXCHANGE_SIZES_MIB))
     parser.add_argument("--p2p-batched-op-mib", type=int, nargs="+", default=list(BATCHED_OP_MIB))
     parser.add_argument("--p2p-only", action="store_true", help="measure the ceiling, run no refit")
@@ -400,14 +415,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         from cloudai_mbridge.payload.refit.config import ConfigError, derive_layouts, from_dict
 
-        for pair, transport, c, ov, ex, sc in refit_runs(args):
-            cfg = refit_config(pair, args.layers, args, c, transport, ov, ex, sc)
+        for pair, transport, c, ov, ex, sc, e in refit_runs(args):
+            cfg = refit_config(pair, args.layers, args, c, transport, ov, ex, sc, e)
             try:
                 derive_layouts(from_dict(cfg), args.world)
                 check = "layout ok"
             except ConfigError as exc:
                 check = f"LAYOUT REFUSED: {exc}"
-            name = run_name(pair, args.layers, transport, c, ov, ex, sc)
+            name = run_name(pair, args.layers, transport, c, ov, ex, sc, e)
             print(f"refit {name} ({check}): {json.dumps(cfg, sort_keys=True)}")
         print(f"p2p plan: {json.dumps(p2p_plan(args.world, args.p2p_sizes_mib, args.p2p_batched_op_mib))}")
         return 0
@@ -443,21 +458,22 @@ def main(argv: list[str] | None = None) -> int:
     batched = [r for r in p2p if r["mode"] == "exchange" and r["bytes"] == total]
 
     runs = [] if args.p2p_only else refit_runs(args)
-    for pair, transport, coalesce, overlap, executor, schedule in runs:
+    for pair, transport, coalesce, overlap, executor, schedule, edge in runs:
         try:
-            row = run_refit(pair, args.layers, args, args.out, coalesce, transport, overlap, executor, schedule)
+            row = run_refit(pair, args.layers, args, args.out, coalesce, transport, overlap, executor, schedule, edge)
         except Exception as exc:  # one transport's failure must not stop the others
-            row = {"name": run_name(pair, args.layers, transport, coalesce, overlap, executor, schedule),
+            row = {"name": run_name(pair, args.layers, transport, coalesce, overlap, executor, schedule, edge),
                    "pair": pair, "layers": args.layers, "transport": transport, "coalesce_mib": coalesce,
                    "coalesce_overlap": overlap, "executor": executor,
-                   "coalesce_schedule": schedule if coalesce else None, "status": "harness-error", "returncodes": [],
+                   "coalesce_schedule": schedule if coalesce else None, "coalesce_edge_mib": edge,
+                   "status": "harness-error", "returncodes": [],
                    "verify": None, "median_ms": None, "wall_s": 0.0, "error": f"{type(exc).__name__}: {exc}",
                    "first_error": f"{type(exc).__name__}: {exc}"}
         if row["status"] != "ok" and args.layers > 1 and not args.no_fallback:
             print(f"{row['name']}: status {row['status']} rc {row['returncodes']} error {row.get('error')}; "
                   "retrying with 1 layer", flush=True)
             result["refit"].append(row)
-            row = run_refit(pair, 1, args, args.out, coalesce, transport, overlap, executor, schedule)
+            row = run_refit(pair, 1, args, args.out, coalesce, transport, overlap, executor, schedule, edge)
         derive(row, args.world, ceiling, batched)
         result["refit"].append(row)
         print(f"[{row['name']}] status={row['status']} verify={row['verify']} median_ms={row['median_ms']} "
@@ -482,6 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         tag = f"{r['pair'].replace('-', '_to_')}_{r['layers']}l" + (
             f"_coalesce{r['coalesce_mib']}mib{overlap_suffix(r.get('coalesce_overlap'))}"
             f"{executor_suffix(r.get('executor'))}{schedule_suffix(r.get('coalesce_schedule'))}"
+            f"{edge_suffix(r.get('coalesce_edge_mib'))}"
             if r.get("coalesce_mib") else "")
         prefix = f"refit_{r.get('transport', 'nccl')}_{tag}"
         if r.get("median_ms") is None:

@@ -188,6 +188,12 @@ def test_refit_schedule_sweeps_to_the_payload_and_refuses_pairwise_without_coale
     assert "[refit-schedule-coalesce]" in res.output and "set coalesce_mib > 0" in res.output
 
 
+def test_refit_edge_sweeps_to_the_payload_and_refuses_edges_not_below_the_message_size(tmp_path: Path) -> None:
+    res, configs = _refit_sweep(tmp_path, 'coalesce_edge_mib = [0, 64, 1024]\ncoalesce_mib = [0, 1024]\n')
+    assert sorted((c["coalesce_edge_mib"], c["coalesce_mib"]) for c in configs) == [(0, 0), (0, 1024), (64, 1024)]
+    assert "[refit-edge-coalesce]" in res.output and "set coalesce_edge_mib below coalesce_mib" in res.output
+
+
 def test_shared_expert_overlap_can_be_held_off_in_both_ab_arms(tmp_path: Path) -> None:
     import json
 

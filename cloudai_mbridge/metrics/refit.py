@@ -437,7 +437,7 @@ def config_file_digest(run_dir: Path) -> str | None:
 
 # What the mapping and the work are made of: a config edited in these after the run relabels it.
 _WORK_KEYS = ("model", "src", "dst", "mode", "transport", "dtype", "coalesce_mib", "executor", "coalesce_schedule",
-              "iterations", "warmup", "device")
+              "coalesce_edge_mib", "iterations", "warmup", "device")
 
 
 def _differs(written: Any, ran: Any) -> bool:

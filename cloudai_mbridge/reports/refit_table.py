@@ -107,6 +107,8 @@ def transport_label(config: Mapping[str, Any]) -> str:
         how.append(str(config["executor"]))
     if config.get("coalesce_schedule", "rounds") != "rounds":
         how.append(str(config["coalesce_schedule"]))
+    if config.get("coalesce_edge_mib"):
+        how.append(f"{config['coalesce_edge_mib']} MiB edges")
     return config["transport"] + (f" ({', '.join(how)})" if how else "")
 
 
@@ -118,7 +120,8 @@ def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str)
     # the mapping is what ran (REFIT_CONFIG), not what the config file says now
     ran = getattr(m, "ran_config", None) or {}
     config = {**config, **{k: ran[k] for k in ("model", "src", "dst", "mode", "transport", "coalesce_mib", "dtype",
-                                               "executor", "coalesce_schedule") if k in ran}}
+                                               "executor", "coalesce_schedule", "coalesce_edge_mib")
+                                  if k in ran}}
     t = m.time_ms
     dims = mapping_dims(config["src"], config["dst"])
     src, dst = layout_name(config["src"], dims), layout_name(config["dst"], dims)

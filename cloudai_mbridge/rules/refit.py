@@ -75,6 +75,18 @@ def _schedule(p: RefitPlan) -> Iterator[Violation]:
                         "set coalesce_mib > 0 or coalesce_schedule = \"rounds\"")
 
 
+@rule("refit-edge-coalesce")
+def _edge(p: RefitPlan) -> Iterator[Violation]:
+    """payload/refit/coalesce.py buckets: coalesce_edge_mib cuts the first and last message per peer smaller than
+    coalesce_mib, so it needs 0 < coalesce_edge_mib < coalesce_mib (payload/refit/config.py refuses it too)."""
+    c = p.config
+    edge, mib = c.get("coalesce_edge_mib", 0), c.get("coalesce_mib", 0)
+    if edge and not 0 < edge < mib:
+        yield Violation("", {"coalesce_edge_mib": edge, "coalesce_mib": mib},
+                        "the first and last messages per peer are cut smaller than the others (coalesce_mib)",
+                        "set coalesce_edge_mib below coalesce_mib (with coalesce_mib > 0), or to 0")
+
+
 @rule("refit-model-size")
 def _model_size(p: RefitPlan) -> Iterator[Violation]:
     """catalog/models.py: num_layers is there to run fewer layers than the model has (refit moves every layer

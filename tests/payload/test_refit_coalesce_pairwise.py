@@ -279,9 +279,22 @@ def test_the_gpu_benchmark_runs_each_schedule_side_by_side_and_labels_the_rows()
     args = bench.parse_args(["--out", "/nonexistent", "--world", "4", "--pairs", "tp4-ep4", "--coalesce-mib", "0",
                              "1024", "--coalesce-overlap", "on", "--coalesce-schedule", "rounds", "pairwise"])
     runs = bench.refit_runs(args)
-    assert [(c, sc) for _, _, c, _, _, sc in runs] == [(0, None), (1024, "rounds"), (1024, "pairwise")]
-    names = [bench.run_name(p, 2, t, c, ov, ex, sc) for p, t, c, ov, ex, sc in runs]
+    assert [(c, sc) for _, _, c, _, _, sc, _ in runs] == [(0, None), (1024, "rounds"), (1024, "pairwise")]
+    names = [bench.run_name(p, 2, t, c, ov, ex, sc, e) for p, t, c, ov, ex, sc, e in runs]
     assert names == ["refit_tp4-ep4_2l", "refit_tp4-ep4_2l_c1024_ov", "refit_tp4-ep4_2l_c1024_ov_pw"]
-    configs = [bench.refit_config(p, 2, args, c, t, ov, ex, sc) for p, t, c, ov, ex, sc in runs]
+    configs = [bench.refit_config(p, 2, args, c, t, ov, ex, sc, e) for p, t, c, ov, ex, sc, e in runs]
     assert [c.get("coalesce_schedule") for c in configs] == [None, "rounds", "pairwise"]
     assert bench.parse_args(["--out", "/x"]).coalesce_schedule == ["rounds"]  # the default: today's runs only
+    assert all("coalesce_edge_mib" not in c for c in configs)  # no edges unless asked
+
+
+def test_the_gpu_benchmark_sweeps_edges_below_the_message_size_only() -> None:
+    import gpu_refit_nccl as bench
+
+    args = bench.parse_args(["--out", "/x", "--world", "2", "--pairs", "tp2-ep2", "--coalesce-mib", "0", "64",
+                             "1024", "--coalesce-overlap", "on", "--coalesce-edge-mib", "0", "64"])
+    runs = bench.refit_runs(args)
+    assert [(c, e) for _, _, c, _, _, _, e in runs] == [(0, 0), (64, 0), (1024, 0), (1024, 64)]
+    p, t, c, ov, ex, sc, e = runs[-1]
+    assert bench.run_name(p, 1, t, c, ov, ex, sc, e) == "refit_tp2-ep2_1l_c1024_ov_e64"
+    assert bench.refit_config(p, 1, args, c, t, ov, ex, sc, e)["coalesce_edge_mib"] == 64

@@ -67,6 +67,10 @@ def test_padded_vocab_is_shared_by_both_sides():
         ({"coalesce_schedule": "ring", "coalesce_mib": 1}, 1, ["coalesce_schedule='ring'", "'rounds', 'pairwise'"]),
         ({"coalesce_schedule": "pairwise"}, 1, ["coalesce_schedule='pairwise'", "coalesce_mib=0", "coalesce_mib > 0",
                                                 "coalesce_schedule to 'rounds'"]),
+        ({"coalesce_edge_mib": 64, "coalesce_mib": 64}, 1, ["coalesce_edge_mib=64", "coalesce_mib=64",
+                                                            "below coalesce_mib"]),
+        ({"coalesce_edge_mib": 8}, 1, ["coalesce_edge_mib=8", "coalesce_mib=0"]),
+        ({"coalesce_edge_mib": -1, "coalesce_mib": 64}, 1, ["coalesce_edge_mib"]),
     ],
 )
 def test_config_errors_name_field_value_and_fix(kw, world, needles):

@@ -139,6 +139,18 @@ def test_pairwise_schedule_is_bit_exact_one_peer_pair_at_a_time(tmp_path):
     assert 1 < int(fields["rounds"]) <= WORLD - 1 and 0 < int(fields["messages"]) <= 2 * (WORLD - 1), line
 
 
+def test_edge_messages_reach_the_service_and_stay_bit_exact(tmp_path):
+    """coalesce_edge_mib through the payload: the service cuts with it (its REFIT_COALESCE line says which), and
+    every destination shard still matches megatron-core's plan bit for bit."""
+    cfg = config({"tp": 2, "ep": 2, "etp": 1}, {"tp": 1, "ep": 4}, coalesce_mib=2, coalesce_edge_mib=1,
+                 coalesce_schedule="pairwise", dump_shards=str(tmp_path))
+    result = run(cfg)
+    final = assert_verified(result, tmp_path)
+    assert final["config"]["coalesce_edge_mib"] == 1
+    (line,) = [x for x in result.stdout[0].splitlines() if x.startswith("REFIT_COALESCE ")]
+    assert " edge_mib=1 " in line and " schedule=pairwise " in line, line
+
+
 def test_non_collocated_refit_is_bit_exact(tmp_path):
     result = run(config({"tp": 1, "ep": 2}, {"tp": 2, "ep": 1}, mode="non-collocated", dump_shards=str(tmp_path)))
     final = assert_verified(result, tmp_path)

@@ -22,6 +22,8 @@ Optional keys (defaults in brackets):
   unpack of successive rounds on side streams, see coalesce.py; profile=true runs them serially],
   "coalesce_schedule" ["rounds"; coalesce_mib > 0 only: "rounds" sends bucket i to every peer at once, "pairwise"
   one peer pair at a time (step s: to rank+s, from rank-s), see coalesce.exchange_units],
+  "coalesce_edge_mib" [0; coalesce_mib > 0 only, below it: the first and last message per peer at most this many
+  MiB, see coalesce.buckets],
   "_corrupt_after_refit" [false; testing], "_no_adapter" [false; testing: unpatched megatron-core].
   "seed" only seeds Megatron's CUDA RNG tracker (GPU builds need one; nothing random is drawn): the weights come
   from crc32(global parameter name), so every run of a model moves and checks the same values.
@@ -55,7 +57,7 @@ Output (stdout, rank 0, flushed):
   then, only when verification passed, one line per timed iteration:
   REFIT_ITER iter=<i> time_ms=<float>
   REFIT_COALESCE bucket_mib=<n> rounds=<n> messages=<n> overlapped=<true|false> plan_builds=<n>
-      schedule=<rounds|pairwise> per refit on rank 0 (before them, coalesce_mib > 0; rounds: exchanges, one
+      schedule=<rounds|pairwise> edge_mib=<n> per refit on rank 0 (before them, coalesce_mib > 0; rounds: exchanges, one
       batch_isend_irecv each; overlapped: the last warm-up ran on side streams; plan_builds: so far)
   REFIT_EXECUTOR name=replay ops_send=<n> ops_recv=<n>   (executor "replay", after the first warm-up; ops summed
       over ranks) or REFIT_EXECUTOR fallback reason=<word> (every refit then goes through swap_model_weights)
@@ -237,7 +239,8 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         from .coalesce import make_service
 
         method = make_service(max(cfg.coalesce_mib, 1) << 20, stale=cfg._stale_copy_service,
-                              overlap=cfg.coalesce_overlap, schedule=cfg.coalesce_schedule)
+                              overlap=cfg.coalesce_overlap, schedule=cfg.coalesce_schedule,
+                              edge_bytes=cfg.coalesce_edge_mib << 20)
     service = method
     recorder = None
     if cfg.profile:
@@ -282,6 +285,7 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
         _emit(f"REFIT_COALESCE bucket_mib={cfg.coalesce_mib} rounds={stats['rounds'] // cfg.warmup} "
               f"messages={stats['messages'] // cfg.warmup} overlapped={str(stats.get('overlapped', False)).lower()} "
               f"plan_builds={stats.get('plan_builds', 0)} schedule={stats.get('schedule', 'rounds')} "
+              f"edge_mib={cfg.coalesce_edge_mib} "
               "per refit on rank 0")
     _state["phase"] = "timed"
     if recorder is not None:

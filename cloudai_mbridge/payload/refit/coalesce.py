@@ -55,19 +55,45 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
-    """Indices of ``sizes`` (bytes, in transfer order) grouped into consecutive buckets of at most ``bucket_bytes``
-    (aligned sizes); a single item larger than that is a bucket of its own."""
+def _greedy(indices: list[int], sizes: list[int], bucket_bytes: int) -> list[list[int]]:
     out: list[list[int]] = []
     used = bucket_bytes + 1
-    for i, size in enumerate(sizes):
-        need = _aligned(size)
+    for i in indices:
+        need = _aligned(sizes[i])
         if used + need > bucket_bytes:
             out.append([])
             used = 0
         out[-1].append(i)
         used += need
     return out
+
+
+def buckets(sizes: list[int], bucket_bytes: int, edge_bytes: int = 0) -> list[list[int]]:
+    """Indices of ``sizes`` (bytes, in transfer order) grouped into consecutive buckets of at most ``bucket_bytes``
+    (aligned sizes); a single item larger than that is a bucket of its own.
+
+    ``edge_bytes`` > 0 (config ``coalesce_edge_mib``): the first and the last bucket hold at most ``edge_bytes``
+    each (at least one item; the first is the longest prefix that fits, the last the longest suffix of the rest),
+    the middle is cut as above. With the overlapped path, the pack of the first exchange and the unpack of the last
+    one are the copies no transfer hides: small edges shorten them. Both sides of a transfer cut the same ordered
+    sizes with the same arguments, so they agree bucket for bucket."""
+    if edge_bytes <= 0:
+        return _greedy(list(range(len(sizes))), sizes, bucket_bytes)
+    n = len(sizes)
+    if n == 0:
+        return []
+    head, used = 0, 0
+    while head < n and (head == 0 or used + _aligned(sizes[head]) <= edge_bytes):
+        used += _aligned(sizes[head])
+        head += 1
+    if head == n:
+        return [list(range(n))]
+    tail, used = n, 0
+    while tail > head and (tail == n or used + _aligned(sizes[tail - 1]) <= edge_bytes):
+        used += _aligned(sizes[tail - 1])
+        tail -= 1
+    middle = _greedy(list(range(head, tail)), sizes, bucket_bytes)
+    return [list(range(head)), *middle, list(range(tail, n))]
 
 
 @dataclass(frozen=True)
@@ -136,11 +162,12 @@ def copy_all(dsts: list, srcs: list) -> None:
 
 
 def make_service(bucket_bytes: int, group=None, stale: bool = False, overlap: bool = True,
-                 schedule: str = "rounds"):
+                 schedule: str = "rounds", edge_bytes: int = 0):
     """A CoalescingCopyService that is also a megatron-core ``CopyService`` (0.16.x checks ``isinstance``; 0.17.x
     accepts any object with its methods). ``stale``: the testing hook :class:`StaleCopyService`; ``overlap``: CUDA
     side streams (module docstring; config ``coalesce_overlap``); ``schedule``: "rounds" or "pairwise"
-    (:func:`exchange_units`; config ``coalesce_schedule``)."""
+    (:func:`exchange_units`; config ``coalesce_schedule``); ``edge_bytes``: the first and last bucket per peer at most
+    this large (:func:`buckets`; config ``coalesce_edge_mib``; 0: off)."""
     from megatron.core.resharding.copy_services.base import CopyService
 
     base = StaleCopyService if stale else CoalescingCopyService
@@ -148,7 +175,7 @@ def make_service(bucket_bytes: int, group=None, stale: bool = False, overlap: bo
     class _Service(base, CopyService):
         pass
 
-    return _Service(bucket_bytes, group, overlap, schedule)
+    return _Service(bucket_bytes, group, overlap, schedule, edge_bytes)
 
 
 @dataclass
@@ -188,7 +215,8 @@ class _Plan:
 class CoalescingCopyService:
     """megatron-core CopyService API (submit_send[_with_id], submit_recv[_with_id], run) over packed buckets."""
 
-    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True, schedule: str = "rounds"):
+    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True, schedule: str = "rounds",
+                 edge_bytes: int = 0):
         import torch.distributed as dist
 
         if bucket_bytes <= 0:
@@ -199,13 +227,16 @@ class CoalescingCopyService:
         self.group = group
         self.overlap = overlap
         self.schedule = schedule
+        if edge_bytes < 0:
+            raise ValueError(f"edge_bytes must be >= 0, got {edge_bytes}")
+        self.edge_bytes = edge_bytes
         self.rank = group.rank() if group is not None else dist.get_rank()
         self.world = group.size() if group is not None else dist.get_world_size()
         self.sends: list[_Op] = []
         self.recvs: list[_Op] = []
         # rounds: exchanges (batch_isend_irecv calls, one per unit) summed over runs
         self.stats = {"rounds": 0, "messages": 0, "bytes": 0, "plan_builds": 0, "overlapped": False,
-                      "schedule": schedule}
+                      "schedule": schedule, "edge_bytes": edge_bytes}
         # Profiling (payload/refit/phases.py sets both): ms per phase of run(), with `phase_sync` (a CUDA sync)
         # before every clock read so the time lands in the phase that queued the work. None: no clock, no sync.
         self.phase_ms: dict[str, float] | None = None
@@ -301,7 +332,7 @@ class CoalescingCopyService:
             for peer, items in self._ordered([op for op in ops if op.peer != self.rank]).items():
                 sizes = [op.tensor.nbytes for op in items]
                 layout = []
-                for idx in buckets(sizes, self.bucket_bytes):
+                for idx in buckets(sizes, self.bucket_bytes, self.edge_bytes):
                     offsets, off = [], 0
                     for i in idx:
                         offsets.append(off)
@@ -498,8 +529,9 @@ class StaleCopyService(CoalescingCopyService):
     later refit sends those instead of the current ones; bytes, messages and timing stay as they were. A refit check
     that only looks for NaN, or compares against weights that never change, passes it."""
 
-    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True, schedule: str = "rounds"):
-        super().__init__(bucket_bytes, group, overlap, schedule)
+    def __init__(self, bucket_bytes: int, group=None, overlap: bool = True, schedule: str = "rounds",
+                 edge_bytes: int = 0):
+        super().__init__(bucket_bytes, group, overlap, schedule, edge_bytes)
         self._kept: list = []
         self._refit = 0
 

@@ -92,6 +92,9 @@ class RefitConfig:
     # every peer at once; "pairwise": step s = 1 .. world-1 sends to rank+s and receives from rank-s, one peer pair at
     # a time, that pair's buckets one after the other.
     coalesce_schedule: str = "rounds"
+    # coalesce_mib > 0: the first and the last message per peer hold at most this many MiB (0: as any other). Their
+    # pack and unpack are the copies no transfer hides (payload/refit/coalesce.py buckets).
+    coalesce_edge_mib: int = 0
     # "megatron": every refit is swap_model_weights. "replay" (needs coalesce_mib > 0): the first refit is, later
     # ones hand megatron-core's cached plan's slice views straight to the coalescing service (payload/refit/replay.py).
     executor: str = "megatron"
@@ -273,6 +276,7 @@ def validate(cfg: RefitConfig) -> None:
     _need_int(cfg.timeout_s, "timeout_s", 1)
     _need_int(cfg.verify_gather_max_bytes, "verify_gather_max_bytes", 0)
     _need_int(cfg.coalesce_mib, "coalesce_mib", 0)
+    _need_int(cfg.coalesce_edge_mib, "coalesce_edge_mib", 0)
     if cfg.run_id is not None and not (isinstance(cfg.run_id, str) and cfg.run_id.isascii() and cfg.run_id.isalnum()
                                        and len(cfg.run_id) <= 64):
         raise ConfigError(f"run_id={cfg.run_id!r}: must be letters and digits (at most 64); the generator writes one")
@@ -282,6 +286,10 @@ def validate(cfg: RefitConfig) -> None:
     if cfg.coalesce_schedule != "rounds" and not cfg.coalesce_mib:
         raise ConfigError(f"coalesce_schedule={cfg.coalesce_schedule!r} with coalesce_mib=0: the schedule orders the "
                           "coalescing copy service's messages; set coalesce_mib > 0 or coalesce_schedule to 'rounds'")
+    if cfg.coalesce_edge_mib and not 0 < cfg.coalesce_edge_mib < cfg.coalesce_mib:
+        raise ConfigError(f"coalesce_edge_mib={cfg.coalesce_edge_mib} with coalesce_mib={cfg.coalesce_mib}: the first "
+                          "and last messages are cut smaller than the others; set coalesce_edge_mib to 0 or below "
+                          "coalesce_mib (and coalesce_mib > 0)")
     if cfg.executor == "replay" and not cfg.coalesce_mib:
         raise ConfigError("executor='replay' with coalesce_mib=0: replay hands the plan to the coalescing copy "
                           "service; set coalesce_mib > 0 or executor to 'megatron'")

@@ -71,6 +71,10 @@ class MBridgeRefitCmdArgs(CmdArgs):
     # one peer pair at a time (step s: rank i sends to i + s); 4 x H200 TP4 -> EP4, replay, 1 GiB: 37.8 ms pairwise
     # against 40.8 ms rounds in one command (benchmarks/results/refit_4gpu/README.md, host 4)
     coalesce_schedule: Schedule | list[Schedule] = "rounds"
+    # coalesce_mib > 0 only, below it (rule refit-edge-coalesce): the first and last message per peer at most this many
+    # MiB, so the pack before the first transfer and the unpack after the last one (the copies no transfer hides)
+    # are short; 0: those messages are as large as the others
+    coalesce_edge_mib: NonNegInt | list[NonNegInt] = 0
     device: Literal["cuda", "cpu"] = "cuda"
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     warmup: PosInt = 2
@@ -117,6 +121,7 @@ class MBridgeRefitTestDefinition(MBridgeTestDefinition):
             "coalesce_mib": a.coalesce_mib,
             "executor": a.executor,
             "coalesce_schedule": a.coalesce_schedule,
+            "coalesce_edge_mib": a.coalesce_edge_mib,
             "device": a.device,
             "dtype": a.dtype,
             "warmup": a.warmup,
