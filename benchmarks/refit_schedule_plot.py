@@ -36,9 +36,9 @@ def main(argv: list[str]) -> int:
     import matplotlib.pyplot as plt
 
     out = Path(argv[0])
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.8))
     x = 0.0
-    ticks, labels = [], []
+    ticks, labels, pairs = [], [], []
     best = None
     last_ceiling = None
     for name in argv[1:]:
@@ -50,6 +50,8 @@ def main(argv: list[str]) -> int:
                 continue
             last_ceiling = r.get("ceiling") or last_ceiling
             sched = r.get("coalesce_schedule", "rounds") + (" profiled" if r.get("phases") else "")
+            edge = f"\nedges {r['coalesce_edge_mib']} MiB" if r.get("coalesce_edge_mib") else ""
+            pairs.append(str(r.get("pair", "")).replace("-", " -> ").upper())
             med, lo, hi = r["median_ms"], r["min_ms"], r["max_ms"]
             # the row's own per-GPU rate (gpu_refit_nccl.py divides by the run's world, whatever the layouts), so
             # a row written without a ceiling gets the share the JSON would have written with it
@@ -58,8 +60,9 @@ def main(argv: list[str]) -> int:
             ax.bar(x, med, width=0.8, color=color, yerr=[[med - lo], [hi - med]], capsize=3)
             ax.text(x, hi + 0.4, f"{pct:.1f}%", ha="center", fontsize=8)
             ticks.append(x)
-            labels.append(f"{Path(name).parent.name}\n{r['coalesce_mib']} MiB\n{sched}")
-            print(f"{Path(name).parent.name}: {r['name']} {sched} {r['coalesce_mib']} MiB median {med:.2f} ms "
+            labels.append(f"{Path(name).parent.name}\n{r['coalesce_mib']} MiB\n{sched}{edge}")
+            print(f"{Path(name).parent.name}: {r['name']} {sched}{edge.replace(chr(10), ' ')} {r['coalesce_mib']} MiB "
+                  f"median {med:.2f} ms "
                   f"[{lo:.2f}..{hi:.2f}] {pct:.1f} % of {ceiling:.1f} GB/s per GPU")
             if best is None or pct > best[0]:
                 best = (pct, r["name"])
@@ -71,9 +74,9 @@ def main(argv: list[str]) -> int:
         x += 0.6
     ax.set_xticks(ticks, labels, fontsize=7)
     ax.set_ylabel("refit time, median of 8 timed refits (ms)")
-    ax.set_title("Refit TP4 -> EP4 on 4 x H200, replay executor: all-peer rounds (blue) vs pairwise (orange)\n"
-                 "solid line: the same command's 4 GiB exchange ceiling (100 %); dashed: 80 % of it; bars: min..max",
-                 fontsize=9)
+    ax.set_title(f"Refit {', '.join(dict.fromkeys(pairs))}, replay executor: all-peer rounds (blue) vs pairwise "
+                 "(orange)\nsolid line: the same command's 4 GiB exchange ceiling (100 %); dashed: 80 % of it; bars: "
+                 "min..max", fontsize=9)
     ax.set_ylim(0, None)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
