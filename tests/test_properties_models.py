@@ -86,6 +86,7 @@ INT_FIELDS = [
     IntField(R, ("num_layers",), 1, INT32_MAX, optional=True),
     IntField(R, ("seq_length",), 1, INT32_MAX),
     IntField(R, ("coalesce_mib",), 0, INT32_MAX, sweep=True),
+    IntField(R, ("coalesce_edge_mib",), 0, INT32_MAX, sweep=True),
     IntField(R, ("warmup",), 1, INT32_MAX),
     IntField(R, ("iterations",), 1, INT32_MAX),
     IntField(R, ("timeout_s",), 1, 7 * 24 * 3600),
