@@ -36,11 +36,11 @@ env = data.setdefault("global_env_vars", {})
 env["CLOUDAI_MBRIDGE_GPUS_PER_NODE"] = str(int(os.popen("nvidia-smi -L | wc -l").read().strip() or 4))
 # The system decides the GPU: this host's, from the device name (the shipped file says h100; an H200 host must not
 # be planned and recorded as an H100).
-name = os.popen("nvidia-smi --query-gpu=name --format=csv,noheader").read().lower()
-for gpu in ("gb300", "gb200", "b300", "b200", "h200", "h100", "vr200"):
-    if gpu in name.replace(" ", ""):
-        env["CLOUDAI_MBRIDGE_GPU"] = gpu
-        break
+from cloudai_mbridge.catalog.gpus import gpu_for_device_name
+names = os.popen("nvidia-smi --query-gpu=name --format=csv,noheader").read().splitlines()
+gpu = gpu_for_device_name(names[0]) if names else None
+if gpu:
+    env["CLOUDAI_MBRIDGE_GPU"] = gpu
 for k in ("PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "CUDA_HOME",
           "HF_HOME", "HF_HUB_OFFLINE"):
     if os.environ.get(k):

@@ -63,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cloudai_mbridge.catalog import GPUS, get_gpu, get_model  # noqa: E402
+from cloudai_mbridge.catalog.gpus import gpu_for_device_name  # noqa: E402
 from cloudai_mbridge.launch.training import training_config  # noqa: E402
 from cloudai_mbridge.plan import TrainingPlan  # noqa: E402
 from cloudai_mbridge.rules import TRAINING_RULES  # noqa: E402
@@ -520,10 +521,10 @@ def catalog_gpu_name() -> str | None:
 
         if not torch.cuda.is_available():
             return None
-        name = torch.cuda.get_device_name(0).lower()
+        name = torch.cuda.get_device_name(0)
     except Exception:
         return None
-    return next((k for k in sorted(GPUS, key=len, reverse=True) if k in name), None)
+    return gpu_for_device_name(name)
 
 
 # --------------------------------------------------------------------------------------------------------------

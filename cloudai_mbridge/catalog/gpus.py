@@ -87,6 +87,13 @@ GPUS: dict[str, GPUSpec] = {
 }
 
 
+def gpu_for_device_name(device_name: str) -> str | None:
+    """The catalog key a CUDA / nvidia-smi device name names (``NVIDIA H200`` -> h200; the longest key found in it
+    wins, so ``NVIDIA GB200`` is gb200, not b200), None for a GPU the catalog does not hold."""
+    name = device_name.lower()
+    return next((k for k in sorted(GPUS, key=len, reverse=True) if k in name), None)
+
+
 def get_gpu(name: str) -> GPUSpec:
     try:
         return GPUS[name]

@@ -315,3 +315,13 @@ def test_ncclep_with_a2a_overlap_and_fp8_passes() -> None:
     plan = seed_plan(model="deepseek_v3", gpu="b300", **NCCLEP, moe_a2a_overlap=True, precision="mxfp8",
                      deepep_impl="nvidia")
     assert [str(v) for v in TRAINING_RULES.check(plan)] == []
+
+
+def test_a_device_name_maps_to_its_catalog_gpu_longest_key_first() -> None:
+    # how a GPU host's runs name their GPU (gpu_dispatcher_ab.py, gpu_cloudai_ab_run.sh): the catalog, not a list
+    from cloudai_mbridge.catalog.gpus import gpu_for_device_name
+
+    assert gpu_for_device_name("NVIDIA H200") == "h200"
+    assert gpu_for_device_name("NVIDIA H100 80GB HBM3") == "h100"
+    assert gpu_for_device_name("NVIDIA GB200") == "gb200"  # not b200, which it also contains
+    assert gpu_for_device_name("Tesla T4") is None
