@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
                 continue
             last_ceiling = r.get("ceiling") or last_ceiling
             sched = r.get("coalesce_schedule", "rounds") + (" profiled" if r.get("phases") else "")
-            edge = f"\nedges {r['coalesce_edge_mib']} MiB" if r.get("coalesce_edge_mib") else ""
+            edge = f"edges {r['coalesce_edge_mib']} MiB" if r.get("coalesce_edge_mib") else ""
             pairs.append(str(r.get("pair", "")).replace("-", " -> ").upper())
             med, lo, hi = r["median_ms"], r["min_ms"], r["max_ms"]
             # the row's own per-GPU rate (gpu_refit_nccl.py divides by the run's world, whatever the layouts), so
@@ -60,9 +60,9 @@ def main(argv: list[str]) -> int:
             ax.bar(x, med, width=0.8, color=color, yerr=[[med - lo], [hi - med]], capsize=3)
             ax.text(x, hi + 0.4, f"{pct:.1f}%", ha="center", fontsize=8)
             ticks.append(x)
-            labels.append(f"{Path(name).parent.name}\n{r['coalesce_mib']} MiB\n{sched}{edge}")
-            print(f"{Path(name).parent.name}: {r['name']} {sched}{edge.replace(chr(10), ' ')} {r['coalesce_mib']} MiB "
-                  f"median {med:.2f} ms "
+            labels.append("\n".join(filter(None, (Path(name).parent.name, f"{r['coalesce_mib']} MiB", sched, edge))))
+            print(f"{Path(name).parent.name}: {r['name']} {' '.join(filter(None, (sched, edge)))} "
+                  f"{r['coalesce_mib']} MiB median {med:.2f} ms "
                   f"[{lo:.2f}..{hi:.2f}] {pct:.1f} % of {ceiling:.1f} GB/s per GPU")
             if best is None or pct > best[0]:
                 best = (pct, r["name"])
