@@ -24,7 +24,11 @@
 #   CUDA_HOME           default /usr/local/cuda (needed: torch would take /usr/local from a wrapper nvcc on PATH,
 #                       and HybridEP's JIT runs $CUDA_HOME/bin/nvcc at run time)
 #   HYBRIDEP_SMOKE      N > 0: after the build, one dispatch + combine on N GPUs (torchrun, 240 s limit), which also
-#                       exercises the run-time JIT; prints `MBRIDGE_HYBRIDEP smoke=<ok|failed> ...`
+#                       exercises the run-time JIT; prints `MBRIDGE_HYBRIDEP smoke=<ok|failed> variant=... ...`, and
+#                       on a failure the ranks' last stages, the native and Python frames of a crash and the log tail
+#   HYBRIDEP_SMOKE_VARIANTS  space-separated environment assignments, one smoke each (default: "default", the
+#                       host's environment), e.g. "default USE_MNNVL=0" (USE_MNNVL=0: cudaMalloc + CUDA IPC instead of
+#                       fabric handles, allocator.cu)
 #   HYBRIDEP_FORCE      1: rebuild even when the site is already built
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -158,30 +162,41 @@ ENV
 sos=$(cd "$SITE" && echo ./*.so)
 nvs=$(ldd "$SITE"/deep_ep_cpp*.so 2>/dev/null | grep -c nvshmem)
 
-# 5. Optional smoke: one dispatch + combine over N GPUs (JIT-compiles HybridEP's kernels on first use).
+# 5. Optional smoke: one dispatch + combine over N GPUs (JIT-compiles HybridEP's kernels on first use), once per
+# variant of HYBRIDEP_SMOKE_VARIANTS. Each rank marks its stage (STAGE rank=<r> <what>) before each step, runs under
+# Python's faulthandler (the Python frame of a SIGSEGV) and, where the host has a C compiler, with a preloaded handler
+# that prints the native frames (backtrace_symbols_fd) before the default action: a crash says where it happened.
 smoke=""
 if [ "${HYBRIDEP_SMOKE:-0}" -gt 0 ] 2>/dev/null; then
   sm=$DIR/smoke.py
   cat > "$sm" <<'PYEOF'
-import os, time, torch, torch.distributed as dist
-from deep_ep import HybridEPBuffer
+import os, sys, time, torch, torch.distributed as dist
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+def stage(what):
+    print(f"STAGE rank={rank} {what}", file=sys.stderr, flush=True)
+stage("import deep_ep")
+from deep_ep import HybridEPBuffer
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 dist.init_process_group("nccl")
 group = dist.new_group(list(range(world)))
 T, H, EL, K = 128, 1024, 4, 2
 E = EL * world
 torch.manual_seed(rank)
+stage("HybridEPBuffer()")
 buf = HybridEPBuffer(group=group, hidden_dim=H, max_num_of_tokens_per_rank=T, num_local_experts=EL)
 x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
 idx = torch.stack([torch.randperm(E, device="cuda")[:K] for _ in range(T)])
 rmap = torch.zeros(T, E, dtype=torch.bool, device="cuda").scatter_(1, idx, True)
 probs = torch.where(rmap, 1.0 / K, 0.0).float()
 t0 = time.time()
+stage("dispatch_with_permute")
 hid, dprobs, _, tpe, handle = buf.dispatch_with_permute(hidden=x, routing_map=rmap, probs=probs,
                                                         num_of_experts_per_rank=EL)
+torch.cuda.synchronize()
+stage("combine_with_unpermute")
 y, _ = buf.combine_with_unpermute(hidden=hid, handle=handle)
 torch.cuda.synchronize()
+stage("check")
 err = (y.float() - K * x.float()).abs().max().item()  # each token comes back from its K experts, unweighted
 n = torch.tensor([hid.shape[0]], device="cuda"); dist.all_reduce(n)
 e = torch.tensor([err], device="cuda"); dist.all_reduce(e, op=dist.ReduceOp.MAX)
@@ -190,17 +205,60 @@ if rank == 0:
           f"max_abs_err={e.item():.4g} first_call_s={time.time() - t0:.1f}", flush=True)
 dist.destroy_process_group()
 PYEOF
-  # shellcheck disable=SC1091
-  sout=$(source "$DIR/env.sh" && timeout -k 10 240 "$PY" -m torch.distributed.run --standalone \
-         --nproc-per-node "$HYBRIDEP_SMOKE" "$sm" 2>&1)
-  src=$?
-  line=$(echo "$sout" | grep '^SMOKE' | tail -n 1)
-  if [ "$src" -eq 0 ] && [ -n "$line" ]; then
-    echo "MBRIDGE_HYBRIDEP smoke=ok ${line#SMOKE }"; smoke=" smoke=ok"
-  else
-    echo "$sout" | grep -v -i warn | tail -20
-    echo "MBRIDGE_HYBRIDEP smoke=failed rc=$src"; smoke=" smoke=failed"
+  preload=""
+  if command -v cc >/dev/null 2>&1; then
+    cat > "$DIR/segv_frames.c" <<'CEOF'
+#include <execinfo.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+static void on_fatal(int sig) {
+  void *frames[64];
+  int n = backtrace(frames, 64);
+  const char *head = "NATIVE_FRAMES (innermost first):\n";
+  write(2, head, strlen(head));
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+__attribute__((constructor)) static void install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_fatal;
+  sigaction(SIGSEGV, &sa, 0); sigaction(SIGBUS, &sa, 0); sigaction(SIGFPE, &sa, 0); sigaction(SIGILL, &sa, 0);
+}
+CEOF
+    cc -shared -fPIC -O1 -o "$DIR/libsegv_frames.so" "$DIR/segv_frames.c" 2>/dev/null && preload=$DIR/libsegv_frames.so
   fi
+  echo "MBRIDGE_HYBRIDEP smoke_setup native_frames=${preload:-none (no C compiler)} faulthandler=on"
+  ok=0; failed=0
+  for variant in ${HYBRIDEP_SMOKE_VARIANTS:-default}; do
+    venv=(); [ "$variant" = default ] || venv=("$variant")
+    # shellcheck disable=SC1091
+    sout=$(source "$DIR/env.sh" && env ${preload:+LD_PRELOAD=$preload} "${venv[@]}" timeout -k 10 240 "$PY" -X faulthandler \
+           -m torch.distributed.run --standalone --nproc-per-node "$HYBRIDEP_SMOKE" "$sm" 2>&1)
+    src=$?
+    line=$(echo "$sout" | grep '^SMOKE' | tail -n 1)
+    [ -z "${OUT:-}" ] || printf '%s\n' "$sout" > "$OUT/hybridep_smoke_$(echo "$variant" | tr -c 'A-Za-z0-9_\n' '_').log"
+    if [ "$src" -eq 0 ] && [ -n "$line" ]; then
+      echo "MBRIDGE_HYBRIDEP smoke=ok variant=$variant ${line#SMOKE }"; ok=$((ok + 1))
+    else
+      echo "$sout" | grep -E '^STAGE' | tail -n "$((2 * HYBRIDEP_SMOKE))"
+      echo "$sout" | grep -E -A 14 'NATIVE_FRAMES|Fatal Python error' | head -60
+      # Frames inside DeepEP's own libraries (and HybridEP's JIT modules), resolved to functions where binutils is here.
+      if command -v addr2line >/dev/null 2>&1; then
+        echo "$sout" | grep -o -E '/[^ ()]*(hybrid_ep|deep_ep|jit)[^ ()]*\.so\(\+0x[0-9a-f]+\)' | sort -u | head -12 |
+          while IFS= read -r fr; do
+            so=${fr%%(*}; off=${fr##*(+}; off=${off%)}
+            echo "  $(basename "$so")+$off: $(addr2line -C -f -e "$so" "$off" 2>/dev/null | head -n 1)"
+          done
+      fi
+      echo "$sout" | grep -v -i warn | grep -v -E '^STAGE' | tail -12
+      echo "MBRIDGE_HYBRIDEP smoke=failed variant=$variant rc=$src last_stage=\"$(echo "$sout" | grep -E '^STAGE' | tail -n 1 | cut -d' ' -f3-)\""
+      failed=$((failed + 1))
+    fi
+  done
+  if [ "$failed" -gt 0 ]; then smoke=" smoke=failed"; else smoke=" smoke=ok"; fi
 fi
 [ "$smoke" != " smoke=failed" ] || result yes 4 "how=$how arch=$ARCH site=$SITE env=$DIR/env.sh smoke=failed"
 result yes 0 "how=$how build_s=$((SECONDS - start)) arch=$ARCH nvshmem_linked=$nvs so=[$sos] site=$SITE env=$DIR/env.sh$smoke"

@@ -2,19 +2,27 @@
 same recipe and overrides (benchmarks/plain_bridge.py), on one GPU, same point, same iterations.
 
 Method. One TrainingPlan (``--model``, 1 GPU, tp = pp = ep = 1, mbs 1, gbs 4, seq 4096, bf16, mock data, alltoall,
-seed 1234) gives one mbridge_config.json; each of ``--starts`` starts runs both arms as fresh processes, the order
-alternating (payload first in even starts, plain first in odd) so that a drift of the host falls on both. Each run is
-a run folder (``<out>/runs/<arm>_s<k>/``) read back with parse_training_run: Bridge's own iteration lines, the first
-``--warmup`` iterations dropped, the manual-GC iterations kept in both arms (the recipe collects in both alike).
-Overhead = (payload - plain) / plain x 100 of the mean of the starts' steady-state means, with the two-level
-bootstrap interval of reports/ab_starts.py (starts, then iterations). Also: wall seconds per run and seconds outside
-the iterations (start-up), per arm.
+seed 1234) gives one mbridge_config.json; each of ``--starts`` starts runs every arm of ``--arms`` as a fresh
+process, the order rotated by one arm per start (each arm takes each place in turn) so that a drift of the host falls
+on all. Arms: ``payload`` (the training payload as a job runs it), ``plain`` (Bridge's pretrain(), the reference) and
+``payload_nohash`` (the payload with MBRIDGE_ROUTING_HASH=0: without the routing-hash callback, whose ``.item()``
+synchronises the host with the GPU after every step). Each run is a run folder (``<out>/runs/<arm>_s<k>/``) read
+back with parse_training_run: Bridge's own iteration lines, the first ``--warmup`` iterations dropped. Two views: the
+manual-GC iterations kept in every arm (the recipe collects in all alike), and left out of every arm (the iterations
+the payload's ``MBRIDGE_GC`` line names; plain Bridge prints no such line but runs the same recipe). Overhead of an
+arm = (arm - plain) / plain x 100 of the mean of the starts' steady-state means, with the two-level bootstrap
+interval of reports/ab_starts.py (starts, then iterations). Also: wall seconds per run and seconds outside the
+iterations (start-up), per arm. An ``--out`` that already holds a payload_overhead.json from the same host (and the
+same model, sequence and iterations) takes the new starts beside the old ones, numbered on: several device calls on
+one warm host add up to one record; a record from another host or point is refused.
 
 Run (GPU host with the bridge stack, benchmarks/gpu_setup.sh):
-    python3 benchmarks/payload_overhead.py --out /tmp/overhead [--starts 3] [--iters 20] [--budget-s 540]
+    python3 benchmarks/payload_overhead.py --out /tmp/overhead [--starts 3] [--arms payload plain payload_nohash]
+        [--iters 20] [--budget-s 540]
     python3 benchmarks/payload_overhead.py --dry-run           the plan and the config; no GPU
     python3 benchmarks/payload_overhead.py --report <out>      the numbers again from the run folders
-Prints ``RESULT payload_overhead_pct=<x> %`` (with its interval), ``RESULT payload_startup_extra_s=<x> s``; writes
+Prints ``RESULT payload_overhead_pct=<x> %`` and ``RESULT payload_overhead_no_gc_pct=<x> %`` (each with its
+interval), the same for ``payload_nohash`` when it ran, ``RESULT payload_startup_extra_s=<x> s``; writes
 ``<out>/payload_overhead.json``. Goal (issue 29): overhead <= 1 %.
 """
 
@@ -36,7 +44,11 @@ from cloudai_mbridge.catalog import get_gpu, get_model  # noqa: E402
 from cloudai_mbridge.launch.training import training_config  # noqa: E402
 from cloudai_mbridge.plan import TrainingPlan  # noqa: E402
 
-ARMS = {"payload": "cloudai_mbridge.payload.train", "plain": "benchmarks.plain_bridge"}
+ARMS = {"payload": "cloudai_mbridge.payload.train", "plain": "benchmarks.plain_bridge",
+        "payload_nohash": "cloudai_mbridge.payload.train"}
+ARM_ENV = {"payload_nohash": {"MBRIDGE_ROUTING_HASH": "0"}}
+BASE = "plain"
+SAME_POINT = ("model", "gpu", "seq", "iters")  # settings an added start must share with the record it joins
 
 
 def make_config(args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
@@ -58,7 +70,8 @@ def run_arm(arm: str, start: int, args: argparse.Namespace, timeout_s: float) ->
     cfg = make_config(args, str(folder))
     (folder / "mbridge_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     began = time.perf_counter()
-    run = launch(cfg, 1, timeout=timeout_s, module=ARMS[arm], cwd=ROOT, env={"PYTHONUNBUFFERED": "1"})
+    run = launch(cfg, 1, timeout=timeout_s, module=ARMS[arm], cwd=ROOT,
+                 env={"PYTHONUNBUFFERED": "1", **ARM_ENV.get(arm, {})})
     wall = time.perf_counter() - began
     (folder / "logs" / "rank-0.log").write_text(run.stdout[0] + run.stderr[0])
     return {"arm": arm, "start": start, "run_folder": str(folder), "returncode": run.returncodes[0],
@@ -66,51 +79,83 @@ def run_arm(arm: str, start: int, args: argparse.Namespace, timeout_s: float) ->
 
 
 def measure(rows: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """Per arm: the steady-state series of each start, GC iterations kept and left out; each arm against plain."""
     from cloudai_mbridge.metrics import parse_training_run
     from cloudai_mbridge.reports import ab_starts
 
-    series: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
-    outside: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    parsed = []
+    gc: set[int] = set()
     for r in rows:
         m = parse_training_run(r["run_folder"], warmup=warmup)
+        parsed.append(m)
+        gc.update(m.gc_iterations)  # only the payload arms print MBRIDGE_GC; the recipe is the same in every arm
+    arms = sorted({r["arm"] for r in rows}, key=list(ARMS).index)
+    series: dict[str, dict[str, list[list[float]]]] = {view: {a: [] for a in arms} for view in ("gc_in", "gc_out")}
+    outside: dict[str, list[float]] = {a: [] for a in arms}
+    for r, m in zip(rows, parsed, strict=True):
         r["status"] = m.status
-        times = [] if m.time_errors else ab_starts.start_times(
-            [(i.iteration, i.elapsed_ms) for i in m.iterations], set(m.steady_iterations), set())
-        r["steady_mean_ms"] = sum(times) / len(times) if times else None
+        its = [(i.iteration, i.elapsed_ms) for i in m.iterations]
+        views = {"gc_in": [] if m.time_errors else ab_starts.start_times(its, set(m.steady_iterations), set()),
+                 "gc_out": [] if m.time_errors else ab_starts.start_times(its, set(m.steady_iterations), gc)}
+        r["steady_mean_ms"] = sum(views["gc_in"]) / len(views["gc_in"]) if views["gc_in"] else None
+        r["steady_mean_no_gc_ms"] = sum(views["gc_out"]) / len(views["gc_out"]) if views["gc_out"] else None
         r["outside_iterations_s"] = round(r["wall_s"] - sum(i.elapsed_ms or 0.0 for i in m.iterations) / 1000, 1)
-        if m.ok and times:
-            series[r["arm"]].append(times)
+        if m.ok and views["gc_in"]:
+            for view, times in views.items():
+                series[view][r["arm"]].append(times)
             outside[r["arm"]].append(r["outside_iterations_s"])
-    result: dict[str, Any] = {"starts": {a: len(s) for a, s in series.items()}}
-    boot = ab_starts.bootstrap_delta(series["plain"], series["payload"])
-    if boot is not None:
-        result.update(overhead_pct=boot[0], interval_pct=[boot[1], boot[2]],
-                      payload_ms=ab_starts.arm_time(series["payload"]), plain_ms=ab_starts.arm_time(series["plain"]))
-    if outside["payload"] and outside["plain"]:
-        result["startup_extra_s"] = (sum(outside["payload"]) / len(outside["payload"])
-                                     - sum(outside["plain"]) / len(outside["plain"]))
+    result: dict[str, Any] = {"starts": {a: len(series["gc_in"][a]) for a in arms}, "gc_iterations": sorted(gc),
+                              "arms": {}}
+    for arm in arms:
+        if arm == BASE or BASE not in arms:
+            continue
+        entry: dict[str, Any] = {}
+        for view in ("gc_in", "gc_out"):
+            boot = ab_starts.bootstrap_delta(series[view][BASE], series[view][arm])
+            if boot is not None:
+                entry[view] = {"overhead_pct": boot[0], "interval_pct": [boot[1], boot[2]],
+                               "arm_ms": ab_starts.arm_time(series[view][arm]),
+                               "plain_ms": ab_starts.arm_time(series[view][BASE])}
+        if outside[arm] and outside[BASE]:
+            entry["startup_extra_s"] = (sum(outside[arm]) / len(outside[arm])
+                                        - sum(outside[BASE]) / len(outside[BASE]))
+        result["arms"][arm] = entry
     return result
 
 
 def report(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
-    print("runs: steady-state mean per start (ms, warm-up dropped, GC iterations kept in both arms), wall and "
-          "start-up seconds")
+    print("runs: steady-state mean per start (ms, warm-up dropped; GC iterations kept | left out), wall and start-up "
+          "seconds")
     for r in rows:
-        mean = r.get("steady_mean_ms")
-        print(f"  {r['arm']:>7} s{r['start']} {r.get('status', '?'):>16} "
-              f"{'-' if mean is None else f'{mean:.1f}':>8} ms  wall {r['wall_s']} s  "
+        means = [r.get("steady_mean_ms"), r.get("steady_mean_no_gc_ms")]
+        shown = " | ".join("-" if m is None else f"{m:.1f}" for m in means)
+        print(f"  {r['arm']:>14} s{r['start']} {r.get('status', '?'):>16} {shown:>15} ms  wall {r['wall_s']} s  "
               f"outside iterations {r.get('outside_iterations_s')} s")
-    if "overhead_pct" not in result:
-        print("no overhead: an arm has no start with steady-state iterations")
-        return
-    lo, hi = result["interval_pct"]
-    print(f"payload {result['payload_ms']:.1f} ms vs plain Bridge {result['plain_ms']:.1f} ms per iteration "
-          f"({result['starts']['payload']} + {result['starts']['plain']} starts): {result['overhead_pct']:+.2f} % "
-          f"(95 % bootstrap interval {lo:+.2f}..{hi:+.2f} %)")
-    print(f"RESULT payload_overhead_pct={result['overhead_pct']:.2f} %")
-    print(f"RESULT payload_overhead_ci95_pct={lo:.2f}..{hi:.2f} %")
-    if "startup_extra_s" in result:
-        print(f"RESULT payload_startup_extra_s={result['startup_extra_s']:.1f} s")
+    print(f"manual-GC iterations (from the payload's MBRIDGE_GC line): {result.get('gc_iterations') or 'none'}")
+    found = False
+    for arm, entry in result.get("arms", {}).items():
+        for view, words in (("gc_in", "GC iterations kept"), ("gc_out", "GC iterations left out")):
+            if view not in entry:
+                continue
+            found = True
+            e = entry[view]
+            lo, hi = e["interval_pct"]
+            print(f"{arm} {e['arm_ms']:.1f} ms vs plain Bridge {e['plain_ms']:.1f} ms per iteration, {words} "
+                  f"({result['starts'][arm]} + {result['starts'][BASE]} starts): {e['overhead_pct']:+.2f} % "
+                  f"(95 % bootstrap interval {lo:+.2f}..{hi:+.2f} %)")
+            tag = "" if view == "gc_in" else "_no_gc"
+            name = "payload_overhead" if arm == "payload" else f"{arm}_overhead"
+            print(f"RESULT {name}{tag}_pct={e['overhead_pct']:.2f} %")
+            print(f"RESULT {name}{tag}_ci95_pct={lo:.2f}..{hi:.2f} %")
+        if "startup_extra_s" in entry:
+            name = "payload" if arm == "payload" else arm
+            print(f"RESULT {name}_startup_extra_s={entry['startup_extra_s']:.1f} s")
+    if not found:
+        print("no overhead: plain or every other arm has no start with steady-state iterations")
+
+
+def has_overhead(result: dict[str, Any]) -> bool:
+    return any(entry.get("gc_in") for entry in result.get("arms", {}).values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=4096)
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=4)
-    parser.add_argument("--starts", type=int, default=3)
+    parser.add_argument("--starts", type=int, default=3, help="starts to run now (added to any in --out)")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=["payload", "plain"],
+                        help="arms to run in every start (plain, the reference, is always among them)")
     parser.add_argument("--timeout-s", type=float, default=240.0)
     parser.add_argument("--budget-s", type=float)
     parser.add_argument("--min-run-s", type=float, default=90.0)
@@ -135,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             r["run_folder"] = str(args.report / "runs" / Path(r["run_folder"]).name)
         result = measure(rows, args.warmup)
         report(rows, result)
-        return 0 if "overhead_pct" in result else 1
+        return 0 if has_overhead(result) else 1
     if args.dry_run:
         cfg = make_config(args, "<out>/runs/<arm>_s<k>")
         print(f"plan: {args.model} on 1 x {args.gpu}, mbs 1, gbs 4, seq {args.seq}, {args.iters} iterations, "
-              f"{args.starts} starts x {', '.join(ARMS)} (alternating order)")
+              f"{args.starts} starts x {', '.join(arms_of(args))} (order rotated by one arm per start)")
         print(json.dumps(cfg, sort_keys=True))
         return 0
     if args.out is None:
@@ -149,11 +196,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
+    arms = arms_of(args)
+    record = args.out / "payload_overhead.json"
+    host = provenance([])["host"]
     rows: list[dict[str, Any]] = []
+    if record.exists():
+        saved = json.loads(record.read_text())
+        earlier = saved.get("settings", {})
+        differs = [k for k in SAME_POINT if str(earlier.get(k)) != str(getattr(args, k))]
+        was = saved.get("provenance", {}).get("host")
+        if was != host or differs:
+            print(f"error: {record} holds starts of another host or point (host {was} vs {host}; differing "
+                  f"settings: {differs or 'none'}): give a new --out", file=sys.stderr)
+            return 2
+        rows = saved["runs"]
+        print(f"adding to {record}: {len(rows)} earlier runs")
+    first = 1 + max((r["start"] for r in rows), default=-1)
     began = time.perf_counter()
-    for start in range(args.starts):
-        order = list(ARMS) if start % 2 == 0 else list(reversed(ARMS))
-        for arm in order:
+    for start in range(first, first + args.starts):
+        for arm in order_for(arms, start):
             timeout = args.timeout_s
             if args.budget_s is not None:
                 left = args.budget_s - (time.perf_counter() - began)
@@ -168,8 +229,21 @@ def main(argv: list[str] | None = None) -> int:
     report(rows, result)
     out = {"experiment": "payload_overhead", "provenance": provenance([f"benchmarks/{Path(__file__).name}", *(argv or
            sys.argv[1:])]), "settings": {k: str(v) for k, v in vars(args).items()}, "runs": rows, "result": result}
-    (args.out / "payload_overhead.json").write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
-    return 0 if "overhead_pct" in result else 1
+    tmp = record.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
+    tmp.replace(record)
+    return 0 if has_overhead(result) else 1
+
+
+def order_for(arms: list[str], start: int) -> list[str]:
+    """Start k runs the arms rotated by k: over len(arms) starts each arm takes each place once."""
+    shift = start % len(arms)
+    return arms[shift:] + arms[:shift]
+
+
+def arms_of(args: argparse.Namespace) -> list[str]:
+    """The arms to run, in ARMS order, with plain always among them."""
+    return [a for a in ARMS if a in args.arms or a == BASE]
 
 
 if __name__ == "__main__":
