@@ -21,6 +21,8 @@
 #                       kernels: more to compile); NVSHMEM_DIR set: that one
 #   HYBRIDEP_TIMEOUT_S  the build's limit (default 480)
 #   MAX_JOBS            parallel compile jobs (default nproc)
+#   HYBRIDEP_CXX        the C++ compiler to build with (default: the first of $CXX, g++, the system's g++ whose shared
+#                       libraries link libstdc++ dynamically; CC follows it); see 2b
 #   CUDA_HOME           default /usr/local/cuda (needed: torch would take /usr/local from a wrapper nvcc on PATH,
 #                       and HybridEP's JIT runs $CUDA_HOME/bin/nvcc at run time)
 #   HYBRIDEP_SMOKE      N > 0: after the build, one dispatch + combine on N GPUs (torchrun, 240 s limit), which also
@@ -99,6 +101,39 @@ else
   echo "warning: no libnvtx3interop.so* under $CUDA_HOME or site-packages nvidia/*/lib: the link will likely fail"
 fi
 
+# 2b. The C++ compiler. The GPU image's default (CC/CXX = /opt/gcc/bin/gcc, g++: a wrapper around GCC 13.3) links
+# libstdc++ statically into a shared library and exports its symbols: the hybrid_ep_cpp built with it died with
+# SIGSEGV in HybridEPBuffer() on 1 and on 4 GPUs, inside std::ostream::_M_insert<long> (get_comm_id's
+# ostringstream, csrc/hybrid_ep/hybrid_ep.cu L27-L31), a private libstdc++ copy meeting the process's own; built with
+# the system's x86_64-linux-gnu-g++-13 (libstdc++.so.6 linked dynamically) the same smoke passed (1 x H200,
+# 2026-11-29). So each candidate links a probe library first, and the first whose library exports no libstdc++
+# symbol compiles and links (HYBRIDEP_CXX names one to take as it is).
+cxx_links_libstdcxx_dynamically() {  # <g++>: 0 when a -shared library it links exports no std::ostream symbol
+  local c=$1 d
+  d=$(mktemp -d) || return 1
+  printf '#include <sstream>\n#include <string>\nstd::string probe(long v) { std::ostringstream s; s << v; return s.str(); }\n' > "$d/p.cpp"
+  "$c" -shared -fPIC -O1 -o "$d/p.so" "$d/p.cpp" >/dev/null 2>&1 || { rm -rf "$d"; return 1; }
+  ! nm -D --defined-only "$d/p.so" 2>/dev/null | grep -q ' _ZNSo'
+  local rc=$?
+  rm -rf "$d"
+  return $rc
+}
+CXX_PICK=${HYBRIDEP_CXX:-}
+if [ -z "$CXX_PICK" ]; then
+  for c in "${CXX:-}" g++ /usr/bin/g++ /usr/bin/x86_64-linux-gnu-g++ /usr/bin/x86_64-linux-gnu-g++-*; do
+    [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 || continue
+    if cxx_links_libstdcxx_dynamically "$c"; then CXX_PICK=$(command -v "$c"); break; fi
+    echo "MBRIDGE_HYBRIDEP compiler $c links libstdc++ statically into shared libraries: not used"
+  done
+fi
+if [ -n "$CXX_PICK" ]; then
+  CC_PICK=$(echo "$CXX_PICK" | sed 's#g++\([^/]*\)$#gcc\1#')
+  [ -x "$CC_PICK" ] || CC_PICK=${CC:-gcc}
+  export CXX=$CXX_PICK CC=$CC_PICK
+else
+  echo "warning: no C++ compiler here links libstdc++ dynamically; building with ${CXX:-c++} (HybridEPBuffer() may crash)"
+fi
+
 # 3. Build (once; an existing site whose import works is reused).
 check_import() {
   PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} "$PY" - <<'PYEOF' 2>&1
@@ -123,7 +158,7 @@ else
     grep -q 'importlib.util.find_spec("nvidia.nvshmem")' "$B/DeepEP/setup.py" || result no 1 reason=nvshmem_patch_no_match
     sed -i 's/importlib.util.find_spec("nvidia.nvshmem")/None/' "$B/DeepEP/setup.py"
   fi
-  echo "MBRIDGE_HYBRIDEP building commit=$COMMIT TORCH_CUDA_ARCH_LIST=$ARCH MAX_JOBS=$MAX_JOBS nvshmem=${NVSHMEM_DIR:-$NVSHMEM_MODE} ninja=$NINJA CUDA_HOME=$CUDA_HOME nvtx=${NVTX_LIB:-none} timeout=${TIMEOUT_S}s"
+  echo "MBRIDGE_HYBRIDEP building commit=$COMMIT CXX=${CXX:-c++} CC=${CC:-cc} TORCH_CUDA_ARCH_LIST=$ARCH MAX_JOBS=$MAX_JOBS nvshmem=${NVSHMEM_DIR:-$NVSHMEM_MODE} ninja=$NINJA CUDA_HOME=$CUDA_HOME nvtx=${NVTX_LIB:-none} timeout=${TIMEOUT_S}s"
   (cd "$B/DeepEP" && timeout -k 15 "$TIMEOUT_S" "$PY" -m pip wheel -v --no-build-isolation --no-deps --no-index \
      --disable-pip-version-check -w "$B/out" .) > "$LOG" 2>&1
   rc=$?

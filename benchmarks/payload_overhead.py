@@ -12,15 +12,17 @@ manual-GC iterations kept in every arm (the recipe collects in all alike), and l
 the payload's ``MBRIDGE_GC`` line names; plain Bridge prints no such line but runs the same recipe). Overhead of an
 arm = (arm - plain) / plain x 100 of the mean of the starts' steady-state means, with the two-level bootstrap
 interval of reports/ab_starts.py (starts, then iterations). Also: wall seconds per run and seconds outside the
-iterations (start-up), per arm. An ``--out`` that already holds a payload_overhead.json from the same host (and the
-same model, sequence and iterations) takes the new starts beside the old ones, numbered on: several device calls on
-one warm host add up to one record; a record from another host or point is refused.
+iterations (start-up), per arm. An ``--out`` that already holds a payload_overhead.json from the same machine (the
+GPU's UUID; the host name where nvidia-smi gave none) and the same model, GPU, sequence and iterations takes the new
+starts beside the old ones, numbered on: several device calls on one warm host add up to one record; a record from
+another machine or point is refused.
 
 Run (GPU host with the bridge stack, benchmarks/gpu_setup.sh):
     python3 benchmarks/payload_overhead.py --out /tmp/overhead [--starts 3] [--arms payload plain payload_nohash]
         [--iters 20] [--budget-s 540]
     python3 benchmarks/payload_overhead.py --dry-run           the plan and the config; no GPU
-    python3 benchmarks/payload_overhead.py --report <out>      the numbers again from the run folders
+    python3 benchmarks/payload_overhead.py --report <out> [--plot]   the numbers again from the run folders (and a
+                                                                      plot of every start, <out>/payload_overhead.png)
 Prints ``RESULT payload_overhead_pct=<x> %`` and ``RESULT payload_overhead_no_gc_pct=<x> %`` (each with its
 interval), the same for ``payload_nohash`` when it ran, ``RESULT payload_startup_extra_s=<x> s``; writes
 ``<out>/payload_overhead.json``. Goal (issue 29): overhead <= 1 %.
@@ -154,6 +156,40 @@ def report(rows: list[dict[str, Any]], result: dict[str, Any]) -> None:
         print("no overhead: plain or every other arm has no start with steady-state iterations")
 
 
+def plot(rows: list[dict[str, Any]], result: dict[str, Any], path: Path, title: str) -> None:
+    """Each start's steady-state mean per arm (dots), the arm's mean of start means (bar), GC kept and left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = [a for a in ARMS if any(r["arm"] == a for r in rows)]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
+    for ax, (key, words) in zip(axes, (("steady_mean_ms", "manual-GC iterations kept"),
+                                       ("steady_mean_no_gc_ms", "manual-GC iterations left out")), strict=True):
+        for x, arm in enumerate(arms):
+            ys = [r[key] for r in rows if r["arm"] == arm and r.get(key) is not None]
+            ax.scatter([x] * len(ys), ys, s=22, zorder=3, label="one start" if x == 0 else None)
+            if ys:
+                ax.hlines(sum(ys) / len(ys), x - 0.3, x + 0.3, colors="black", zorder=4,
+                          label="mean of starts" if x == 0 else None)
+            entry = result.get("arms", {}).get(arm, {}).get("gc_in" if key == "steady_mean_ms" else "gc_out")
+            if entry:
+                lo, hi = entry["interval_pct"]
+                ax.annotate(f"{entry['overhead_pct']:+.1f} %\n[{lo:+.1f} .. {hi:+.1f}]", (x, max(ys)),
+                            textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+        ax.set_xticks(range(len(arms)), [f"{a}\n({sum(r['arm'] == a for r in rows)} starts)" for a in arms])
+        ax.set_title(words, fontsize=10)
+        ax.set_xlabel("arm (change vs plain Bridge, 95 % bootstrap interval)")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("steady-state mean iteration time per start (ms)")
+    axes[0].legend(fontsize=8, loc="lower left")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def has_overhead(result: dict[str, Any]) -> bool:
     return any(entry.get("gc_in") for entry in result.get("arms", {}).values())
 
@@ -163,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--report", type=Path, metavar="OUT")
+    parser.add_argument("--plot", action="store_true", help="with --report: <OUT>/payload_overhead.png")
     parser.add_argument("--model", default="deepseek_v3_proxy", choices=["deepseek_v3_proxy", "kimi_k2_proxy"])
     parser.add_argument("--gpu", default="h100")
     parser.add_argument("--seq", type=int, default=4096)
@@ -182,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
             r["run_folder"] = str(args.report / "runs" / Path(r["run_folder"]).name)
         result = measure(rows, args.warmup)
         report(rows, result)
+        if args.plot and has_overhead(result):
+            gpus = ", ".join(saved.get("provenance", {}).get("gpus") or ["GPU ?"])
+            plot(rows, result, args.report / "payload_overhead.png",
+                 f"Payload vs plain Megatron-Bridge pretrain(): {saved['settings'].get('model')}, 1 x {gpus}, "
+                 f"{saved['settings'].get('iters')} iterations per start")
+            print(f"plot: {args.report / 'payload_overhead.png'}")
         return 0 if has_overhead(result) else 1
     if args.dry_run:
         cfg = make_config(args, "<out>/runs/<arm>_s<k>")
@@ -198,15 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     arms = arms_of(args)
     record = args.out / "payload_overhead.json"
-    host = provenance([])["host"]
+    here = provenance([])
+    machine = here.get("gpu_uuids") or here["host"]  # the GPU's UUID: device hosts may all be called "vm"
     rows: list[dict[str, Any]] = []
     if record.exists():
         saved = json.loads(record.read_text())
         earlier = saved.get("settings", {})
         differs = [k for k in SAME_POINT if str(earlier.get(k)) != str(getattr(args, k))]
-        was = saved.get("provenance", {}).get("host")
-        if was != host or differs:
-            print(f"error: {record} holds starts of another host or point (host {was} vs {host}; differing "
+        was_prov = saved.get("provenance", {})
+        was = was_prov.get("gpu_uuids") or was_prov.get("host")
+        if was != machine or differs:
+            print(f"error: {record} holds starts of another machine or point (GPUs {was} vs {machine}; differing "
                   f"settings: {differs or 'none'}): give a new --out", file=sys.stderr)
             return 2
         rows = saved["runs"]

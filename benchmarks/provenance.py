@@ -30,6 +30,9 @@ def provenance(argv: list[str]) -> dict:
         info["nvidia_smi"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=30, check=False).stdout.strip()
+        info["gpu_uuids"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True, timeout=30,
+            check=False).stdout.split()
         info["topology"] = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=30,
                                           check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:

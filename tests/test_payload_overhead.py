@@ -52,3 +52,33 @@ def test_every_arm_takes_every_place_in_the_order_and_plain_is_always_run():
     for arm in arms:
         assert sorted(order.index(arm) for order in orders) == [0, 1, 2]
     assert po.ARM_ENV["payload_nohash"] == {"MBRIDGE_ROUTING_HASH": "0"}
+
+
+def test_a_second_call_on_the_same_gpu_numbers_its_starts_on_and_another_gpus_record_is_refused(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    """The run itself is replaced (no GPU here): what is checked is which starts run and which record is joined."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import payload_overhead as po
+
+    ran: list[tuple[str, int]] = []
+
+    def fake_run(arm, start, args, timeout):
+        ran.append((arm, start))
+        return {"arm": arm, "start": start, "run_folder": str(tmp_path / "none"), "returncode": 1, "wall_s": 1.0}
+
+    monkeypatch.setattr(po, "gpu_problem", lambda need: None)
+    monkeypatch.setattr(po, "run_arm", fake_run)
+    monkeypatch.setattr(po, "provenance", lambda argv: {"host": "vm", "gpu_uuids": ["GPU-aaaa"]})
+    out = tmp_path / "ovh"
+    assert po.main(["--out", str(out), "--starts", "1", "--arms", "payload", "plain", "payload_nohash"]) == 1
+    assert ran == [("payload", 0), ("plain", 0), ("payload_nohash", 0)]
+    ran.clear()
+    po.main(["--out", str(out), "--starts", "1", "--arms", "payload", "plain", "payload_nohash"])
+    assert ran == [("plain", 1), ("payload_nohash", 1), ("payload", 1)]
+    assert len(json.loads((out / "payload_overhead.json").read_text())["runs"]) == 6
+
+    monkeypatch.setattr(po, "provenance", lambda argv: {"host": "vm", "gpu_uuids": ["GPU-bbbb"]})
+    ran.clear()
+    assert po.main(["--out", str(out), "--starts", "1"]) == 2
+    assert ran == []
+    assert "holds starts of another machine" in capsys.readouterr().err
