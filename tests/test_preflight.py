@@ -274,3 +274,9 @@ def test_refit_points_show_predicted_seconds_that_follow_the_byte_plan(tmp_path:
     html = (tmp_path / "out" / "preflight.html").read_text()
     assert "predicted refit (s)" in html and "prediction, not a measurement" in html and "2 x H200" in html
     assert f"<td>{tp8['refit_predicted_s']}</td>" in html and f"<td>{tp4['refit_predicted_s']}</td>" in html
+    # the terminal table carries them too, in its own column, with the rates they rest on underneath
+    head = next(line for line in proc.stdout.splitlines() if line.startswith("test "))
+    assert "refit s (predicted)" in head and "refit GB in/GPU" in head
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("ep8pp2_to_tp4 "))
+    assert tp4["refit_predicted_s"] in line.split() and tp4["refit_recv_gb_per_gpu"] in line.split()
+    assert "refit s (predicted): one refit's seconds" in proc.stdout and "248.70 GB/s/GPU" in proc.stdout

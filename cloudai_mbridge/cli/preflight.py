@@ -55,11 +55,14 @@ def summary_lines(report: PreflightReport) -> list[str]:
 def render_text(report: PreflightReport) -> str:
     shown = report.shown()
     table = [row(p) for p in shown]
-    cols = ("test", "point", "varies", "verdict", "gpus", "memory_gib_per_gpu", "memory_band_pct", "memory_verdict",
-            "bridge_estimate_gib", "largest_term_gib", "gpu_hours")
+    cols: tuple[str, ...] = ("test", "point", "varies", "verdict", "gpus", "memory_gib_per_gpu", "memory_band_pct",
+                             "memory_verdict", "bridge_estimate_gib", "largest_term_gib", "gpu_hours")
+    if any(r["refit_predicted_s"] for r in table):  # refit tests: the predicted seconds of one refit beside the rest
+        cols += ("refit_predicted_s", "refit_recv_gb_per_gpu")
     heads = {"test": "test", "point": "#", "varies": "values that vary", "verdict": "verdict", "gpus": "GPUs",
              "memory_gib_per_gpu": "mem/GPU GiB", "memory_band_pct": "+/-%", "memory_verdict": "memory",
-             "bridge_estimate_gib": "Bridge est. GiB", "largest_term_gib": "largest term", "gpu_hours": "GPU-h"}
+             "bridge_estimate_gib": "Bridge est. GiB", "largest_term_gib": "largest term", "gpu_hours": "GPU-h",
+             "refit_predicted_s": "refit s (predicted)", "refit_recv_gb_per_gpu": "refit GB in/GPU"}
     width = {c: max([len(heads[c]), *(len(r[c]) for r in table)]) for c in cols}
     buf = io.StringIO()
     buf.write("  ".join(heads[c].ljust(width[c]) for c in cols).rstrip() + "\n")
@@ -71,6 +74,10 @@ def render_text(report: PreflightReport) -> str:
             buf.write(f"    {v}\n")
     if not report.complete:
         buf.write(report.shown_note() + "\n")
+    bases = sorted({r["refit_predicted_basis"] for r in table if r["refit_predicted_s"] and r["refit_predicted_basis"]})
+    if bases:
+        buf.write("refit s (predicted): one refit's seconds from the bytes each GPU receives (refit GB in/GPU) at "
+                  + "; ".join(bases) + "\n")
     for line in summary_lines(report):
         buf.write(line + "\n")
     return buf.getvalue()
