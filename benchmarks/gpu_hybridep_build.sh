@@ -101,8 +101,9 @@ else
   echo "warning: no libnvtx3interop.so* under $CUDA_HOME or site-packages nvidia/*/lib: the link will likely fail"
 fi
 
-# 2b. The C++ compiler. The GPU image's default (CC/CXX = /opt/gcc/bin/gcc, g++: a wrapper around GCC 13.3) links
-# libstdc++ statically into a shared library and exports its symbols: the hybrid_ep_cpp built with it died with
+# 2b. The C++ compiler, picked only when a build runs (pick_compiler). The GPU image's default (CC/CXX =
+# /opt/gcc/bin/gcc, g++: a wrapper around GCC 13.3) links libstdc++ statically into a shared library and exports its
+# symbols: the hybrid_ep_cpp built with it died with
 # SIGSEGV in HybridEPBuffer() on 1 and on 4 GPUs, inside std::ostream::_M_insert<long> (get_comm_id's
 # ostringstream, csrc/hybrid_ep/hybrid_ep.cu L27-L31), a private libstdc++ copy meeting the process's own; built with
 # the system's x86_64-linux-gnu-g++-13 (libstdc++.so.6 linked dynamically) the same smoke passed (1 x H200,
@@ -118,21 +119,23 @@ cxx_links_libstdcxx_dynamically() {  # <g++>: 0 when a -shared library it links 
   rm -rf "$d"
   return $rc
 }
-CXX_PICK=${HYBRIDEP_CXX:-}
-if [ -z "$CXX_PICK" ]; then
-  for c in "${CXX:-}" g++ /usr/bin/g++ /usr/bin/x86_64-linux-gnu-g++ /usr/bin/x86_64-linux-gnu-g++-*; do
-    [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 || continue
-    if cxx_links_libstdcxx_dynamically "$c"; then CXX_PICK=$(command -v "$c"); break; fi
-    echo "MBRIDGE_HYBRIDEP compiler $c links libstdc++ statically into shared libraries: not used"
-  done
-fi
-if [ -n "$CXX_PICK" ]; then
-  CC_PICK=$(echo "$CXX_PICK" | sed 's#g++\([^/]*\)$#gcc\1#')
-  [ -x "$CC_PICK" ] || CC_PICK=${CC:-gcc}
-  export CXX=$CXX_PICK CC=$CC_PICK
-else
-  echo "warning: no C++ compiler here links libstdc++ dynamically; building with ${CXX:-c++} (HybridEPBuffer() may crash)"
-fi
+pick_compiler() {  # export CXX / CC for the build: see above
+  local c CXX_PICK=${HYBRIDEP_CXX:-} CC_PICK
+  if [ -z "$CXX_PICK" ]; then
+    for c in "${CXX:-}" g++ /usr/bin/g++ /usr/bin/x86_64-linux-gnu-g++ /usr/bin/x86_64-linux-gnu-g++-*; do
+      [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 || continue
+      if cxx_links_libstdcxx_dynamically "$c"; then CXX_PICK=$(command -v "$c"); break; fi
+      echo "MBRIDGE_HYBRIDEP compiler $c links libstdc++ statically into shared libraries: not used"
+    done
+  fi
+  if [ -n "$CXX_PICK" ]; then
+    CC_PICK=$(echo "$CXX_PICK" | sed 's#g++\([^/]*\)$#gcc\1#')
+    [ -x "$CC_PICK" ] || CC_PICK=${CC:-gcc}
+    export CXX=$CXX_PICK CC=$CC_PICK
+  else
+    echo "warning: no C++ compiler here links libstdc++ dynamically; building with ${CXX:-c++} (HybridEPBuffer() may crash)"
+  fi
+}
 
 # 3. Build (once; an existing site whose import works is reused).
 check_import() {
@@ -150,6 +153,7 @@ if [ "${HYBRIDEP_FORCE:-0}" != 1 ] && [ -f "$SITE/.done" ] && check_import | gre
   how="reused"
 else
   how="built"
+  pick_compiler
   B=$DIR/build && rm -rf "$B" "$SITE" && mkdir -p "$B/out" "$SITE"
   tar -xzf "$DIR/files/DeepEP-src.tar.gz" -C "$B" || result no 1 reason=untar
   if [ "$NVSHMEM_MODE" = off ] && [ -z "${NVSHMEM_DIR:-}" ]; then
@@ -266,7 +270,7 @@ CEOF
     cc -shared -fPIC -O1 -o "$DIR/libsegv_frames.so" "$DIR/segv_frames.c" 2>/dev/null && preload=$DIR/libsegv_frames.so
   fi
   echo "MBRIDGE_HYBRIDEP smoke_setup native_frames=${preload:-none (no C compiler)} faulthandler=on"
-  ok=0; failed=0
+  failed=0
   for variant in ${HYBRIDEP_SMOKE_VARIANTS:-default}; do
     venv=(); [ "$variant" = default ] || venv=("$variant")
     # shellcheck disable=SC1091
@@ -276,7 +280,7 @@ CEOF
     line=$(echo "$sout" | grep '^SMOKE' | tail -n 1)
     [ -z "${OUT:-}" ] || printf '%s\n' "$sout" > "$OUT/hybridep_smoke_$(echo "$variant" | tr -c 'A-Za-z0-9_\n' '_').log"
     if [ "$src" -eq 0 ] && [ -n "$line" ]; then
-      echo "MBRIDGE_HYBRIDEP smoke=ok variant=$variant ${line#SMOKE }"; ok=$((ok + 1))
+      echo "MBRIDGE_HYBRIDEP smoke=ok variant=$variant ${line#SMOKE }"
     else
       echo "$sout" | grep -E '^STAGE' | tail -n "$((2 * HYBRIDEP_SMOKE))"
       echo "$sout" | grep -E -A 14 'NATIVE_FRAMES|Fatal Python error' | head -60

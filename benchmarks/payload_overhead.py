@@ -241,15 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     arms = arms_of(args)
     record = args.out / "payload_overhead.json"
-    here = provenance([])
-    machine = here.get("gpu_uuids") or here["host"]  # the GPU's UUID: device hosts may all be called "vm"
+    machine = machine_of(provenance([]))
     rows: list[dict[str, Any]] = []
     if record.exists():
         saved = json.loads(record.read_text())
         earlier = saved.get("settings", {})
         differs = [k for k in SAME_POINT if str(earlier.get(k)) != str(getattr(args, k))]
-        was_prov = saved.get("provenance", {})
-        was = was_prov.get("gpu_uuids") or was_prov.get("host")
+        was = machine_of(saved.get("provenance", {}))
         if was != machine or differs:
             print(f"error: {record} holds starts of another machine or point (GPUs {was} vs {machine}; differing "
                   f"settings: {differs or 'none'}): give a new --out", file=sys.stderr)
@@ -278,6 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(out, indent=1, sort_keys=True, default=str))
     tmp.replace(record)
     return 0 if has_overhead(result) else 1
+
+
+def machine_of(prov: dict[str, Any]) -> Any:
+    """Which machine a provenance record names: its GPUs' UUIDs (device hosts may all be called "vm"), else the
+    host name."""
+    return prov.get("gpu_uuids") or prov.get("host")
 
 
 def order_for(arms: list[str], start: int) -> list[str]:
