@@ -1,4 +1,9 @@
-"""Wire every workload, strategy and report of the plugin into CloudAI's Registry. Safe to call twice."""
+"""Wire every workload, strategy and report of the plugin into CloudAI's Registry. Safe to call twice.
+
+A guest's rules: only entries of our own are added (our test templates, their strategies, our scenario reports, our
+Kubernetes system type); no built-in entry of CloudAI is replaced or copied, so every workload that is not ours runs
+exactly as under CloudAI alone (tests/cloudai_guest/ proves it with CloudAI's own suite and its shipped conf/).
+"""
 
 from __future__ import annotations
 
@@ -23,8 +28,7 @@ def register() -> None:
 
     from .reports.ab import ABReportConfig, MBridgeABReport
     from .reports.refit_table import MBridgeRefitTable
-    from .systems.kubernetes.runner import add_kubernetes_strategy, register_kubernetes
-    from .systems.slurm.installer import MBridgeSlurmInstaller
+    from .systems.kubernetes.runner import MBridgeKubernetesSystem, register_kubernetes
     from .workloads.dispatch_bench import (
         MBridgeDispatchBenchSlurmCommandGenStrategy,
         MBridgeDispatchBenchTestDefinition,
@@ -51,12 +55,13 @@ def register() -> None:
     reg.update_test_definition(DISPATCH_BENCH_TEMPLATE, MBridgeDispatchBenchTestDefinition)
     reg.update_command_gen_strategy(SlurmSystem, MBridgeDispatchBenchTestDefinition,
                                     MBridgeDispatchBenchSlurmCommandGenStrategy)
-    reg.update_installer("slurm", MBridgeSlurmInstaller)
     reg.update_report(MBridgeTrainingTestDefinition, {MBridgeTrainingReport})
     reg.update_report(MBridgeRefitTestDefinition, {MBridgeRefitReport})
     reg.update_scenario_report("mbridge_ab", MBridgeABReport, ABReportConfig(enable=True))
     reg.update_scenario_report("mbridge_refit", MBridgeRefitTable, ReportConfig(enable=True))
     register_kubernetes(reg)
-    add_kubernetes_strategy(reg, MBridgeTrainingTestDefinition, MBridgeTrainingKubernetesJsonGenStrategy)
-    add_kubernetes_strategy(reg, MBridgeRefitTestDefinition, MBridgeRefitKubernetesJsonGenStrategy)
+    reg.update_json_gen_strategy(MBridgeKubernetesSystem, MBridgeTrainingTestDefinition,
+                                 MBridgeTrainingKubernetesJsonGenStrategy)
+    reg.update_json_gen_strategy(MBridgeKubernetesSystem, MBridgeRefitTestDefinition,
+                                 MBridgeRefitKubernetesJsonGenStrategy)
     _done = True

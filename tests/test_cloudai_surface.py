@@ -238,30 +238,40 @@ def test_slurm_complete_job(tmp_path: Path, recorder: Any) -> None:
     assert recorder() == asked
 
 
-@surface("cloudai.systems.slurm.slurm_system.SlurmSystem.supports_gpu_directives")
-def test_slurm_supports_gpu_directives(tmp_path: Path, recorder: Any) -> None:
-    from cloudai.systems.slurm import SlurmSystem
-
+def test_gpu_directives_come_from_cloudais_own_cache_field(tmp_path: Path, recorder: Any) -> None:
+    """No replacement: a dry-run sets CloudAI's own ``supports_gpu_directives_cache`` field from the system file
+    (session.answer_gpu_directives_from_file), which the property answers from without asking scontrol."""
     member = "cloudai.systems.slurm.slurm_system.SlurmSystem.supports_gpu_directives"
-    prop = SlurmSystem.__dict__.get("supports_gpu_directives")
-    assert isinstance(prop, property), (
-        f"{member} is no longer a property of SlurmSystem itself: session.replace_slurm_gpu_directives replaces it "
-        "as one")
-    check_signature(prop.fget, "(self) -> 'bool'", member, "replace_slurm_gpu_directives")
     system, _ = parse(tmp_path, commands=recorder)
     assert system.supports_gpu_directives_cache is None
     system.supports_gpu_directives  # noqa: B018 (the property runs scontrol)
     assert recorder() == ["scontrol show config"] and system.supports_gpu_directives_cache is not None, (
         f"{member} no longer asks `scontrol show config` and caches the answer in supports_gpu_directives_cache "
-        f"(it ran {recorder()}): session.replace_slurm_gpu_directives fills the same cache")
-    system.supports_gpu_directives  # noqa: B018
-    assert len(recorder()) == 1, f"{member} no longer answers from supports_gpu_directives_cache once it is set"
+        f"(it ran {recorder()}): session.answer_gpu_directives_from_file fills that cache to spare a dry-run the "
+        "query; read the new property and adapt it")
     for gpus, expected in ((8, True), (None, False)):
         fresh, _ = parse(tmp_path, commands=recorder)
         fresh.gpus_per_node = gpus
-        with replaced(plugin_session.replace_slurm_gpu_directives):
-            assert fresh.supports_gpu_directives is expected and fresh.supports_gpu_directives_cache is expected
-    assert len(recorder()) == 1  # the replacement asked nothing
+        plugin_session.answer_gpu_directives_from_file(fresh)
+        assert fresh.supports_gpu_directives is expected, (
+            f"{member} no longer answers from supports_gpu_directives_cache once it is set")
+    assert len(recorder()) == 1  # set from the file: nothing asked
+
+
+def test_dry_run_asks_no_scontrol_through_the_plugins_checks(tmp_path: Path, recorder: Any) -> None:
+    """Inside a dry-run session the scenario check (every dry-run, preflight and verify-configs passes there) sets
+    the cache; outside one (``run``: a real cluster answers) it leaves CloudAI's property to ask."""
+    from cloudai_mbridge.cli.preflight import scenario_check
+
+    system, scenario = parse(tmp_path, commands=recorder)
+    system.gpus_per_node = 4
+    with plugin_session.session("dry-run"):
+        scenario_check(system, scenario)
+    assert system.supports_gpu_directives_cache is True and recorder() == []
+    system, scenario = parse(tmp_path, commands=recorder)
+    with plugin_session.session("run"):
+        scenario_check(system, scenario)  # renders the job: CloudAI's property asks the cluster
+    assert recorder() == ["scontrol show config"]
 
 
 @surface("cloudai.cli.handlers.generate_reports")
@@ -396,31 +406,35 @@ def test_expand_file_list(tmp_path: Path, caplog: pytest.LogCaptureFixture,
         assert handlers.expand_file_list(tmp_path / "other") == (1, [])  # any other folder: CloudAI's answer
 
 
-@surface("cloudai.cli.handlers._ensure_kube_config_exists")
-def test_ensure_kube_config_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_our_kubernetes_system_files_need_no_dummy_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No replacement: CloudAI's verify-configs writes a dummy kubeconfig (by default in ~/.kube) only around files of
+    its own ``scheduler = "kubernetes"``; ours say "mbridge_kubernetes" and parse without any kubeconfig."""
     from cloudai.cli import handlers
     from cloudai.core import Parser
 
-    member = "cloudai.cli.handlers._ensure_kube_config_exists"
-    check_signature(inspect.unwrap(handlers._ensure_kube_config_exists), "(system_toml_path: pathlib.Path, "
-                    "content: str)", member, "replace_kube_config_dummy")
-    assert calls_by_name(handlers.verify_system_configs, "_ensure_kube_config_exists"), (
-        "cloudai.cli.handlers.verify_system_configs no longer calls _ensure_kube_config_exists: drop "
-        "session.replace_kube_config_dummy if it no longer writes a dummy kubeconfig")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # should CloudAI ignore kube_config_path: not the real ~/.kube
-    kube = tmp_path / "kube" / "config"
-    system_file = tmp_path / "k8s.toml"
-    # first: the file's tables follow its top-level keys
-    system_file.write_text(f'kube_config_path = "{kube}"\n' + (CONF / "system" / "k8s_generic.toml").read_text())
-    with handlers._ensure_kube_config_exists(system_file, system_file.read_text()):
-        assert kube.is_file(), (
-            f"{member} no longer writes a dummy kubeconfig: session.replace_kube_config_dummy may be unnecessary")
-    assert not kube.exists()
-    # What the replacement relies on: the plugin's Kubernetes system parses without any kubeconfig.
-    with replaced(plugin_session.replace_kube_config_dummy), handlers._ensure_kube_config_exists(
-            system_file, system_file.read_text()):
-        assert Parser.parse_system(system_file).name == "k8s-generic-h100-ib"
-    assert not (tmp_path / "kube").exists()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    ours = CONF / "system" / "k8s_generic.toml"
+    theirs = tmp_path / "theirs.toml"
+    theirs.write_text(f'kube_config_path = "{tmp_path / "kube" / "config"}"\n'
+                      + ours.read_text().replace('"mbridge_kubernetes"', '"kubernetes"'))
+    assert calls_by_name(handlers.verify_system_configs, "_ensure_kube_config_exists")
+    written: list[bool] = []
+    real = handlers._ensure_kube_config_exists
+
+    @contextlib.contextmanager
+    def watch(path: Path, content: str) -> Iterator[None]:
+        with real(path, content):
+            written.append(path == theirs)
+            yield
+
+    monkeypatch.setattr(handlers, "_ensure_kube_config_exists", watch)  # to see which files CloudAI wraps
+    assert handlers.verify_system_configs([theirs, ours]) == 0
+    assert written == [True], (
+        'cloudai.cli.handlers.verify_system_configs no longer wraps exactly its own scheduler = "kubernetes" files '
+        f"in a dummy kubeconfig (wrapped: {written}); read it: the plugin's files must parse without one")
+    assert Parser.parse_system(ours).name == "k8s-generic-h100-ib"
+    assert not (tmp_path / "home").exists(), "a kubeconfig was written for the plugin's own system file"
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from cloudai.core import Registry
 from cloudai.systems.slurm import SlurmSystem
-from helpers import CONF, run_cli
+from helpers import CONF, ROOT, run_cli
 
 from cloudai_mbridge import _cloudai
 from cloudai_mbridge.registration import TRAINING_TEMPLATE, register
@@ -85,12 +85,34 @@ def test_pth_hook_does_not_import_cloudai_at_start(tmp_path) -> None:
 
 
 def test_pth_hook_is_silent_when_the_package_is_gone(tmp_path) -> None:
-    # A stale .pth (package removed, editable checkout deleted) must not print a traceback at every Python start.
-    pth = Path(__file__).resolve().parent.parent / "cloudai_mbridge-autoload.pth"
-    code = f"exec(open({str(pth)!r}).read()); import sys; print('cloudai_mbridge' in sys.modules)"
+    # A stale start file (an editable checkout deleted): the .pth and its hook module are there, the package is not.
+    # Nothing is printed at start, and cloudai imports as without the plugin.
+    import cloudai
+
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    for name in ("cloudai_mbridge-autoload.pth", "_cloudai_mbridge_hook.py"):
+        (site_dir / name).write_text((ROOT / name).read_text())
+    cloudai_parent = str(Path(cloudai.__file__).resolve().parent.parent)
+    code = (f"import site, sys; site.addsitedir({str(site_dir)!r}); sys.path.append({cloudai_parent!r}); "
+            "hooked = any(type(f).__name__ == 'CloudAIMBridgeHook' for f in sys.meta_path); import cloudai; "
+            "print(hooked, 'cloudai_mbridge' in sys.modules)")
     proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin"})
-    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "False", "")
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "True False", "")
+
+
+@pytest.mark.parametrize("switch", ["0", "false", "no", "off"])
+def test_switched_off_nothing_of_the_plugin_is_imported(switch: str, tmp_path) -> None:
+    """CLOUDAI_MBRIDGE_AUTOLOAD=0: the .pth line reads the variable before anything else; no module of the plugin
+    (the hook included) is imported, with or without cloudai."""
+    code = ("import sys, cloudai; from cloudai.core import Registry; "
+            "print(sorted(m for m in sys.modules if 'mbridge' in m and 'editable' not in m), "
+            "[type(f).__name__ for f in sys.meta_path if 'MBridge' in type(f).__name__], "
+            "'MBridgeTraining' in Registry().test_definitions_map)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                          env={"CLOUDAI_MBRIDGE_AUTOLOAD": switch, "PATH": "/usr/bin:/bin"})
+    assert proc.stdout.strip() == "[] [] False", proc.stderr
 
 
 def test_verify_configs_passes_on_conf_and_fails_on_a_broken_file(tmp_path) -> None:

@@ -16,8 +16,6 @@ from .._version import installed_version
 from ..safe_read import MAX_TOML_BYTES, read_text
 from .exits import EXIT_INPUT, EXIT_REFUSED
 
-PLUGIN_TEMPLATES = ("MBridgeTraining", "MBridgeRefit")
-
 
 def version_message() -> str:
     here = Path(__file__).resolve().parent
@@ -283,12 +281,14 @@ def list_command() -> click.Command:
         from cloudai.core import Registry
 
         tdefs = Registry().test_definitions_map
+        # ours: every template whose class is the plugin's (one added to registration.py shows up without a list here)
+        mine = [n for n, cls in tdefs.items() if cls.__module__.split(".")[0] == "cloudai_mbridge"]
         print(f"Workloads of cloudai-mbridge {installed_version('cloudai-mbridge')} (test_template_name):")
-        for idx, name in enumerate(PLUGIN_TEMPLATES, start=1):
+        for idx, name in enumerate(mine, start=1):
             doc = (tdefs[name].__doc__ or "").strip().splitlines()[0]
             doc = re.sub(r"\s*\(template name ``\w+``\)", "", doc).replace("``", "")  # the name is shown already
             print(f'{idx}. "{name}" {doc}')
-        others = sorted(n for n in tdefs if n not in PLUGIN_TEMPLATES)
+        others = sorted(n for n in tdefs if n not in mine)
         print(f"CloudAI's own workloads ({len(others)}): {', '.join(others)}")
         from ..rules import TRAINING_RULES
         from ..rules.refit import REFIT_RULES

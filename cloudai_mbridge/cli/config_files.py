@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..launch.kubernetes import SCHEDULER as K8S_SCHEDULER
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser, from PyPI (a dependency there)
@@ -144,7 +146,7 @@ def system_file_problems(path: Path | str) -> list[str]:
         if mpi is not None and not (isinstance(mpi, str) and _MPI.match(mpi)):
             problems.append(f"{path}: mpi = {mpi!r} is not an srun --mpi type. Fix: write e.g. \"pmix\", \"pmi2\" "
                             "or \"none\" (`srun --mpi=list` shows the cluster's)")
-    if scheduler == "kubernetes":
+    if scheduler in ("kubernetes", K8S_SCHEDULER):
         ns = data.get("default_namespace")
         if ns is not None and not (isinstance(ns, str) and _DNS_LABEL.match(ns)):
             from ..launch.invisible import describe_invisible

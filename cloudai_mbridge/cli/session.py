@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,10 +145,41 @@ class Patches:
         self.saved.append((owner, name, original))
         setattr(owner, name, value)
 
+    def replace_entry(self, mapping: dict[Any, Any], key: Any, value: Any) -> None:
+        """A Registry entry (one of CloudAI's maps) for the rest of the command; put back by ``restore``."""
+        self.saved.append((mapping, key, mapping.get(key, _ABSENT)))
+        mapping[key] = value
+
     def restore(self) -> None:
         while self.saved:
             owner, name, original = self.saved.pop()
-            setattr(owner, name, original)
+            if isinstance(owner, dict):
+                if original is _ABSENT:
+                    owner.pop(name, None)
+                else:
+                    owner[name] = original
+            else:
+                setattr(owner, name, original)
+
+
+_ABSENT = object()
+
+
+def use_our_installer(p: Patches, system: Any, scenario: Any) -> None:
+    """run: the Registry's Slurm installer is MBridgeSlurmInstaller (systems/slurm/installer.py: srun's pyxis options
+    are not asked for when no item is a container image) for this command, when every test of the scenario is ours.
+    Plain ``cloudai``, and any scenario holding a test of CloudAI's, keep CloudAI's SlurmInstaller and its checks."""
+    from cloudai.core import Registry
+    from cloudai.systems.slurm import SlurmSystem
+
+    from ..workloads.base import MBridgeTestDefinition
+
+    if not isinstance(system, SlurmSystem) or not scenario.test_runs:
+        return
+    if all(isinstance(tr.test, MBridgeTestDefinition) for tr in scenario.test_runs):
+        from ..systems.slurm.installer import MBridgeSlurmInstaller
+
+        p.replace_entry(Registry().installers_map, "slurm", MBridgeSlurmInstaller)
 
 
 def replace_runner(p: Patches, s: Session) -> None:
@@ -212,6 +243,8 @@ def replace_parser(p: Patches, s: Session) -> None:
                 problems, s.report = scenario_check(system, scenario, s.files, output_dir=s.output_dir)
                 if problems:
                     raise ScenarioRefusedError(problems)
+                if s.mode == "run":
+                    use_our_installer(p, system, scenario)
             return result
 
     p.replace(handlers, "Parser", CheckingParser)
@@ -320,19 +353,15 @@ def replace_slurm_complete_job(p: Patches) -> None:
     p.replace(SlurmSystem, "complete_job", complete_job)
 
 
-def replace_slurm_gpu_directives(p: Patches) -> None:
-    """dry-run: replaces the property ``SlurmSystem.supports_gpu_directives`` (cloudai/systems/slurm/slurm_system.py),
-    which runs ``scontrol show config`` when ``supports_gpu_directives_cache`` is unset. Here the answer comes from
-    the system file: GPU directives exactly when it declares GPUs (cached the same way). Not ``update_system``, for the
-    reasons of replace_slurm_update."""
+def answer_gpu_directives_from_file(system: Any) -> None:
+    """dry-run: CloudAI's ``SlurmSystem.supports_gpu_directives`` runs ``scontrol show config`` unless its own cache
+    field ``supports_gpu_directives_cache`` is set. The dry-run's checks (preflight.scenario_check, called for every
+    system a dry-run, preflight or verify-configs uses) set that field from the system file: GPU directives exactly
+    when it declares GPUs. A field of CloudAI's, set on the system at hand: nothing of CloudAI's is replaced."""
     from cloudai.systems.slurm import SlurmSystem
 
-    def supports_gpu_directives(self: Any) -> bool:
-        if self.supports_gpu_directives_cache is None:
-            self.supports_gpu_directives_cache = bool(self.gpus_per_node)
-        return self.supports_gpu_directives_cache
-
-    p.replace(SlurmSystem, "supports_gpu_directives", property(supports_gpu_directives))
+    if isinstance(system, SlurmSystem) and system.supports_gpu_directives_cache is None:
+        system.supports_gpu_directives_cache = bool(system.gpus_per_node)
 
 
 def replace_check_installation(p: Patches) -> None:
@@ -420,20 +449,6 @@ def replace_expand_file_list(p: Patches) -> None:
     p.replace(handlers, "expand_file_list", expand_quiet)
 
 
-def replace_kube_config_dummy(p: Patches) -> None:
-    """verify-configs: replaces ``_ensure_kube_config_exists`` in cloudai/cli/handlers.py, which writes a dummy
-    kubeconfig (in ``~/.kube`` by default: outside any output folder) around parsing each Kubernetes system file, with
-    two warnings. The plugin's Kubernetes system (systems/kubernetes/runner.py, registered through the Registry) reads
-    no kubeconfig when a file is parsed, so none is written. Not an extension point: ``verify_system_configs`` calls
-    it by name for every file containing ``scheduler = "kubernetes"``."""
-    from cloudai.cli import handlers
-
-    def no_dummy_kubeconfig(*_args: Any) -> Any:
-        return nullcontext()
-
-    p.replace(handlers, "_ensure_kube_config_exists", no_dummy_kubeconfig)
-
-
 # Every CloudAI attribute the package replaces (where CloudAI defines it -> the function replacing it). A new one
 # needs an entry here and a test in tests/test_cloudai_surface.py (its inventory tests fail otherwise).
 REPLACEMENTS = {
@@ -442,12 +457,10 @@ REPLACEMENTS = {
     "cloudai.cli.handlers._setup_system_and_scenario": replace_setup,
     "cloudai.systems.slurm.slurm_system.SlurmSystem.update": replace_slurm_update,
     "cloudai.systems.slurm.slurm_system.SlurmSystem.complete_job": replace_slurm_complete_job,
-    "cloudai.systems.slurm.slurm_system.SlurmSystem.supports_gpu_directives": replace_slurm_gpu_directives,
     "cloudai.cli.handlers._check_installation": replace_check_installation,
     "cloudai.cli.handlers.generate_reports": replace_generate_reports,
     "cloudai.cli.handlers.register_signal_handlers": replace_register_signal_handlers,
     "cloudai.cli.handlers.expand_file_list": replace_expand_file_list,
-    "cloudai.cli.handlers._ensure_kube_config_exists": replace_kube_config_dummy,
 }
 
 
@@ -467,7 +480,6 @@ def session(mode: str) -> Iterator[Session]:
     if mode == "dry-run":
         replace_slurm_update(p)
         replace_slurm_complete_job(p)
-        replace_slurm_gpu_directives(p)
         replace_check_installation(p)
         for handler in logging.getLogger().handlers:
             if type(handler) is logging.StreamHandler:  # the terminal, not debug.log
@@ -491,11 +503,11 @@ def session(mode: str) -> Iterator[Session]:
 
 @contextmanager
 def verify_configs_session() -> Iterator[None]:
-    """CloudAI's ``handle_verify_all_configs`` (commands.py's verify-configs) without the hook-folder error and the
-    dummy kubeconfig."""
+    """CloudAI's ``handle_verify_all_configs`` (commands.py's verify-configs) without the hook-folder error. (CloudAI's
+    dummy kubeconfig is written only for its own ``scheduler = "kubernetes"`` files; ours say "mbridge_kubernetes" and
+    need none.)"""
     p = Patches()
     replace_expand_file_list(p)
-    replace_kube_config_dummy(p)
     try:
         yield
     finally:

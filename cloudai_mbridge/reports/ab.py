@@ -34,6 +34,7 @@ from . import ab_starts
 from .common import (
     TolerantLoading,
     config_label,
+    holds,
     html_page,
     html_table,
     run_title,
@@ -271,8 +272,11 @@ class MBridgeABReport(TolerantLoading, Reporter):
     list_skipped: bool = True
 
     def generate(self) -> None:
+        from ..workloads.dispatch_bench import MBridgeDispatchBenchTestDefinition
         from ..workloads.training import MBridgeTrainingTestDefinition
 
+        if not holds(self, MBridgeTrainingTestDefinition, MBridgeDispatchBenchTestDefinition):
+            return
         cfg = self.config
         # the dispatch microbenchmark's runs in the same results folder, shown beside the training delta
         self._micro = dispatch_rows(self)

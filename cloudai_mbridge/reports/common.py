@@ -64,6 +64,13 @@ def load_test_runs(reporter: Reporter) -> None:
                 reporter.trs.append(copy.deepcopy(tr))
 
 
+def holds(reporter: Reporter, *tdef_types: type) -> bool:
+    """Whether the reporter's scenario has a test of one of ``tdef_types``. A scenario report of ours returns at
+    once, reading and logging nothing, where it has none: CloudAI runs every enabled scenario report for every
+    scenario, and a scenario without our tests must look as under CloudAI alone."""
+    return any(isinstance(tr.test, tdef_types) for tr in reporter.test_scenario.test_runs)
+
+
 def runs_of(reporter: Reporter, tdef_type: type) -> list[tuple[TestRun, dict[str, Any]]]:
     """(test run, the config its payload ran with) for every run of ``tdef_type`` whose config file is a JSON
     object; a run whose config is damaged is left out with a warning (its own report says invalid_config).

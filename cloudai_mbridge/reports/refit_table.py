@@ -24,6 +24,7 @@ from ..plots import RangeRow, inline_png, range_figure, save
 from ..redact import redact_report
 from .common import (
     TolerantLoading,
+    holds,
     html_page,
     html_table,
     runs_of,
@@ -82,6 +83,8 @@ class MBridgeRefitTable(TolerantLoading, Reporter):
     def generate(self) -> None:
         from ..workloads.refit import MBridgeRefitTestDefinition
 
+        if not holds(self, MBridgeRefitTestDefinition):
+            return
         rows, sources = [], []
         for tr, config in runs_of(self, MBridgeRefitTestDefinition):
             m = parse_refit_run(tr.output_path)

@@ -8,6 +8,7 @@ explicit rules in k8s_checks.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -158,28 +159,34 @@ WIRING = """
 from cloudai_mbridge.registration import register
 register()
 from cloudai.core import Registry
-from cloudai.systems.kubernetes import KubernetesSystem
+from cloudai.systems.kubernetes import KubernetesRunner, KubernetesSystem
 from cloudai.workloads.sleep import SleepTestDefinition
+from cloudai_mbridge.systems.kubernetes.runner import json_gen_strategy_class
 from cloudai_mbridge.workloads.training import MBridgeTrainingTestDefinition
 reg = Registry()
-system = reg.systems_map["kubernetes"]
-print(system.__name__, reg.runners_map["kubernetes"].__name__)
-print(reg.get_json_gen_strategy(KubernetesSystem, MBridgeTrainingTestDefinition).__name__)
-print(reg.get_json_gen_strategy(system, MBridgeTrainingTestDefinition).__name__)
-print(reg.get_json_gen_strategy(system, SleepTestDefinition).__name__)
+print(reg.systems_map["kubernetes"] is KubernetesSystem, reg.runners_map["kubernetes"] is KubernetesRunner)
+ours = reg.systems_map["mbridge_kubernetes"]
+print(ours.__name__, reg.runners_map["mbridge_kubernetes"].__name__, "mbridge_kubernetes" in reg.installers_map)
+print(reg.get_json_gen_strategy(ours, MBridgeTrainingTestDefinition).__name__)
+print(json_gen_strategy_class(ours, SleepTestDefinition).__name__)
+print(sorted(t.__name__ for s, t in reg.json_gen_strategies_map if s is KubernetesSystem))
 """
 
 
 def test_registration_wires_kubernetes(tmp_path: Path) -> None:
-    """In a fresh interpreter: what registration.register() alone leaves in CloudAI's Registry."""
-    proc = subprocess.run([sys.executable, "-c", WIRING], capture_output=True, text=True, cwd=tmp_path)
+    """In a fresh interpreter: what registration.register() alone leaves in CloudAI's Registry. CloudAI's
+    "kubernetes" stays CloudAI's (system, runner, the strategies of its own workloads only); ours is a scheduler of
+    its own whose runner finds CloudAI's strategies along the class hierarchy, nothing copied."""
+    proc = subprocess.run([sys.executable, "-c", WIRING], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "CLOUDAI_MBRIDGE_AUTOLOAD": "0"})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[:4] == [
-        "MBridgeKubernetesSystem MBridgeKubernetesRunner",
+    assert proc.stdout.split("\n")[:5] == [
+        "True True",
+        "MBridgeKubernetesSystem MBridgeKubernetesRunner False",
         "MBridgeTrainingKubernetesJsonGenStrategy",
-        "MBridgeTrainingKubernetesJsonGenStrategy",
-        "SleepKubernetesJsonGenStrategy",  # CloudAI's own workloads keep theirs on the subclass (exact-type lookups)
-    ], "registration.py must call register_kubernetes(reg) (cloudai_mbridge.systems.kubernetes.runner)"
+        "SleepKubernetesJsonGenStrategy",
+        "['AIDynamoTestDefinition', 'NCCLTestDefinition', 'SleepTestDefinition']",
+    ], proc.stdout
 
 
 # --- what is refused, and how it is said -------------------------------------------------------------------------

@@ -116,3 +116,7 @@ __all__ = [
     "render_objects",
     "time_limit_seconds",
 ]
+
+# The system files of the plugin's Kubernetes system type say ``scheduler = "mbridge_kubernetes"``; CloudAI's own
+# ``"kubernetes"`` keeps CloudAI's system and runner (systems/kubernetes/runner.py says why).
+SCHEDULER = "mbridge_kubernetes"

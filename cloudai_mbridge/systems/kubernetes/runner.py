@@ -5,9 +5,10 @@ What CloudAI's own KubernetesSystem/KubernetesRunner (1.6) cannot do for us, and
 - ``KubernetesSystem.model_post_init`` loads the kubeconfig while the system TOML is parsed: no kubeconfig, no
   dry-run. ``MBridgeKubernetesSystem`` connects on first use of an API client instead, so a dry-run never needs
   one, and validates our CLOUDAI_MBRIDGE_K8S_* settings at parse time (a bad one is a system-file error that names
-  the key). Registered for scheduler "kubernetes"; CloudAI looks strategies up by the exact system type, so
-  ``register_kubernetes`` copies the built-in (KubernetesSystem, X) entries to the subclass, and our runner also
-  falls back along the system's class hierarchy.
+  the key). It is a system type of its own, ``scheduler = "mbridge_kubernetes"`` (SCHEDULER), beside CloudAI's
+  ``"kubernetes"``, which the plugin leaves as it is: a CloudAI system file keeps CloudAI's system, runner and
+  strategies. CloudAI looks strategies up by the exact system type; our runner looks along the system's class
+  hierarchy, so CloudAI's own workloads run on our system type with CloudAI's strategies, uncopied.
 - It creates a single batch/v1 Job, MPIJob or DynamoGraphDeployment, and reads logs of pods labelled
   ``training.kubeflow.org/job-name``. ``MBridgeKubernetesRunner`` creates every object of our jobs (ConfigMap,
   pre-step Job, Service + Indexed Job, or PyTorchJob) in order, waits for pre-steps, watches the main workload,
@@ -35,6 +36,7 @@ from ...launch.kubernetes import (
     JOB_LABEL,
     RANK_PREFIX,
     ROLE_LABEL,
+    SCHEDULER,
     WAIT_ANNOTATION,
     K8sConfigError,
     parse_settings,
@@ -50,6 +52,8 @@ RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 
 class MBridgeKubernetesSystem(KubernetesSystem):
     """KubernetesSystem that connects on first use (not at parse time) and drives MBridgeKubernetesJob."""
+
+    scheduler: str = SCHEDULER
 
     # Optional, so system files can leave it out: given as "~/.kube/config", CloudAI's verify-configs writes its dummy
     # kubeconfig under a folder literally named "~" in the working directory.
@@ -391,22 +395,9 @@ class MBridgeKubernetesRunner(KubernetesRunner):
         return super().get_runner_job_status(job)
 
 
-def add_kubernetes_strategy(reg: Registry, tdef: type[TestDefinition], strategy: type[JsonGenStrategy]) -> None:
-    """Our strategy for both system types a "kubernetes" system file may parse into."""
-    for system_type in (KubernetesSystem, MBridgeKubernetesSystem):
-        reg.update_json_gen_strategy(system_type, tdef, strategy)
-
-
 def register_kubernetes(reg: Registry) -> None:
-    """Scheduler "kubernetes": our system and runner, CloudAI's strategies kept (our workloads' strategies are added
-    by registration.py with ``add_kubernetes_strategy``)."""
-    reg.update_system("kubernetes", MBridgeKubernetesSystem)
-    reg.update_runner("kubernetes", MBridgeKubernetesRunner)
-    for mapping, update in (
-        (reg.json_gen_strategies_map, reg.update_json_gen_strategy),
-        (reg.command_gen_strategies_map, reg.update_command_gen_strategy),
-        (reg.grading_strategies_map, reg.update_grading_strategy),
-    ):
-        for (system_type, tdef_type), strategy in list(mapping.items()):
-            if system_type is KubernetesSystem:
-                update(MBridgeKubernetesSystem, tdef_type, strategy)  # type: ignore[operator]
+    """Scheduler "mbridge_kubernetes": our system and runner. CloudAI's "kubernetes" entries are not touched, and no
+    installer is registered for ours (CloudAI's BaseInstaller serves; its KubernetesInstaller only adds a kubeconfig
+    check, which a dry-run must not need)."""
+    reg.update_system(SCHEDULER, MBridgeKubernetesSystem)
+    reg.update_runner(SCHEDULER, MBridgeKubernetesRunner)

@@ -4,6 +4,9 @@ CloudAI's SlurmInstaller refuses to install anything unless ``srun --help`` list
 ``--container-mounts``, even when no test of the scenario runs in a container (the refit smoke test runs on the
 host's Python). This subclass asks for the pyxis options only when a container image is among the items; with one,
 it behaves exactly like CloudAI's.
+
+It is never the Registry's installer for plain ``cloudai``: ``cloudai-mbridge run`` puts it there for the length of
+the command, and only for a scenario whose every test is ours (cli/session.py, use_our_installer).
 """
 
 from __future__ import annotations
