@@ -290,3 +290,41 @@ def test_ncclep_on_an_older_bridge_is_refused_with_the_release_rule(tmp_path: Pa
     rejected = [line for line in res.output.splitlines() if "rejected:" in line]
     assert len(rejected) == 1 and "[dispatcher-bridge-release]" in rejected[0]
     assert "Megatron-Bridge 0.5 has no 'ncclep'" in rejected[0]
+
+
+def test_dry_run_does_not_wait_between_points(tmp_path: Path) -> None:
+    """CloudAI's runner sleeps its monitor_interval (1 s in a dry-run) after every point for jobs a dry-run does not
+    have (8 points took 9.4 s, 1.15 s of it CPU): our dry-run sets it to 0 on the runner (run keeps CloudAI's)."""
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", CONF / "test_scenario" / "kimi_k2_dispatcher_ab.toml",
+                  tmp_path)
+    assert res.returncode == 0, res.output
+    sleeps = [line.split(" - ")[-1] for line in (tmp_path / "debug.log").read_text().splitlines()
+              if "sleeping for" in line]
+    assert len(sleeps) == len(sbatch_scripts(res.output_dir)) == 8
+    assert set(sleeps) == {"sleeping for 0 seconds"}, sleeps
+
+
+@pytest.mark.parametrize(("dispatcher", "mbs", "warned"), [('["alltoall", "deepep"]', "1", 0),
+                                                           ('"alltoall"', "[1, 4]", 2), ('"alltoall"', "1", 1)])
+def test_a_field_one_arm_needs_warns_only_where_no_point_uses_it(dispatcher: str, mbs: str, warned: int,
+                                                                 tmp_path: Path) -> None:
+    """deepep_impl = "uccl" set for the deepep arm of an A/B is not "unused" on the all-to-all points (the test sweeps
+    the dispatcher it depends on and its deepep points use it); where no point is deepep every point still says so."""
+    test = (CONF / "test" / "kimi_k2_dispatcher_ab.toml").read_text()
+    test = test.replace('dispatcher = ["alltoall", "deepep"]', f"dispatcher = {dispatcher}").replace(
+        "mbs = [1, 4]", f"mbs = {mbs}").replace("moe_a2a_overlap = [false, true]", "moe_a2a_overlap = false")
+    _, scenario = write_case(tmp_path / "conf", test, (CONF / "test_scenario" / "kimi_k2_dispatcher_ab.toml")
+                             .read_text())
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    assert res.output.count("deepep_impl = 'uccl' is not used with dispatcher") == warned, res.output
+
+
+def test_unused_field_kept_where_the_swept_dependency_never_uses_it() -> None:
+    from cloudai_mbridge.workloads.training.test_definition import MBridgeTrainingCmdArgs, unused_fields
+
+    a = MBridgeTrainingCmdArgs(model="kimi_k2_proxy", gpu="h100", dispatcher="alltoall", deepep_impl="uccl")
+    said = "deepep_impl = 'uccl' is not used with dispatcher = 'alltoall'"
+    assert any(said in m for m in unused_fields(a, {"dispatcher": ["alltoall", "ncclep"]}))
+    assert not any(said in m for m in unused_fields(a, {"dispatcher": ["alltoall", "deepep"]}))
+    assert any(said in m for m in unused_fields(a, {"mbs": [1, 4]}))

@@ -185,7 +185,8 @@ def use_our_installer(p: Patches, system: Any, scenario: Any) -> None:
 def replace_runner(p: Patches, s: Session) -> None:
     """Replaces ``Runner`` in cloudai/cli/handlers.py (cloudai/_core/runner.py's ``Runner``, which
     ``handle_dry_run_and_run`` constructs by that name) with CloudAI's Runner plus: the scenario and test names
-    checked as folder names before CloudAI creates anything; the scenario folder (``runner.runner.scenario_root``,
+    checked as folder names before CloudAI creates anything; in a dry-run, no wait between points (the runner's
+    ``monitor_interval``, its own field, is 0: nothing is being waited for); the scenario folder (``runner.runner.scenario_root``,
     named by the second in ``Runner.create_runner``) claimed atomically, so two runs started in one second do not share
     it; the folder recorded for the session's accounting; in ``run``, the inputs kept in it (save_inputs).
 
@@ -204,6 +205,10 @@ def replace_runner(p: Patches, s: Session) -> None:
                 if warning := large_sweep_warning(s.mode, arg.test_runs):
                     logging.warning(warning)
         runner = runner_cls(*args, **kwargs)
+        if s.mode == "dry-run":
+            # CloudAI's runner sleeps monitor_interval (1 s in a dry-run) after every point, for jobs that a dry-run
+            # does not have: its own field, set on this runner
+            runner.runner.monitor_interval = 0
         root = claim_scenario_root(Path(runner.runner.scenario_root))
         runner.runner.scenario_root = root
         s.scenario_roots.append(root)

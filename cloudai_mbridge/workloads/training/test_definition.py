@@ -7,12 +7,13 @@ a list of them stays a sweep.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
 from cloudai.core import JobStatusResult, System, TestRun
 from cloudai.models.workload import CmdArgs
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
 from ...catalog import GPUS, MODELS, get_gpu, get_model
 from ...catalog.bridge import bridge_release
@@ -250,6 +251,13 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
     """Megatron-Bridge MoE training run (template name ``MBridgeTraining``)."""
 
     cmd_args: MBridgeTrainingCmdArgs
+    # The swept fields of the test as parsed (field -> its values). CloudAI unrolls a point with model_copy, which
+    # keeps this: a point's cautions know what the test's other points set.
+    _sweep: dict[str, list[Any]] = PrivateAttr(default_factory=dict)
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        self._sweep = {name: list(value) for name, value in self.cmd_args if isinstance(value, list)}
 
     def plan(self, tr: TestRun, system: System | None) -> TrainingPlan:
         """The sweep point as a TrainingPlan; needs an unrolled test run (no list values left)."""
@@ -374,7 +382,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
         a = self.cmd_args
         memory = memory_caution(self.plan(tr, system))
         found = [memory] if memory else []
-        found += unused_fields(a)
+        found += unused_fields(a, self._sweep)
         if a.engine == "mcore":
             return found
         hf_id = a.hf_model_id or get_model(a.model).hf_id
@@ -407,40 +415,62 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
         return found
 
 
-def unused_fields(a: MBridgeTrainingCmdArgs) -> list[str]:
-    """Fields this point sets that nothing hands Megatron for it (a sweep may set them for its other points): said,
-    so that a reader of the TOML does not believe they ran. tests/payload/test_nothing_dropped.py finds them."""
+def unused_fields(a: MBridgeTrainingCmdArgs, sweep: dict[str, list[Any]] | None = None) -> list[str]:
+    """Fields this point sets that nothing hands Megatron for it: said, so that a reader of the TOML does not believe
+    they ran. Not said where the test sweeps a field it depends on and another point of the sweep uses it (the
+    deepep arm's ``deepep_impl`` on the all-to-all points of an A/B); still said where no point uses it.
+    tests/payload/test_nothing_dropped.py finds them."""
+    found = []
+    for field, depends_on, message in _unused(a):
+        swept = [d for d in depends_on if d in (sweep or {})]
+        if swept and any(field not in {f for f, _, _ in _unused(a.model_copy(update=dict(zip(swept, values,
+                                                                                              strict=True))))}
+                         for values in itertools.product(*(sweep[d] for d in swept))):  # type: ignore[index]
+            continue  # another point of the sweep uses it
+        found.append(message)
+    return found
+
+
+def _unused(a: MBridgeTrainingCmdArgs) -> list[tuple[str, tuple[str, ...], str]]:
+    """(field, the fields deciding whether it is used, the message) for each field this point sets unused."""
     found = []
     handed = rank_capacity_factor({"dispatcher": a.dispatcher, "moe_paged_stash": a.moe_paged_stash,
                                    "use_transformer_engine_op_fuser": a.use_transformer_engine_op_fuser,
                                    "moe_expert_rank_capacity_factor": a.moe_expert_rank_capacity_factor})
     if a.moe_expert_rank_capacity_factor is not None and handed is None:
-        found.append(f"moe_expert_rank_capacity_factor = {a.moe_expert_rank_capacity_factor} is not used with "
-                     f"dispatcher = {a.dispatcher!r}: only the ncclep backend and hybridep with moe_paged_stash and "
-                     "the TE op fuser read it (Megatron-Core refuses it elsewhere), so this point runs without it")
+        found.append(("moe_expert_rank_capacity_factor",
+                      ("dispatcher", "moe_paged_stash", "use_transformer_engine_op_fuser"),
+                      f"moe_expert_rank_capacity_factor = {a.moe_expert_rank_capacity_factor} is not used with "
+                      f"dispatcher = {a.dispatcher!r}: only the ncclep backend and hybridep with moe_paged_stash and "
+                      "the TE op fuser read it (Megatron-Core refuses it elsewhere), so this point runs without it"))
     if a.deepep_impl == "uccl" and a.dispatcher in ("alltoall", "ncclep"):
-        found.append(f"deepep_impl = 'uccl' is not used with dispatcher = {a.dispatcher!r}: only deepep points "
-                     "use a DeepEP build")
+        found.append(("deepep_impl", ("dispatcher",), f"deepep_impl = 'uccl' is not used with dispatcher = "
+                      f"{a.dispatcher!r}: only deepep points use a DeepEP build"))
     if a.recompute_modules.strip() and a.recompute != "selective":
-        found.append(f"recompute_modules = {a.recompute_modules!r} is not used with recompute = {a.recompute!r}: "
-                     "Megatron recomputes modules only with recompute = 'selective'")
+        found.append(("recompute_modules", ("recompute",), f"recompute_modules = {a.recompute_modules!r} is not "
+                      f"used with recompute = {a.recompute!r}: Megatron recomputes modules only with recompute = "
+                      "'selective'"))
     sft = a.task == "sft"
     if a.checkpoint_dir is not None and not sft:
-        found.append(f"checkpoint_dir = {a.checkpoint_dir!r} is not used with task = {a.task!r}: it is where an "
-                     "SFT run starts from; this point trains from scratch and saves no checkpoint")
+        found.append(("checkpoint_dir", ("task",), f"checkpoint_dir = {a.checkpoint_dir!r} is not used with task = "
+                      f"{a.task!r}: it is where an SFT run starts from; this point trains from scratch and saves no "
+                      "checkpoint"))
     if a.convert_checkpoint and not sft:
-        found.append(f"convert_checkpoint = true is not used with task = {a.task!r}: only an SFT run converts "
-                     "hf_model_id into checkpoint_dir first")
+        found.append(("convert_checkpoint", ("task",), f"convert_checkpoint = true is not used with task = "
+                      f"{a.task!r}: only an SFT run converts hf_model_id into checkpoint_dir first"))
     if a.hf_model_id is not None and not (sft and (a.data != "mock" or a.convert_checkpoint)):
-        found.append(f"hf_model_id = {a.hf_model_id!r} is not used by this point: the model's architecture comes "
-                     "from the catalog (or hf_config_dir); hf_model_id is read for an SFT run's tokenizer (data not "
-                     "\"mock\") or its checkpoint conversion (convert_checkpoint = true)")
+        found.append(("hf_model_id", ("task", "data", "convert_checkpoint"), f"hf_model_id = {a.hf_model_id!r} is "
+                      "not used by this point: the model's architecture comes from the catalog (or hf_config_dir); "
+                      "hf_model_id is read for an SFT run's tokenizer (data not \"mock\") or its checkpoint "
+                      "conversion (convert_checkpoint = true)"))
     if not a.optimizer_cpu_offload:
         for name, default in (("optimizer_offload_fraction", 1.0), ("overlap_cpu_optimizer_d2h_h2d", False)):
             if getattr(a, name) != default:
-                found.append(f"{name} = {getattr(a, name)!r} is not used with optimizer_cpu_offload = false: it "
-                             "shapes the optimizer's CPU offload; set optimizer_cpu_offload = true")
+                found.append((name, ("optimizer_cpu_offload",), f"{name} = {getattr(a, name)!r} is not used with "
+                              "optimizer_cpu_offload = false: it shapes the optimizer's CPU offload; set "
+                              "optimizer_cpu_offload = true"))
     if a.data_parallel_sharding_strategy != "optim_grads_params" and not a.use_megatron_fsdp:
-        found.append(f"data_parallel_sharding_strategy = {a.data_parallel_sharding_strategy!r} is not used with "
-                     "use_megatron_fsdp = false: it is Megatron FSDP's sharding; set use_megatron_fsdp = true")
+        found.append(("data_parallel_sharding_strategy", ("use_megatron_fsdp",), "data_parallel_sharding_strategy = "
+                      f"{a.data_parallel_sharding_strategy!r} is not used with use_megatron_fsdp = false: it is "
+                      "Megatron FSDP's sharding; set use_megatron_fsdp = true"))
     return found
