@@ -328,3 +328,23 @@ def test_unused_field_kept_where_the_swept_dependency_never_uses_it() -> None:
     assert any(said in m for m in unused_fields(a, {"dispatcher": ["alltoall", "ncclep"]}))
     assert not any(said in m for m in unused_fields(a, {"dispatcher": ["alltoall", "deepep"]}))
     assert any(said in m for m in unused_fields(a, {"mbs": [1, 4]}))
+
+
+def test_a_refusal_names_the_test_file_and_the_nearest_valid_values(tmp_path: Path) -> None:
+    test = (CONF / "test" / "kimi_k2_dispatcher_ab.toml").read_text().replace("ep = 32", "ep = 7")
+    tests, scenario = write_case(tmp_path / "conf", test, (CONF / "test_scenario" / "kimi_k2_dispatcher_ab.toml")
+                                 .read_text())
+    res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
+    assert res.returncode == 1, res.output
+    assert f"test 'kimi_k2_dispatcher_ab' (fields set in {tests / 'case.toml'}): every point" in res.output
+    assert "the nearest ep that also divides the 384 experts: 4 or 8" in res.output  # 256 GPUs, pp 8, etp 1
+    assert "use an ep that divides the number of experts (nearest: 6 or 8)" in res.output
+
+
+def test_nearest_valid_values() -> None:
+    from cloudai_mbridge.rules.training import nearest
+
+    assert nearest(7, [1, 2, 4, 8, 16]) == "4 or 8"
+    assert nearest(40, [1, 2, 4, 8, 16]) == "16"
+    assert nearest(0, [1, 2]) == "1"
+    assert nearest(3, []) == "none"

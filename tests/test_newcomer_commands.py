@@ -81,9 +81,11 @@ def test_a_refused_dry_run_names_a_verify_configs_command_that_checks_that_scena
 
 TYPOS = [  # (where, the line written in, what the message must say)
     ("test", ("transport = \"gloo\"", "transprt = \"gloo\""),
-     "'cmd_args.transprt' = 'gloo' is not a field of the MBridgeRefit test; did you mean 'transport'?"),
+     "'cmd_args.transprt' = \"gloo\" is not a field of the MBridgeRefit test; did you mean 'transport'?"),
     ("test", ("transport = \"gloo\"", "transport = \"glo\""),
-     "'cmd_args.transport' = 'glo' is not one of 'gloo', 'nccl', 'nvshmem', 'nixl'; did you mean 'gloo'?"),
+     "'cmd_args.transport' = \"glo\" is not one of \"gloo\", \"nccl\", \"nvshmem\", \"nixl\"; did you mean \"gloo\"?"),
+    ("test", ("timeout_s = 300", "timeout_s = 300\nverfy = false"),  # the value as TOML writes it, not Python's False
+     "'cmd_args.verfy' = false is not a field of the MBridgeRefit test; did you mean 'verify'?"),
     ("scenario", ("num_nodes = 2", "num_node = 2"),
      "'Tests.num_node' = 2 is not a field of the test scenario; did you mean 'num_nodes'?"),
 ]
@@ -102,7 +104,7 @@ def _typo_case(tmp: Path, where: str, change: tuple[str, str]) -> tuple[Path, Pa
     return conf, scenario
 
 
-@pytest.mark.parametrize(("where", "change", "said"), TYPOS, ids=["field", "value", "scenario-field"])
+@pytest.mark.parametrize(("where", "change", "said"), TYPOS, ids=["field", "value", "bool-field", "scenario-field"])
 def test_a_typo_gets_did_you_mean_and_the_same_exit_status_from_every_command(
         tmp_path: Path, where: str, change: tuple[str, str], said: str) -> None:
     conf, scenario = _typo_case(tmp_path, where, change)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..launch.invisible import describe_invisible, invisible
+from ..rules.base import show_value
 from ..safe_read import MAX_TOML_BYTES, read_text
 from .friendly import TAG as _TYPE_TAGS
 from .friendly import friendly_lines
@@ -95,7 +96,7 @@ def validation_problems(where: str, model: type, data: dict, what: str) -> list[
             close = _suggest(key, names)
             hint = f"did you mean {close!r}? Fix: rename it to {close}" if close else (
                 f"Fix: remove it or use one of {', '.join(names[:40])}" if names else "Fix: remove it")
-            shown = repr(err.get("input"))
+            shown = show_value(err.get("input"))  # as the TOML file writes it: false, "text", [1, 2]
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
             line = f"{where}: '{dotted}' = {shown} is not a field of {what}; {hint}"
         elif err["type"] == "literal_error":
@@ -104,9 +105,9 @@ def validation_problems(where: str, model: type, data: dict, what: str) -> list[
                 continue
             value = err.get("input")
             close = _suggest(str(value), expected)
-            hint = f"did you mean {close!r}? " if close else ""
-            line = (f"{where}: '{dotted}' = {value!r} is not one of {', '.join(repr(e) for e in expected)}; {hint}"
-                    f"Fix: write one of those")
+            hint = f"did you mean {show_value(close)}? " if close else ""
+            line = (f"{where}: '{dotted}' = {show_value(value)} is not one of "
+                    f"{', '.join(show_value(e) for e in expected)}; {hint}Fix: write one of those")
         else:
             continue
         if line not in seen:

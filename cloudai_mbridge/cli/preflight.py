@@ -372,7 +372,8 @@ def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]
 
 def scenario_check(system: Any, scenario: Any, source: str = "", result_dir: Path | None = None,
                    sink: Callable[[str], None] | None = None,
-                   keep_all: bool = True, output_dir: Path | None = None) -> tuple[list[str], PreflightReport | None]:
+                   keep_all: bool = True, output_dir: Path | None = None,
+                   tests_dir: Path | None = None) -> tuple[list[str], PreflightReport | None]:
     """scenario_refusals and the preflight report of every point (None when the scenario fails before one);
     ``sink`` and ``keep_all`` as :func:`preflight` takes them; ``output_dir``: the command's --output-dir (None: the
     system's output_path), checked with the names as the results folders of a Slurm job."""
@@ -421,4 +422,24 @@ def scenario_check(system: Any, scenario: Any, source: str = "", result_dir: Pat
     if problems:
         return problems, None
     report = preflight(system, scenario, result_dir, sink=sink, keep_all=keep_all)
-    return [f"{where}{p}" for p in blocking_problems(report, scenario)], report
+    if tests_dir is None and (ses := current()) is not None:
+        tests_dir = ses.inputs.get("tests_dir")
+    sources = test_sources(tests_dir) if tests_dir else {}
+    return [f"{where}{p}" for p in blocking_problems(report, scenario, sources)], report
+
+
+def test_sources(tests_dir: Path | str) -> dict[str, str]:
+    """The test TOMLs of ``tests_dir`` by the test's ``name`` (what a refusal names as the file to edit); a file that
+    cannot be read is left out (its own error is said elsewhere)."""
+    from ..safe_read import MAX_TOML_BYTES, InputFileError, read_text
+    from .config_files import tomllib
+
+    found: dict[str, str] = {}
+    for path in sorted(Path(tests_dir).glob("*.toml")):
+        try:
+            name = tomllib.loads(read_text(path, MAX_TOML_BYTES)).get("name")
+        except (OSError, ValueError, InputFileError):
+            continue
+        if isinstance(name, str):
+            found.setdefault(name, str(path))
+    return found

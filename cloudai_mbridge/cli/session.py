@@ -186,9 +186,10 @@ def replace_runner(p: Patches, s: Session) -> None:
     """Replaces ``Runner`` in cloudai/cli/handlers.py (cloudai/_core/runner.py's ``Runner``, which
     ``handle_dry_run_and_run`` constructs by that name) with CloudAI's Runner plus: the scenario and test names
     checked as folder names before CloudAI creates anything; in a dry-run, no wait between points (the runner's
-    ``monitor_interval``, its own field, is 0: nothing is being waited for); the scenario folder (``runner.runner.scenario_root``,
-    named by the second in ``Runner.create_runner``) claimed atomically, so two runs started in one second do not share
-    it; the folder recorded for the session's accounting; in ``run``, the inputs kept in it (save_inputs).
+    ``monitor_interval``, its own field, is 0: nothing is being waited for); the scenario folder
+    (``runner.runner.scenario_root``, named by the second in ``Runner.create_runner``) claimed atomically, so two
+    runs started in one second do not share it; the folder recorded for the session's accounting; in ``run``, the
+    inputs kept in it (save_inputs).
 
     Not the Registry's runner (``update_runner``): the folder is chosen in ``Runner.create_runner`` before the
     scheduler's runner exists, and ``--single-sbatch`` replaces the Slurm runner in the Registry after setup."""

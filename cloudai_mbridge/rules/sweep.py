@@ -790,21 +790,25 @@ def preflight(system: Any, scenario: Any, result_dir: Path | None = None, render
     return report
 
 
-def blocking_problems(report: PreflightReport, scenario: Any) -> list[str]:
+def blocking_problems(report: PreflightReport, scenario: Any, sources: dict[str, str] | None = None) -> list[str]:
     """Why dry-run / run must not start this scenario at all (nothing written): a test whose sweep is empty, a test
-    whose every point is rejected, a test without a sweep that is rejected. Each names the test and says why."""
+    whose every point is rejected, a test without a sweep that is rejected. Each names the test, the test file that
+    sets its fields (``sources``: the test's name -> its TOML, where known) and says why."""
     problems = []
     for tr in scenario.test_runs:
+        source = (sources or {}).get(getattr(tr.test, "name", ""))
         t = report.tests.get(tr.name)
         if t is None:
             empty = [k for k, v in _space(tr).items() if not v]
             what = ", ".join(f"{k} = []" for k in empty) or "its sweep"
-            problems.append(f"test {tr.name!r}: {what} is an empty sweep: no point to run. "
+            problems.append(f"test {tr.name!r}{f' ({source})' if source else ''}: {what} is an empty sweep: no point "
+                            "to run. "
                             "Fix: give the list at least one value, or a single value")
             continue
         if t.runnable:
             continue  # all fine, or a sweep with some rejected points: dry-run / run skip those, saying why
-        head = f"test {tr.name!r}: " + ("every point of its sweep is rejected" if t.swept else "rejected")
+        head = (f"test {tr.name!r}{f' (fields set in {source})' if source else ''}: "
+                + ("every point of its sweep is rejected" if t.swept else "rejected"))
         problems.append(head + ": " + reason_summary(t.reasons, t.points, t.other_reasons))
     return problems
 

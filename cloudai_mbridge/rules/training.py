@@ -40,6 +40,18 @@ def _v(fields: dict[str, object], message: str, fix: str) -> Violation:
     return Violation("", fields, message, fix)
 
 
+def nearest(value: int, valid: list[int]) -> str:
+    """The valid values closest to ``value`` below and above it, for a divisibility rule's fix ("4 or 8")."""
+    below = [v for v in valid if v < value]
+    above = [v for v in valid if v > value]
+    picks = [*below[-1:], *above[:1]]
+    return " or ".join(map(str, picks)) if picks else "none"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0] if n > 0 else []
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Parallel layout
 # --------------------------------------------------------------------------------------------------------------
@@ -60,9 +72,11 @@ def _world_vs_model_parallel(p: TrainingPlan) -> Iterator[Violation]:
     """megatron/core/parallel_state.py L740-L741 initialize_model_parallel: world_size % (tp*pp*cp) must be 0
     (Bridge: training/config.py L983 get_data_parallel_size; CloudAI constraints 1 and 3)."""
     if p.world_size % p.model_parallel:
+        tps = [t for t in _divisors(p.world_size) if p.world_size % (t * p.pp * p.cp) == 0]
         yield _v({"num_nodes": p.num_nodes, "gpus_per_node": p.gpus_per_node, "tp": p.tp, "pp": p.pp, "cp": p.cp},
                  f"world size {p.world_size} is not divisible by tp*pp*cp = {p.model_parallel}",
-                 "pick tp, pp, cp whose product divides num_nodes * gpus_per_node")
+                 "pick tp, pp, cp whose product divides num_nodes * gpus_per_node (with this pp and cp, the "
+                 f"nearest tp: {nearest(p.tp, tps)})")
 
 
 @rule("world-size-expert-parallel")
@@ -70,18 +84,23 @@ def _world_vs_expert_parallel(p: TrainingPlan) -> Iterator[Violation]:
     """megatron/core/parallel_state.py L788-L794: world_size % (etp*ep*pp) must be 0 (CloudAI constraint 7)."""
     denom = p.etp * p.ep * p.pp
     if p.world_size % denom:
+        eps = [e for e in _divisors(p.world_size) if p.world_size % (p.etp * e * p.pp) == 0
+               and p.model.num_experts % e == 0]
         yield _v({"world_size": p.world_size, "etp": p.etp, "ep": p.ep, "pp": p.pp},
                  f"world size {p.world_size} is not divisible by etp*ep*pp = {denom}",
-                 "pick ep (and etp) so that etp*ep*pp divides the world size")
+                 "pick ep (and etp) so that etp*ep*pp divides the world size (with this etp and pp, the nearest ep "
+                 f"that also divides the {p.model.num_experts} experts: {nearest(p.ep, eps)})")
 
 
 @rule("global-batch")
 def _global_batch(p: TrainingPlan) -> Iterator[Violation]:
     """megatron/core/num_microbatches_calculator.py L340: gbs % (mbs*dp) must be 0 (CloudAI constraint 4)."""
     if p.dp and p.gbs % (p.mbs * p.dp):
+        step = p.mbs * p.dp
+        near = nearest(p.gbs, [step * k for k in (p.gbs // step, p.gbs // step + 1) if k > 0])
         yield _v({"gbs": p.gbs, "mbs": p.mbs, "dp": p.dp},
                  f"global batch {p.gbs} is not divisible by mbs*dp = {p.mbs * p.dp}",
-                 f"use a gbs that is a multiple of {p.mbs * p.dp}")
+                 f"use a gbs that is a multiple of {p.mbs * p.dp} (nearest: {near})")
 
 
 @rule("experts-per-ep")
@@ -90,7 +109,8 @@ def _experts_vs_ep(p: TrainingPlan) -> Iterator[Violation]:
     if p.model.num_experts % p.ep:
         yield _v({"model": p.model.name, "num_experts": p.model.num_experts, "ep": p.ep},
                  f"{p.model.num_experts} experts cannot be split evenly over ep={p.ep}",
-                 "use an ep that divides the number of experts")
+                 "use an ep that divides the number of experts (nearest: "
+                 f"{nearest(p.ep, _divisors(p.model.num_experts))})")
 
 
 @rule("heads-per-tp")
@@ -100,7 +120,8 @@ def _heads_vs_tp(p: TrainingPlan) -> Iterator[Violation]:
     if p.model.num_attention_heads % p.tp:
         yield _v({"model": p.model.name, "num_attention_heads": p.model.num_attention_heads, "tp": p.tp},
                  f"{p.model.num_attention_heads} attention heads cannot be split over tp={p.tp}",
-                 "use a tp that divides the number of attention heads")
+                 "use a tp that divides the number of attention heads (nearest: "
+                 f"{nearest(p.tp, _divisors(p.model.num_attention_heads))})")
 
 
 @rule("sequence-parallel")
