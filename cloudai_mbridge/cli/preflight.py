@@ -343,6 +343,7 @@ def system_kind_problems(system: Any, scenario: Any) -> list[str]:
     from cloudai.core import Registry
 
     from ..launch.kubernetes import SCHEDULER as K8S_SCHEDULER
+    from ..rules.base import show_value
     from ..workloads.base import MBridgeTestDefinition
 
     reg = Registry()
@@ -359,8 +360,8 @@ def system_kind_problems(system: Any, scenario: Any) -> list[str]:
             "system creates one object per job, a training or refit job needs a ConfigMap, a Service and Jobs; "
             "conf/system/k8s_generic.toml is an example)" if K8S_SCHEDULER in supported else ""))
         problems.append(f"test {tr.name!r} ({test.test_template_name}) cannot run on system {system.name!r} "
-                        f"(scheduler = {getattr(system, 'scheduler', '?')!r}): the plugin writes its jobs for "
-                        f"scheduler {', '.join(repr(n) for n in supported)}. {fix}")
+                        f"(scheduler = {show_value(getattr(system, 'scheduler', '?'))}): the plugin writes its jobs "
+                        f"for scheduler {', '.join(show_value(n) for n in supported)}. {fix}")
     return problems
 
 

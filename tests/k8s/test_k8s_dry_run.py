@@ -315,3 +315,20 @@ def test_points_kubernetes_cannot_run_are_refused_with_the_fix(case, env, expect
 def test_dry_run_env_is_really_cluster_free(tmp_path: Path) -> None:
     env = no_cluster_env(tmp_path)
     assert not Path(env["KUBECONFIG"]).exists() and not (Path(env["HOME"]) / ".kube").exists()
+
+
+def test_our_test_on_cloudais_kubernetes_system_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """CloudAI's scheduler "kubernetes" stays CloudAI's (one object per job): a test of ours on such a system file is
+    refused before anything is written, naming the scheduler to write instead."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]"
+                          "\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: "
+                          "u}}]\ncurrent-context: x\n")
+    system = tmp_path / "theirs.toml"
+    system.write_text(GENERIC.read_text().replace('scheduler = "mbridge_kubernetes"',
+                                                  f'scheduler = "kubernetes"\nkube_config_path = "{kubeconfig}"'))
+    res = k8s_dry_run(system, CONF / "test_scenario" / "kimi_k2_refit.toml", tmp_path)
+    assert res.returncode != 0, res.output
+    assert "cannot run on system 'k8s-generic-h100-ib' (scheduler = \"kubernetes\")" in res.output, res.output
+    assert 'write scheduler = "mbridge_kubernetes" in the system file' in res.output
+    assert not res.output_dir.exists() or not any(res.output_dir.rglob("*.json"))
