@@ -34,7 +34,8 @@ Run (GPU host, megatron-core importable): python3 benchmarks/gpu_memory.py --out
            measurements (max allocated, allocated, max reserved, device peak); no GPU, nothing is run; --out optional]
 Prints tables and ``RESULT memory_error_pct_without_runtime_<config>=<x> %`` and ``RESULT
 memory_device_error_pct_<config>=<x> %`` lines; writes ``<out>/gpu_memory.json``
-(``<out>/gpu_memory_offline.json`` with --offline).
+(``<out>/gpu_memory_offline.json`` with --offline). Without --dry-run / --offline, a host with fewer CUDA GPUs than
+the configs need (or without megatron-core) gets one line and exit status 3, before anything is written.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from provenance import gpu_problem, provenance  # benchmarks/ is sys.path[0] when a script runs
+from provenance import provenance, require_gpu  # benchmarks/ is sys.path[0] when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -362,6 +363,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def bridge_errors(plan: TrainingPlan, ours_total: float, measured: dict) -> dict:
+    """Our whole estimate and Megatron-Bridge's own against the device peak and max allocated (% of measured); None
+    where a measurement or Bridge's estimate is missing (Bridge's needs the TE path and a DeepSeek-V3-family model)."""
+    from cloudai_mbridge.plan.bridge_estimate import bridge_estimate
+
+    bridge = bridge_estimate(plan)
+    peak, alloc = measured.get("device_peak"), measured.get("max_allocated")
+
+    def pct(est: float | None, meas: float | None) -> float | None:
+        return None if est is None or not meas else (est - meas) / meas * 100
+
+    b = None if bridge is None else bridge.total
+    return {"bridge_estimate": b, "ours_device_error_pct": pct(ours_total, peak),
+            "bridge_device_error_pct": pct(b, peak), "bridge_max_alloc_error_pct": pct(b, alloc)}
+
+
 def offline(results_path: Path, out: Path | None, argv: list[str]) -> int:
     """Today's estimate for every config a GPU run recorded, against that run's measured peaks (nothing runs)."""
     recorded = json.loads(results_path.read_text())
@@ -401,8 +418,18 @@ def offline(results_path: Path, out: Path | None, argv: list[str]) -> int:
               f"moe {_mib(act.moe)}, loss {_mib(act.loss)}, mtp {_mib(act.mtp) if plan.effective_mtp_layers else '-'}, "
               f"working {_mib(_backward_working(plan, act, holds_loss=True))}, "
               f"score elements/layer {act.scores:.0f}")
+    print("\nwhich estimate to trust: the whole estimate and Megatron-Bridge's own (plan/bridge_estimate.py) against "
+          "the device peak (nvidia-smi) and torch's max allocated, error % = (estimate - measured) / measured")
+    for r in rows:
+        for key, value in bridge_errors(make_plan(r["name"], 4), r["estimate"]["total"], r["measured"]).items():
+            r[key] = value
+        print(f"{r['name']:>16} ours vs device peak {_pct(r['ours_device_error_pct']):>7} | Bridge's "
+              f"{_mib(r['bridge_estimate'])} MiB vs device peak {_pct(r['bridge_device_error_pct']):>7}, vs max "
+              f"allocated {_pct(r['bridge_max_alloc_error_pct']):>7}")
     for r in rows:
         print(f"RESULT memory_estimate_{r['name']}={r['estimate']['total'] / MIB:.0f} MiB")
+        if r.get("bridge_device_error_pct") is not None:
+            print(f"RESULT bridge_estimate_device_error_pct_{r['name']}={r['bridge_device_error_pct']:+.1f} %")
         print(f"RESULT memory_error_pct_without_runtime_{r['name']}={r['error_pct_without_runtime']:+.1f} %")
         if r.get("device_error_pct") is not None:
             print(f"RESULT memory_device_error_pct_{r['name']}={r['device_error_pct']:+.1f} %")
@@ -431,10 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: world {plan.world_size} dp {plan.dp} edp {plan.expert_dp} microbatches "
                   f"{plan.num_microbatches}; estimate {estimate_memory(plan).summary()}; mcore problems {problems}")
         return 0
-    problem = gpu_problem(max(CONFIGS[n]["gpus"] for n in args.configs))
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+    require_gpu(__file__, max(CONFIGS[n]["gpus"] for n in args.configs), ("megatron.core",))
     args.out.mkdir(parents=True, exist_ok=True)
     info = provenance([f"benchmarks/{Path(__file__).name}", *argv])
     print(f"device: {info.get('gpus')} torch {info.get('torch')} megatron-core {info.get('megatron_core')}")

@@ -12,6 +12,7 @@ in the comments are the ones the research table prints for the same configuratio
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +149,33 @@ def test_none_where_bridge_never_reports(change: dict) -> None:
     plan, *_ = CASES["H100_BF16_V1"]
     assert bridge_estimate(plan) is not None
     assert bridge_estimate(dataclasses.replace(plan, **change)) is None
+
+
+def test_which_estimate_to_trust_is_what_the_gpu_records_say() -> None:
+    """plan/bridge_estimate.py MEASURED_ERRORS (the line preflight prints) recomputed from the recorded bridge-engine
+    GPU runs with today's estimates: when the estimate changes, the stated errors must change with it."""
+    import json
+
+    from gpu_memory import bridge_errors, make_plan
+
+    from cloudai_mbridge.plan.bridge_estimate import MEASURED_ERRORS, trust_note
+    from cloudai_mbridge.plan.memory import estimate_memory
+
+    results = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "bridge"
+    errs: dict[str, list[float]] = {"ours": [], "bridge": [], "alloc": []}
+    for name in ("bridge_train_memory.json", "bridge_0.6.2_train_memory.json"):
+        for config in json.loads((results / name).read_text())["configs"]:
+            if "measured" not in config:
+                continue
+            plan = make_plan(config["name"], 4)
+            e = bridge_errors(plan, estimate_memory(plan).total, config["measured"])
+            errs["ours"].append(e["ours_device_error_pct"])
+            errs["bridge"].append(e["bridge_device_error_pct"])
+            errs["alloc"].append(e["bridge_max_alloc_error_pct"])
+    span = {k: (round(min(v), 1), round(max(v), 1)) for k, v in errs.items()}
+    assert MEASURED_ERRORS["runs"] == len(errs["ours"])
+    assert MEASURED_ERRORS["ours_vs_device_peak_pct"] == span["ours"]
+    assert MEASURED_ERRORS["bridge_vs_device_peak_pct"] == span["bridge"]
+    assert MEASURED_ERRORS["bridge_vs_max_allocated_pct"] == span["alloc"]
+    assert max(abs(x) for x in span["ours"]) < min(abs(x) for x in span["bridge"]), "ours no longer the closer one"
+    assert "trust mem/GPU" in trust_note()

@@ -49,6 +49,10 @@ def summary_lines(report: PreflightReport) -> list[str]:
     if report.rejected_unswept:
         lines.append(f"rejected test(s) without a sweep: {', '.join(sorted(report.rejected_unswept))} (dry-run and "
                      "run stop there)")
+    if any(p.bridge is not None for p in report.points):
+        from ..plan.bridge_estimate import trust_note
+
+        lines.append(trust_note())
     return lines
 
 
@@ -168,12 +172,15 @@ def _headline_html(report: PreflightReport) -> str:
 
 
 def _legend_html() -> str:
+    from ..plan.bridge_estimate import trust_note
+
     return ("<p class='note'>Memory per GPU: the bar is the plugin's estimate for the most-loaded GPU (plan/memory.py)"
             " coloured by its verdict (<span class='sw fits'></span> fits, <span class='sw tight'></span> tight: "
             "within the error band of the capacity, <span class='sw nofit'></span> does not fit), "
             "<span class='sw band'></span> its error band, <span class='sw cap'></span> the GPU's usable memory, "
             "<span class='sw br'></span> Megatron-Bridge's own estimate (estimate_training_memory). GiB = 2<sup>30"
-            "</sup> bytes. GPU-hours only for the points that would run.</p>")
+            "</sup> bytes. GPU-hours only for the points that would run.</p>"
+            f"<p class='note'>{html.escape(trust_note())}</p>")
 
 
 def _refit_note_html() -> str:
