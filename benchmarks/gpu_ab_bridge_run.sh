@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
-# The dispatcher A/B on the real Megatron-Bridge stack, as one device command: alltoall against the flex arms (ncclep
+# The dispatcher A/B on the real Megatron-Bridge stack, as one command: alltoall against the flex arms (ncclep
 # through Transformer Engine's NCCL EP; deepep through UCCL-EP's drop-in deep_ep) on every GPU of the host, each run a
 # fresh process start, by benchmarks/gpu_dispatcher_ab.py --engine bridge.
 #
-# usage (repository root, GPU host): bash benchmarks/gpu_ab_bridge_run.sh <budget_s> [gpu_dispatcher_ab.py options...]
-# Needs, from earlier calls of benchmarks/gpu_setup.sh: the stack bridge-0.6.2 (Megatron-Bridge 0.6.2, Megatron-Core
-# 0.19.2, Transformer Engine 2.20.2) and the library stack nccl-2.32.3. Optional: .whl/uccl (carried; made by
-# benchmarks/gpu_uccl_prepare.sh) for the deepep arm; /tmp/mbridge_stack/hybridep/site (benchmarks/gpu_hybridep_build.sh,
+# usage (GPU host; runs from the repository root): bash benchmarks/gpu_ab_bridge_run.sh <budget_s> [gpu_dispatcher_ab.py options...]
+# Needs the stack bridge-0.6.2 (Megatron-Bridge 0.6.2, Megatron-Core 0.19.2, Transformer Engine 2.20.2: installed by
+# benchmarks/gpu_setup.sh bridge-0.6.2, or in the active Python, docs/gpu.md) and NCCL 2.32.3 (gpu_setup.sh
+# nccl-2.32.3, or MBRIDGE_NCCL_LIB=<its libnccl.so.2>). Optional: .whl/uccl (made by benchmarks/gpu_uccl_prepare.sh)
+# for the deepep arm; /tmp/mbridge_stack/hybridep/site (benchmarks/gpu_hybridep_build.sh,
 # NVIDIA DeepEP's hybrid-ep build) for the hybridep arm: when it exists and the options ask for hybridep
 # (--with-hybridep or hybridep in --arms) without --hybridep-dir, `--hybridep-dir <that site>` is added (the hybridep
 # arm alone then runs with it first on PYTHONPATH, no UCCL path, deepep_impl nvidia; its env.sh is not sourced, as it
 # would put NVIDIA's deep_ep on every arm's path).
 # Every arm runs with the same NCCL: 2.32.3 by LD_PRELOAD (NCCL EP needs >= the NCCL its library was built with; the
 # payload's MBRIDGE_VERSIONS line records the loaded one). NCCL EP's kernel cache is shared by the starts
-# (NCCL_EP_JIT_CACHE_DIR): only the first ncclep start compiles. NVLink multicast stays off (the device's rule).
-# Results in $OUT (default /tmp/gpu_out): ab.log (everything printed), gpu_dispatcher_ab.json, ab_runs.tgz (run folders:
-# config + rank logs; `python3 benchmarks/gpu_dispatcher_ab.py --report <unpacked>` redoes metrics and the A/B).
-# AB_WORK (default /tmp/gpu_work/ab_bridge) is the scratch folder, emptied first: two windows in one command each
-# take their own (and their own OUT), e.g. a one-start smoke of a flex arm before the interleaved starts.
+# (NCCL_EP_JIT_CACHE_DIR): only the first ncclep start compiles. NVLink multicast stays off, as in every recorded run.
+# Results in the folder OUT (environment, default /tmp/gpu_out): ab.log (everything printed), gpu_dispatcher_ab.json,
+# ab_runs.tgz (run folders: config + rank logs; `python3 benchmarks/gpu_dispatcher_ab.py --report <unpacked>` redoes
+# metrics and the A/B). AB_WORK (default /tmp/gpu_work/ab_bridge) is the scratch folder, emptied first: two runs of
+# this script in one session each take their own (and their own OUT), e.g. a one-start smoke of a flex arm before the
+# interleaved starts.
+# Exit status 3, with one line and before anything is written, without a GPU or without the bridge-0.6.2 stack
+# (benchmarks/gpu_common.sh); -h / --help prints this header.
 set -u -o pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 BUDGET=${1:?usage: gpu_ab_bridge_run.sh <budget_s> [options]}
 shift
+cd "$(dirname "$0")/.." || exit 2
 WORK=${AB_WORK:-/tmp/gpu_work/ab_bridge}
 # shellcheck source=benchmarks/gpu_bridge_env.sh
 source benchmarks/gpu_bridge_env.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bridge-engine experiments on one GPU, after benchmarks/gpu_setup.sh <stack> has installed the stack:
+# The bridge-engine experiments on one GPU, with the stack <stack> installed (e.g. bridge-0.6.2):
 #   usage: bash benchmarks/gpu_bridge_run.sh <stack> <part>
 #   part "smoke":    gpu_memory.py te_dsv3_s2048 (8 iterations: the whole path once)
 #   part "train":    gpu_memory.py te_dsv3_bf16 te_k2_bf16 te_dsv3_fp8 te_k2_fp8 (40 iterations each: time + memory)
@@ -7,17 +7,29 @@
 #   part "sft":      gpu_sft.py (build, convert, finetune 40 iterations)
 #   part "breakdown": gpu_memory.py te_dsv3_bf16 te_k2_bf16 (the memory by owner/dtype and per-iteration peaks)
 #   part "overhead": payload_overhead.py (the payload against Bridge's own pretrain(), 1 GPU, 3 alternating starts)
-# Results in $OUT (default /tmp/gpu_out): <part>.json, <part>.log, <part>_runs.tgz (run folders: config + rank logs;
-# model weights and checkpoints left out).
+# The stack: benchmarks/gpu_setup.sh's /tmp/mbridge_stack/<stack>/env.sh, or the active Python when it has
+# Megatron-Bridge at the stack's version (docs/gpu.md).
+# Results in the folder OUT (environment, default /tmp/gpu_out): <part>.json, <part>.log, <part>_runs.tgz (run folders:
+# config + rank logs; model weights and checkpoints left out).
+# Exit status: the part's; 2 for an unknown part; 3, with one line and before anything is written, without a GPU or
+# without the stack (benchmarks/gpu_common.sh). -h / --help prints this header.
 set -u -o pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 STACK=${1:?usage: gpu_bridge_run.sh <stack> <part>}
 PART=${2:?usage: gpu_bridge_run.sh <stack> <part>}
+cd "$(dirname "$0")/.." || exit 2
+case "$PART" in
+  smoke|train|heldout|sft|breakdown|overhead) ;;
+  *) echo "error: part $PART is not smoke, train, heldout, sft, breakdown or overhead" >&2; exit 2 ;;
+esac
+gpu_need 1
+gpu_use_stack "$STACK"
 OUT=${OUT:-/tmp/gpu_out}
 WORK=/tmp/bridge_work/$PART
 mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-# shellcheck disable=SC1090
-source "/tmp/mbridge_stack/$STACK/env.sh" || { echo "error: run benchmarks/gpu_setup.sh $STACK first"; exit 2; }
 case "$PART" in
   smoke) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_s2048 --timeout-s 240 ;;
   train) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_bf16 te_k2_bf16 te_dsv3_fp8 \
@@ -27,7 +39,6 @@ case "$PART" in
   breakdown) set -- python3 benchmarks/gpu_memory.py --out "$WORK" --configs te_dsv3_bf16 te_k2_bf16 --timeout-s 150 ;;
   overhead) set -- env CUDA_VISIBLE_DEVICES=0 python3 benchmarks/payload_overhead.py --out "$WORK" --starts 3 \
               --budget-s 540 ;;
-  *) echo "error: part $PART is not smoke, train, heldout, sft, breakdown or overhead"; exit 2 ;;
 esac
 echo "MBRIDGE_STACK $STACK; $*"
 "$@" 2>&1 | grep -v -E "UserWarning|warnings.warn|^\s*$" | tee "$OUT/$PART.log"

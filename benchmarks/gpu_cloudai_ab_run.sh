@@ -1,29 +1,44 @@
 #!/usr/bin/env bash
-# The 4-GPU dispatcher A/B as a CloudAI scenario through the plugin's own report, as one device command.
-# usage (repository root, GPU host, after benchmarks/gpu_setup.sh bridge-0.6.2 and nccl-2.32.3; .whl/cloudai/p0 and
-# .whl/cloudai/p1 carried by two calls, made by benchmarks/gpu_cloudai_prepare.sh):
+# The 4-GPU dispatcher A/B as a CloudAI scenario through the plugin's own report, as one command.
+# usage (GPU host; runs from the repository root):
 #   bash benchmarks/gpu_cloudai_ab_run.sh [scenario TOML, default conf/test_scenario/bridge_ab_4gpu.toml]
-# Results in $OUT: cloudai_ab.log, the scenario's report files (mbridge_ab.html/.csv/.png, mbridge_runs.csv) and
-# runs.tgz (every run folder: config, scripts, rank logs; no checkpoints).
+# Needs the stack bridge-0.6.2 (benchmarks/gpu_setup.sh bridge-0.6.2, or the active Python, docs/gpu.md), NCCL 2.32.3
+# (gpu_setup.sh nccl-2.32.3, or MBRIDGE_NCCL_LIB=<its libnccl.so.2>), numpy and pandas, and CloudAI: importable
+# already, or its wheels in .whl/cloudai/p0 and .whl/cloudai/p1 (benchmarks/gpu_cloudai_prepare.sh, where PyPI is),
+# installed into /tmp/cloudai_site.
+# Results in the folder OUT (environment, default /tmp/gpu_out): cloudai_ab.log, the scenario's report files
+# (mbridge_ab.html/.csv/.png, mbridge_runs.csv) and runs.tgz (every run folder: config, scripts, rank logs; no
+# checkpoints).
+# Exit status 3, with one line and before anything is written, without a GPU or without one of the above
+# (benchmarks/gpu_common.sh); -h / --help prints this header.
 set -u -o pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 SCENARIO=${1:-conf/test_scenario/bridge_ab_4gpu.toml}
-OUT=${OUT:-/tmp/gpu_out}
+cd "$(dirname "$0")/.." || exit 2
 SITE=/tmp/cloudai_site
-RESULTS=/tmp/gpu_work/cloudai_ab
-mkdir -p "$OUT" "$RESULTS"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-# shellcheck disable=SC1091
-source /tmp/mbridge_stack/bridge-0.6.2/env.sh || { echo "error: run benchmarks/gpu_setup.sh bridge-0.6.2 first"; exit 2; }
-python3 -c "import numpy, pandas" || { echo "error: numpy/pandas are not on this host (gpu_cloudai_prepare.sh leaves them out)"; exit 2; }
-if [ ! -d "$SITE/cloudai" ]; then
+# Everything this run needs, checked before anything is written.
+gpu_need 1
+[ -f "$SCENARIO" ] || { echo "error: gpu_cloudai_ab_run.sh: no scenario $SCENARIO" >&2; exit 2; }
+gpu_use_stack bridge-0.6.2
+python3 -c "import numpy, pandas" 2>/dev/null \
+  || gpu_stop "numpy and pandas do not import: install them (the GPU image has them; gpu_cloudai_prepare.sh leaves them out)"
+NCCL_LIB=${MBRIDGE_NCCL_LIB:-$MBRIDGE_STACK_ROOT/nccl-2.32.3/site/nvidia/nccl/lib/libnccl.so.2}
+[ -f "$NCCL_LIB" ] || gpu_stop "NCCL 2.32.3 missing ($NCCL_LIB; ncclep needs it): run benchmarks/gpu_setup.sh" \
+  "nccl-2.32.3 or set MBRIDGE_NCCL_LIB to its libnccl.so.2"
+if [ ! -d "$SITE/cloudai" ] && ! python3 -c "import cloudai" 2>/dev/null; then
   [ -d .whl/cloudai/p0 ] && [ -d .whl/cloudai/p1 ] \
-    || { echo "error: carry .whl/cloudai/p0 and .whl/cloudai/p1 (two calls; benchmarks/gpu_cloudai_prepare.sh)"; exit 2; }
+    || gpu_stop "CloudAI is not importable and .whl/cloudai/p0, p1 are missing: make them with" \
+      "benchmarks/gpu_cloudai_prepare.sh where PyPI is and copy .whl/cloudai/ into this checkout"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/cloudai/p*/*.whl \
     || { echo "error: the CloudAI wheels did not install"; exit 2; }
 fi
-export PYTHONPATH=$PWD:$SITE:$PYTHONPATH
-NCCL_LIB=/tmp/mbridge_stack/nccl-2.32.3/site/nvidia/nccl/lib/libnccl.so.2
-[ -f "$NCCL_LIB" ] || { echo "error: $NCCL_LIB missing: run benchmarks/gpu_setup.sh nccl-2.32.3 (ncclep needs it)"; exit 2; }
+OUT=${OUT:-/tmp/gpu_out}
+RESULTS=/tmp/gpu_work/cloudai_ab
+mkdir -p "$OUT" "$RESULTS"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p /tmp/nccl_ep_jit_cache
 # The system file with this host's environment (as data: the plugin quotes every value into the job's script).
 SYSTEM=$RESULTS/standalone_4gpu.toml

@@ -15,6 +15,10 @@ benchmarks/results/bridge_ab_4gpu/k2_mbs1_w5/runs/*) the A/B page is written to 
 microbenchmark beside the training delta (reports/ab.py). ``--report <out>`` redoes the lines and the page from an
 earlier run's folders. ``--dry-run`` prints the grid and the configs without starting anything.
 
+Exit status: 0 when the lines were written; 2 for a usage problem; 3, with one line, on a host without a CUDA GPU (or
+fewer than ``--gpus``) or without megatron-core, before anything is written. ``--dry-run`` and ``--report`` need
+neither.
+
 usage: python3 benchmarks/gpu_dispatch_bench.py --out DIR [--models M ...] [--arms A ...] [--mbs N ...]
        [--gpus N] [--warmup W] [--iterations I] [--uccl-dir .whl/uccl] [--timeout-s S] [--budget-s S]
        [--training-runs DIR ...] [--dry-run]
@@ -161,10 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.report:
         return report(args)
+    if not args.dry_run:
+        from provenance import NO_GPU_EXIT, require_gpu
+
+        require_gpu(__file__, args.gpus or 1, ("megatron.core",))
     args.gpus = args.gpus or gpu_count()
     if args.gpus < 1 and not args.dry_run:
-        print("error: no GPU found (nvidia-smi -L); pass --gpus for a dry run", file=sys.stderr)
-        return 2
+        print(f"error: {Path(__file__).name}: nvidia-smi -L lists no GPU: run it on a GPU host (--gpus N --dry-run "
+              "needs none)", file=sys.stderr)
+        return NO_GPU_EXIT
     args.gpus = max(args.gpus, 1)
     grid = points(args)
     print(f"grid: {len(grid)} points = models {args.models} x mbs {args.mbs} x arms {args.arms}, {args.gpus} GPUs "

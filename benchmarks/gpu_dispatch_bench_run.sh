@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# The dispatch/combine microbenchmark on the real stack, as one device command: Megatron-Core's token dispatcher for
+# The dispatch/combine microbenchmark on the real stack, as one command: Megatron-Core's token dispatcher for
 # alltoall, deepep (UCCL-EP's drop-in deep_ep) and ncclep (Transformer Engine's NCCL EP) on every GPU of the host, at
 # the training A/B's shapes (DeepSeek-V3 and Kimi-K2 proxies, seq 4096, mbs 1 / 2 / 4), by
 # benchmarks/gpu_dispatch_bench.py; the A/B page with the microbenchmark beside the recorded training delta.
 #
-# usage (repository root, GPU host): bash benchmarks/gpu_dispatch_bench_run.sh <budget_s> [gpu_dispatch_bench.py options]
-# Needs what benchmarks/gpu_ab_bridge_run.sh needs, from earlier calls of benchmarks/gpu_setup.sh: the stack
-# bridge-0.6.2 (Megatron-Core 0.19.2, Transformer Engine 2.20.2) and the library stack nccl-2.32.3; optional
-# .whl/uccl (carried; benchmarks/gpu_uccl_prepare.sh) for the deepep arm. Every arm runs with NCCL 2.32.3 by
-# LD_PRELOAD (NCCL EP needs >= the NCCL its library was built with); NVLink multicast stays off (the device's rule).
+# usage (GPU host; runs from the repository root): bash benchmarks/gpu_dispatch_bench_run.sh <budget_s> [gpu_dispatch_bench.py options]
+# Needs what benchmarks/gpu_ab_bridge_run.sh needs: the stack bridge-0.6.2 (Megatron-Core 0.19.2, Transformer Engine
+# 2.20.2; benchmarks/gpu_setup.sh bridge-0.6.2 or the active Python, docs/gpu.md) and NCCL 2.32.3 (gpu_setup.sh
+# nccl-2.32.3, or MBRIDGE_NCCL_LIB); optional .whl/uccl (benchmarks/gpu_uccl_prepare.sh) for the deepep arm. Every arm
+# runs with NCCL 2.32.3 by LD_PRELOAD (NCCL EP needs >= the NCCL its library was built with); NVLink multicast stays
+# off, as in every recorded run.
 # Prints `RESULT dispatch_bench ...` per phase and point and `RESULT dispatch_bench_points=<n> count`.
-# Results in $OUT (default /tmp/gpu_out): dispatch_bench.log (everything printed), gpu_dispatch_bench.json,
-# report/mbridge_ab.html (+ csv), dispatch_runs.tgz (run folders: config + rank logs; `python3
+# Results in the folder OUT (environment, default /tmp/gpu_out): dispatch_bench.log (everything printed),
+# gpu_dispatch_bench.json, report/mbridge_ab.html (+ csv), dispatch_runs.tgz (run folders: config + rank logs; `python3
 # benchmarks/gpu_dispatch_bench.py --report --out <unpacked>` redoes every number).
+# Exit status 3, with one line and before anything is written, without a GPU or without the bridge-0.6.2 stack
+# (benchmarks/gpu_common.sh); -h / --help prints this header.
 set -u -o pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 BUDGET=${1:?usage: gpu_dispatch_bench_run.sh <budget_s> [options]}
 shift
+cd "$(dirname "$0")/.." || exit 2
 WORK=/tmp/gpu_work/dispatch_bench
 # shellcheck source=benchmarks/gpu_bridge_env.sh
 source benchmarks/gpu_bridge_env.sh

@@ -37,7 +37,9 @@ Run (GPU host, megatron-core importable):
     python3 benchmarks/gpu_dispatcher_ab.py --report /tmp/ab [--warmup 4]  metrics + A/B of existing run folders
 Prints a table and ``RESULT`` lines; writes ``<out>/gpu_dispatcher_ab.json`` (with provenance.py's provenance).
 Exit status: 0 when at least one point ran and no run crashed unexpectedly; 1 when nothing ran or an alltoall run
-(the baseline) failed, or a flex run failed with no identifiable reason; 2 for a usage/host problem. A flex arm that
+(the baseline) failed, or a flex run failed with no identifiable reason; 2 for a usage/host problem (a host without a
+CUDA GPU, with fewer than ``--gpus``, or without megatron-core gets one line and 2 before anything is written;
+``--dry-run`` and ``--report`` need neither). A flex arm that
 fails with a reason (dispatcher error, deep_ep import, CUDA/DeepEP kernel failure, timeout) is reported as "cannot
 run here" with that reason; its remaining points are then skipped unless ``--keep-going``.
 """
@@ -57,7 +59,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from provenance import gpu_problem, provenance  # benchmarks/ is sys.path[0] when a script runs
+from provenance import provenance, require_gpu  # benchmarks/ is sys.path[0] when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -73,7 +75,7 @@ FLEX_ARMS = ("deepep", "hybridep", "ncclep")
 DEEP_EP_ARMS = ("deepep", "hybridep")  # the arms that import deep_ep (the probe speaks for them)
 MBS_DEFAULT = (1, 4)
 OVERLAPS = (False, True)
-# NVLink multicast stays off in every process we start (the device's rule), unless the caller set these already.
+# NVLink multicast (NVLS) stays off in every process we start, as in every recorded run, unless the caller set these.
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # megatron-core 0.17.1 token_dispatcher.py (~L1365, MoEFlexTokenDispatcher.__init__); 0.16.1 has it at L1346.
 FLEX_ASSERT = "megatron-core's MoEFlexTokenDispatcher asserts 'DeepEP dispatcher requires TPxEP > 1'"
@@ -702,8 +704,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"dispatchers to run (default: {BASELINE} deepep [hybridep]); {BASELINE} is the baseline")
     parser.add_argument("--starts", type=int, default=1, help="process starts per (point, arm), interleaved")
     parser.add_argument("--first-start", type=int, default=0,
-                        help="number the starts from this one (run folders <point>_<arm>_s<N>): a later window on "
-                             "the SAME host adds starts to an earlier window's cell (put both windows' run folders "
+                        help="number the starts from this one (run folders <point>_<arm>_s<N>): a later run on "
+                             "the SAME host adds starts to an earlier run's cell (put both runs' run folders "
                              "in one folder for --report; the report refuses a cell whose runs recorded different "
                              "machines). With it, --arms may leave out the baseline.")
     parser.add_argument("--overlap", choices=("off", "on", "both"), default="both", help="a2a overlap points")
@@ -738,7 +740,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.arms is None:
         args.arms = [BASELINE, "deepep", *(["hybridep"] if args.with_hybridep else [])]
     elif BASELINE not in args.arms and args.first_start == 0:
-        parser.error(f"--arms must include the baseline {BASELINE} (or add starts to an earlier window's cell "
+        parser.error(f"--arms must include the baseline {BASELINE} (or add starts to an earlier run's cell "
                      "with --first-start N)")
     arms = dict.fromkeys(args.arms)
     args.arms = [*([BASELINE] if BASELINE in arms else []), *[a for a in arms if a != BASELINE]]
@@ -780,6 +782,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.report is not None:
         return report_only(args, argv)
+    if not args.dry_run:  # before the probe and before anything is written; 2: this script's "host problem"
+        require_gpu(__file__, args.gpus or 1, ("megatron.core",), code=2)
     if args.gpus is None:
         try:
             import torch
@@ -787,11 +791,7 @@ def main(argv: list[str] | None = None) -> int:
             args.gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         except ImportError:
             args.gpus = 0
-        if args.gpus == 0:
-            if not args.dry_run:
-                print("error: no CUDA GPU visible to torch: run this on a GPU host (or give --gpus with --dry-run)",
-                      file=sys.stderr)
-                return 2
+        if args.gpus == 0:  # a dry run (a real one stopped above)
             args.gpus = 2
             print("no GPU here: --gpus defaults to 2 for the dry run")
     if args.gpu == "auto":
@@ -820,10 +820,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return 0
 
-    problem = gpu_problem(args.gpus)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     info = provenance([f"benchmarks/{Path(__file__).name}", *argv])
     print(f"\ndevice: {info.get('gpus')} torch {info.get('torch')} megatron-core {info.get('megatron_core')}")

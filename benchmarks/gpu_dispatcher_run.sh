@@ -1,29 +1,38 @@
 #!/usr/bin/env bash
-# The dispatcher A/B (benchmarks/gpu_dispatcher_ab.py) in one device command: alltoall vs flex/DeepEP through UCCL-EP's
-# drop-in deep_ep (and HybridEP with --with-hybridep) on the GPUs of one node. Run from the repository root on a GPU
-# host with megatron-core 0.17.1 carried as a wheel in .whl/ and the UCCL pieces in .whl/uccl/ (the device tool: carry
-# [".whl"]; there $OUT comes back). Elsewhere OUT defaults to /tmp/gpu_out.
+# The dispatcher A/B (benchmarks/gpu_dispatcher_ab.py) in one command: alltoall vs flex/DeepEP through UCCL-EP's
+# drop-in deep_ep (and HybridEP with --with-hybridep) on the GPUs of one node, engine mcore. Runs from the repository
+# root on a GPU host with the megatron-core 0.17.1 wheel in .whl/ (pip download --no-deps megatron-core==0.17.1 -d .whl,
+# where PyPI is) and UCCL-EP's files in .whl/uccl/ (benchmarks/gpu_uccl_prepare.sh).
 #
 # usage: bash benchmarks/gpu_dispatcher_run.sh [budget_s=540] [more options for gpu_dispatcher_ab.py...]
 # Installs nothing outside /tmp/site: megatron-core, uccl and nvidia-cuda-runtime-cu12 (libcudart.so.12 for
 # uccl/ep.abi3.so) wheels with pip --target, no index. The script gets --uccl-dir .whl/uccl, which puts UCCL's deep_ep/
 # on PYTHONPATH and .whl/uccl/lib (libibverbs, libnl) + the wheel's cuda_runtime/lib on LD_LIBRARY_PATH of the probe
 # and payload processes. Without .whl/uccl the A/B still runs; the probe then says why deepep cannot.
-# Results in $OUT: gpu_dispatcher_ab.log (everything printed), gpu_dispatcher_ab.json, mbridge_ab.csv/.html when the
-# A/B report could run (it needs CloudAI), ab_runs.tgz (the whole output folder without *.pt: run folders with configs
-# and rank logs, JSON, report files; `python3 benchmarks/gpu_dispatcher_ab.py --report <unpacked>` redoes metrics + A/B).
+# Results in the folder OUT (environment, default /tmp/gpu_out): gpu_dispatcher_ab.log (everything printed),
+# gpu_dispatcher_ab.json, mbridge_ab.csv/.html when the A/B report could run (it needs CloudAI), ab_runs.tgz (the whole
+# output folder without *.pt: run folders with configs and rank logs, JSON, report files; `python3
+# benchmarks/gpu_dispatcher_ab.py --report <unpacked>` redoes metrics + A/B).
+# Exit status 3, with one line and before anything is written, without a GPU or without the megatron-core wheel
+# (benchmarks/gpu_common.sh); -h / --help prints this header.
 set -u -o pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 BUDGET=${1:-540}
 shift || true
+cd "$(dirname "$0")/.." || exit 2
+gpu_need 1
+WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | head -1)
+[ -n "$WHEEL" ] || gpu_stop ".whl/megatron_core-0.17.1-*.whl not found: download it where PyPI is (pip download" \
+  "--no-deps megatron-core==0.17.1 -d .whl) and copy .whl/ into this checkout"
 OUT=${OUT:-/tmp/gpu_out}
 WORK=/tmp/gpu_work/dispatcher_ab
 UCCL_DIR=.whl/uccl
 mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK"
-# NVLink multicast stays off (the device's rule; NCCL would use NVLS on NVSwitch systems otherwise).
+# NVLink multicast stays off, as in every recorded run (NCCL would use NVLS on NVSwitch systems otherwise).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
-WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | head -1)
-if [ -z "$WHEEL" ]; then echo "error: .whl/megatron_core-0.17.1-*.whl not found (carry .whl)"; exit 2; fi
 rm -rf /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEEL" || exit 2
 UCCL_ARGS=()

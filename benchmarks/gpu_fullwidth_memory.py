@@ -25,7 +25,9 @@ first collective on the one-rank world, after the first cuBLAS GEMM and after th
 Run (GPU host, the bridge stack installed: benchmarks/gpu_setup.sh): python3 benchmarks/gpu_fullwidth_memory.py
 --out DIR [--models deepseek_v3 kimi_k2] [--only NAME ...] [--list]. Writes DIR/gpu_fullwidth_memory.json (one row per
 setting; a failed setting is a row with its error). The comparison with the estimate is
-``benchmarks/fullwidth_fit.py`` (CPU).
+``benchmarks/fullwidth_fit.py`` (CPU). ``--list`` needs no GPU; otherwise a host without a CUDA GPU or without the
+bridge stack (megatron.bridge, megatron.core, transformer_engine) gets one line and exit status 3, before anything is
+written.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import time
 import traceback
 from pathlib import Path
 
-from provenance import provenance  # benchmarks/ is sys.path[0] when a script runs
+from provenance import provenance, require_gpu  # benchmarks/ is sys.path[0] when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -61,6 +63,7 @@ FP8_RECOMPUTE = ("none", "mla_up_proj,mlp", "moe_act", "moe", "full")
 PRECISIONS = ("bf16", "fp8_tensorwise", "fp8_blockwise")
 HELDOUT_RECOMPUTE = ("none", "mla_up_proj,mlp", "full")
 HELDOUT_SHAPES = ((4096, 2), (2048, 1))
+BRIDGE_STACK = ("megatron.bridge", "megatron.core", "transformer_engine")  # what building the model imports
 
 
 def slice_spec(model: str):
@@ -306,6 +309,7 @@ def main() -> int:
             print(s["name"])
         print(f"{len(todo)} settings")
         return 0
+    require_gpu(__file__, 1, BRIDGE_STACK)
     import torch
 
     def say(line: str) -> None:

@@ -22,7 +22,8 @@ no optimizer: the static terms are the one-GPU script's. Units: bytes in the JSO
 Run (GPU host with 2 GPUs, the bridge stack installed: benchmarks/gpu_setup.sh):
   torchrun --nproc-per-node 2 benchmarks/gpu_fullwidth_parallel.py --out DIR [--only NAME ...] [--budget-s S]
 Writes DIR/gpu_fullwidth_parallel.json (rank 0: every rank's rows, gathered). A failed setting is a row with its
-error; the others still run.
+error; the others still run. ``--list`` needs no GPU; otherwise a host without 2 CUDA GPUs or without the bridge
+stack gets one line and exit status 3 (2 when not started by torchrun), before anything is written.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ import argparse
 import gc
 import json
 import os
+import sys
 import time
 import traceback
 from functools import partial
 from pathlib import Path
 
-from gpu_fullwidth_memory import build, measure, result_document  # benchmarks/ is sys.path[0]
+from gpu_fullwidth_memory import BRIDGE_STACK, build, measure, result_document  # benchmarks/ is sys.path[0]
+from provenance import require_gpu
 
 MIB = 1 << 20
 
@@ -146,6 +149,11 @@ def main() -> int:
             print(s["name"])
         print(f"{len(todo)} settings")
         return 0
+    require_gpu(__file__, 2, BRIDGE_STACK)
+    if "RANK" not in os.environ:
+        print(f"error: {Path(__file__).name}: start it with torchrun --nproc-per-node 2 (one process per GPU)",
+              file=sys.stderr)
+        return 2
     import torch
     from megatron.core import parallel_state
 

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Build NVIDIA DeepEP's HybridEP (deep_ep.HybridEPBuffer, the `hybridep` flex backend of megatron-core) on a GPU host
-# without network, from the pieces benchmarks/gpu_hybridep_prepare.sh made.
+# without network, from the source archive benchmarks/gpu_hybridep_prepare.sh made where the DeepEP repository is.
 #
 # usage (repository root, on the host): bash benchmarks/gpu_hybridep_build.sh
-#   Run it once per device call, each call carrying one piece (.gpu_stack/hybridep/pNN; today there is one). Pieces
-#   are checked (sha256) and kept in /tmp/mbridge_stack/hybridep/ while the host stays up.
+#   Copy .gpu_stack/hybridep/ (its parts pNN; one unless it was split for a transfer tool's size limit) into this
+#   checkout first. Parts are checked (sha256) and kept in /tmp/mbridge_stack/hybridep/ until every part is there.
 # Builds `pip wheel --no-build-isolation` of DeepEP's setup.py against the host's torch, then `pip install --target`
 # into /tmp/mbridge_stack/hybridep/site (deep_ep/, deep_ep_cpp*.so, hybrid_ep_cpp*.so, deep_ep/backend/ = the
 # headers HybridEP's run-time JIT compiles against), and checks `import deep_ep; deep_ep.HybridEPBuffer` there.
 # Then: source /tmp/mbridge_stack/hybridep/env.sh   (PYTHONPATH, CUDA_HOME, HYBRID_EP_CACHE_DIR)
 # Prints one line `MBRIDGE_HYBRIDEP built=<yes|no> commit=<sha> ...`; on a failed build the last compiler error lines
-# before it. Exit: 0 built (or reused), 1 build/import failed, 2 bad pieces, 3 pieces still missing, 4 built but the
-# smoke failed, 124 the build timed out.
+# before it. Exit: 0 built (or reused), 1 build/import failed, 2 a bad part, 3 no GPU here or parts still missing (the
+# one line says which; nothing is written without a GPU or without any part), 4 built but the smoke failed, 124 the
+# build timed out. -h / --help prints this header.
 #
 # Environment (all optional):
 #   HYBRIDEP_ARCH       TORCH_CUDA_ARCH_LIST for the build and the JIT (default: the GPU's, e.g. 9.0; DeepEP's own
@@ -33,6 +34,9 @@
 #                       fabric handles, allocator.cu)
 #   HYBRIDEP_FORCE      1: rebuild even when the site is already built
 set -uo pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 cd "$(dirname "$0")/.." || exit 1
 NAME=hybridep
 ROOT=/tmp/mbridge_stack
@@ -44,7 +48,6 @@ NVSHMEM_MODE=${HYBRIDEP_NVSHMEM:-off}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 COMMIT="?"
-mkdir -p "$DIR"
 
 result() {  # result <built> <rc> <words...>: the one summary line, then exit rc
   local built=$1 rc=$2; shift 2
@@ -52,20 +55,27 @@ result() {  # result <built> <rc> <words...>: the one summary line, then exit rc
   exit "$rc"
 }
 
-# 1. Receive the carried pieces (sha256 of each), join them once all are here, check the tar and its files.
+# 0. Before anything is written: a GPU, and the source (parts here, or kept or unpacked by an earlier run).
+no_gpu=$(gpu_problem 1) || result no "$MBRIDGE_NO_GPU_EXIT" "reason=no_gpu: $no_gpu"
+if ! compgen -G ".gpu_stack/$NAME/p*/piece" >/dev/null && [ ! -f "$DIR/SHA256SUMS" ] && [ ! -f "$DIR/files/.done" ]; then
+  result no "$MBRIDGE_NO_GPU_EXIT" "reason=no_source: no .gpu_stack/$NAME/pNN here nor in $DIR: make them with" \
+    "benchmarks/gpu_hybridep_prepare.sh where the DeepEP repository is and copy .gpu_stack/$NAME/ into this checkout"
+fi
+mkdir -p "$DIR"
+
+# 1. Receive the parts (sha256 of each), join them once all are here, check the tar and its files.
 for d in .gpu_stack/"$NAME"/p*/; do
   [ -f "$d/piece" ] || continue
   n=$(awk '{print $2}' "$d/STACK")
   want=$(grep " piece\.$n\$" "$d/SHA256SUMS" | awk '{print $1}')
   got=$(sha256sum "$d/piece" | awk '{print $1}')
-  [ "$want" = "$got" ] || { echo "error: $d/piece: sha256 $got, expected $want (resend it)" >&2; result no 2 reason=bad_piece; }
+  [ "$want" = "$got" ] || { echo "error: $d/piece: sha256 $got, expected $want (copy it again)" >&2; result no 2 reason=bad_part; }
   cp "$d/piece" "$DIR/piece.$n" && cp "$d/SHA256SUMS" "$DIR/SHA256SUMS"
 done
 if [ ! -f "$DIR/files/.done" ]; then
-  [ -f "$DIR/SHA256SUMS" ] || result no 3 "reason=waiting have=0/? (carry .gpu_stack/$NAME/pNN)"
   total=$(grep -c ' piece\.' "$DIR/SHA256SUMS")
   have=$(ls "$DIR"/piece.* 2>/dev/null | wc -l)
-  [ "$have" -ge "$total" ] || result no 3 "reason=waiting have=$have/$total"
+  [ "$have" -ge "$total" ] || result no 3 "reason=waiting have=$have/$total: copy the other .gpu_stack/$NAME/pNN here and run it again"
   cat "$DIR"/piece.* > "$DIR/stack.tar"  # the glob sorts: piece.00, piece.01, ...
   (cd "$DIR" && grep ' stack\.tar$' SHA256SUMS | sha256sum -c --quiet -) || result no 2 reason=stack_tar_sha256
   rm -rf "$DIR/files" && mkdir -p "$DIR/files"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepare, on a machine with the DeepEP git mirror, the HybridEP source a GPU host without network builds
-# (benchmarks/gpu_hybridep_build.sh), cut into pieces that each fit one transfer to the host.
+# Prepare, on a machine with a clone of the DeepEP repository, the HybridEP source a GPU host without network builds
+# (benchmarks/gpu_hybridep_build.sh), in one tar (or in parts, for a transfer tool that limits file size).
 #
 # HybridEP (deep_ep.HybridEPBuffer, which megatron-core 0.19.2's fused_a2a.py imports for the flex backend
 # "hybridep") lives on the `hybrid-ep` branch of github.com/deepseek-ai/DeepEP; its setup.py builds two extensions,
@@ -8,12 +8,13 @@
 # RDMA: HYBRID_EP_MULTINODE=0 by default). The third-party/nccl submodule is only used by HYBRID_EP_MULTINODE=1 with
 # the DOCA path and is not in the archive (git archive leaves submodules out).
 #
-# usage: bash benchmarks/gpu_hybridep_prepare.sh [GIT_DIR] [COMMIT] [piece_bytes]
-#   GIT_DIR      a bare DeepEP git dir (default /work/.mirror/deepseek-ai+DeepEP/repo, what the `fetch` tool gives)
+# usage: bash benchmarks/gpu_hybridep_prepare.sh [GIT_DIR] [COMMIT] [part_bytes]
+#   GIT_DIR      a bare DeepEP git dir (git clone --bare https://github.com/deepseek-ai/DeepEP; default
+#                /work/.mirror/deepseek-ai+DeepEP/repo)
 #   COMMIT       the commit to build (default: the pinned one below, hybrid-ep at 2026-07-10)
-#   piece_bytes  largest piece, default 64 MiB less the tracked tree less 2 MB (gpu_pieces.sh default_piece_bytes: a device call carries 64 MiB with the working tree)
+#   part_bytes   split into parts of at most this many bytes (default MBRIDGE_PART_BYTES, else one part)
 # Writes (all under .gpu_stack/, which git ignores), in the layout of benchmarks/gpu_stack_prepare.sh:
-#   .gpu_stack/hybridep/pNN/   `piece` (a slice of one uncompressed tar), `SHA256SUMS` (every piece, the whole tar),
+#   .gpu_stack/hybridep/pNN/   `piece` (a slice of one uncompressed tar), `SHA256SUMS` (every part, the whole tar),
 #                              `STACK` ("hybridep <n> <total>")
 #   the tar holds DeepEP-src.tar.gz (git archive --prefix=DeepEP/ of COMMIT), SOURCE.txt (repo, branch, commit,
 #   date, subject) and FILES.sha256.
@@ -29,7 +30,7 @@ COMMIT=${2:-94a9f8f6b146c07d97ec58f67cd6d303296d6098}
 PIECE=${3:-}
 NAME=hybridep
 OUTDIR=.gpu_stack/$NAME
-[ -f "$GIT_DIR/HEAD" ] || { echo "error: $GIT_DIR is no git dir (fetch github:deepseek-ai/DeepEP first)" >&2; exit 2; }
+[ -f "$GIT_DIR/HEAD" ] || { echo "error: $GIT_DIR is no bare git dir (git clone --bare https://github.com/deepseek-ai/DeepEP <dir>, then pass <dir>)" >&2; exit 2; }
 git() { command git --git-dir="$GIT_DIR" "$@"; }
 COMMIT=$(git rev-parse --verify "$COMMIT^{commit}")
 git cat-file -e "$COMMIT:deep_ep/hybrid_ep_buffer.py" 2>/dev/null \
@@ -58,5 +59,5 @@ source benchmarks/gpu_pieces.sh
 PIECE=${PIECE:-$(default_piece_bytes)}
 cut_pieces "$NAME" "$OUTDIR" "$tarball" "$PIECE" "DeepEP $COMMIT (${branches:-?})"
 cp "$tmp/SOURCE.txt" "$OUTDIR/SOURCE.txt"
-echo "Send each piece with one device call (carry .gpu_stack/$NAME/pNN; command: bash benchmarks/gpu_hybridep_build.sh);"
-echo "the call that brings the last missing piece builds."
+echo "On the GPU host: copy .gpu_stack/$NAME/ into the checkout, then"
+echo "  bash benchmarks/gpu_hybridep_build.sh"

@@ -33,6 +33,8 @@ Run (on a GPU host, megatron-core importable): python3 benchmarks/gpu_refit_nccl
           [--coalesce-edge-mib 0 64 (default 0; coalesce sizes > 0 run once per value below the size; the first
            and last message per peer at most that many MiB; runs end in _e<mib>, rows carry "coalesce_edge_mib")]
 Prints a short table and ``RESULT <metric>=<value> <unit>`` lines; writes ``<out>/gpu_refit_nccl.json``.
+Exit status 3, with one line and before anything is written, on a host with fewer CUDA GPUs than ``--world`` or
+without megatron-core (``--dry-run`` needs neither; ``--p2p-only --p2p-device cpu`` needs no GPU); 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from provenance import gpu_problem, provenance  # benchmarks/ is sys.path[0] when a script runs
+from provenance import provenance, require_gpu  # benchmarks/ is sys.path[0] when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -426,10 +428,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"refit {name} ({check}): {json.dumps(cfg, sort_keys=True)}")
         print(f"p2p plan: {json.dumps(p2p_plan(args.world, args.p2p_sizes_mib, args.p2p_batched_op_mib))}")
         return 0
-    problem = None if args.p2p_device == "cpu" and args.p2p_only else gpu_problem(args.world)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+    if not (args.p2p_device == "cpu" and args.p2p_only):
+        require_gpu(__file__, args.world, () if args.p2p_only else ("megatron.core",))
     args.out.mkdir(parents=True, exist_ok=True)
     info = provenance([f"benchmarks/{Path(__file__).name}", *argv])
     print(f"device: {info.get('gpus')} torch {info.get('torch')} cuda {info.get('cuda')} nccl {info.get('nccl')} "

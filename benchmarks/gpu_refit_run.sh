@@ -1,41 +1,53 @@
 #!/usr/bin/env bash
-# One device command: refit over nccl / nvshmem / nixl / gloo on 4 GPUs (tp4 -> ep4) and nccl on 2 GPUs (tp2 -> ep2),
+# One command: refit over nccl / nvshmem / nixl / gloo on 4 GPUs (tp4 -> ep4) and nccl on 2 GPUs (tp2 -> ep2),
 # each with coalescing (1024 MiB messages) next to megatron-core's own service, phases profiled (REFIT_PHASES).
-#   usage: bash benchmarks/gpu_refit_run.sh <budget_s>      (run from anywhere; writes under $OUT, default /tmp/gpu_out)
-# Megatron-Core: the pre-installed stack /tmp/mbridge_stack/bridge-0.6.2/env.sh when it is there, otherwise a carried
-# wheel .whl/mcore/megatron_core-*.whl (2.4 MB: it needs only torch, numpy and packaging, which the host has), which
-# spares the 8 transfers of the Bridge + Transformer Engine stack. Optional carried wheels: .whl/nvshmem/*.whl
-# (nvshmem4py: nvshmem.core) and .whl/nixl/*.whl (nixl._api), installed to /tmp/refit_site. A wheel too large for one
-# transfer comes cut in pieces, .whl/<name>_a/<wheel>.part0, .whl/<name>_b/<wheel>.part1, ... each folder with the
-# same SHA256SUMS (carried in separate calls; the host keeps them between calls): joined and checked here.
+#   usage: bash benchmarks/gpu_refit_run.sh <budget_s>      (run from anywhere; writes under the folder OUT,
+#          environment, default /tmp/gpu_out)
+# Megatron-Core: the stack bridge-0.6.2 (/tmp/mbridge_stack/bridge-0.6.2/env.sh of benchmarks/gpu_setup.sh) when it
+# is there, else a wheel .whl/mcore/megatron_core-*.whl (2.4 MB: it needs only torch, numpy and packaging, which a CUDA
+# torch install has; it spares installing the Bridge + Transformer Engine stack), else python3's own megatron.core (a
+# venv, docs/gpu.md). Optional wheels: .whl/nvshmem/*.whl (nvshmem4py: nvshmem.core) and .whl/nixl/*.whl
+# (nixl._api), installed to /tmp/refit_site. A wheel too large for your transfer tool may come in parts,
+# .whl/<name>_a/<wheel>.part0, .whl/<name>_b/<wheel>.part1, ... each folder with the same SHA256SUMS (kept on the host
+# between runs): joined and checked here.
 # The two steps' arguments can be replaced: REFIT_W4_ARGS / REFIT_W2_ARGS (gpu_refit_nccl.py options after --out;
 # "skip" skips the step).
 # Every step runs under `timeout` sized from what is left of the budget (and is skipped when too little is left);
 # timeout signals its whole process group, so the payload's ranks die with gpu_refit_nccl.py.
+# Exit status 3, with one line and before anything is written, on a host with fewer than 2 GPUs or without
+# Megatron-Core (benchmarks/gpu_common.sh); -h / --help prints this header.
 set -u -o pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 BUDGET=${1:-560}
+cd "$(dirname "$0")/.." || exit 2
+gpu_need 2
+STACK=$MBRIDGE_STACK_ROOT/bridge-0.6.2/env.sh
+MCORE=none
+if [ -f "$STACK" ]; then MCORE=stack
+elif compgen -G ".whl/mcore/megatron_core-*.whl" > /dev/null; then MCORE=wheel
+elif python3 -c "import importlib.util as u, sys; sys.exit(u.find_spec('megatron.core') is None)" 2>/dev/null; then
+  MCORE=python
+else
+  gpu_stop "no Megatron-Core: neither the bridge-0.6.2 stack ($STACK), nor megatron.core in python3, nor" \
+    ".whl/mcore/megatron_core-*.whl (pip download --no-deps megatron-core==0.19.2 -d .whl/mcore, where PyPI is)"
+fi
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 LOG=$OUT/refit.log
-cd "$(dirname "$0")/.." || exit 2
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
 log() { echo "[gpu_refit_run $(date -u +%H:%M:%S) t=${SECONDS}s] $*" | tee -a "$LOG"; }
 
-STACK=/tmp/mbridge_stack/bridge-0.6.2/env.sh
 wheels=()
-if [ -f "$STACK" ]; then
-  # shellcheck disable=SC1090
-  source "$STACK"
-elif compgen -G ".whl/mcore/megatron_core-*.whl" > /dev/null; then
-  wheels+=(.whl/mcore/megatron_core-*.whl)
-  log "megatron-core from the carried wheel (no Bridge stack on this host)"
-else
-  log "error: neither $STACK (the pre-installed stack) nor .whl/mcore/megatron_core-*.whl (carry it); nothing run"
-  exit 2
-fi
+case $MCORE in
+  stack) gpu_use_stack bridge-0.6.2 ;;
+  python) export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}; log "megatron-core of $(command -v python3)" ;;
+  wheel) wheels+=(.whl/mcore/megatron_core-*.whl); log "megatron-core from the wheel in .whl/mcore (no Bridge stack on this host)" ;;
+esac
 
-# pieces of a cut wheel: .whl/<name>_<x>/<wheel>.part<N> (+ SHA256SUMS) -> /tmp/refit_joined/<wheel>
+# parts of a cut wheel: .whl/<name>_<x>/<wheel>.part<N> (+ SHA256SUMS) -> /tmp/refit_joined/<wheel>
 mkdir -p /tmp/refit_joined
 for sums in .whl/*_a/SHA256SUMS; do
   [ -f "$sums" ] || continue
@@ -47,10 +59,10 @@ for sums in .whl/*_a/SHA256SUMS; do
     cat $parts > "/tmp/refit_joined/$name" 2>/dev/null
     got=$(sha256sum "/tmp/refit_joined/$name" | awk '{print $1}')
     if [ "$got" = "$want" ]; then
-      log "joined $name from $n piece(s)"
+      log "joined $name from $n part(s)"
       wheels+=("/tmp/refit_joined/$name")
     else
-      log "warning: $name: $n piece(s) here, sha256 differs (a piece not carried?); not installed"
+      log "warning: $name: $n part(s) here, sha256 differs (a part missing?); not installed"
       rm -f "/tmp/refit_joined/$name"
     fi
   done < "$sums"
@@ -61,7 +73,7 @@ for dir in .whl/nvshmem .whl/nixl; do
   if compgen -G "$dir/*.whl" > /dev/null; then
     wheels+=("$dir"/*.whl)
   else
-    log "warning: no wheels in $dir (not carried?); that transport will fail if the stack lacks it"
+    log "warning: no wheels in $dir; that transport will fail if the stack lacks it"
   fi
 done
 for w in "${wheels[@]}"; do  # one at a time: a wheel that does not install costs only its own transport
@@ -73,7 +85,7 @@ export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/refit_site"
 
 # The PyPI wheel of megatron-core 0.19.2 lacks the CUDA source its NVSHMEM copy service compiles at planning
 # (resharding/nvshmem_copy_service/kernels/chunked_kernel.cu; 4 x H100, 2026-11-28: FileNotFoundError). A copy
-# carried in .whl/mcore_kernels/ (from Megatron-LM's repository at the release's tag; not part of this project) is
+# put in .whl/mcore_kernels/ (from Megatron-LM's repository at the release's tag; not part of this project) is
 # put where the service looks, only when the installed megatron-core has none.
 if compgen -G ".whl/mcore_kernels/*.cu" > /dev/null; then
   svc=$(python3 -c "import importlib.util as u, os; s = u.find_spec('megatron.core'); \

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The GPU experiments of issue 8 in one command, for whatever GPUs the host has: refit over NCCL next to the P2P
 # ceiling (>= 2 GPUs), the memory estimate against measured peaks (1-GPU configs always, EP2 configs with >= 2 GPUs)
-# and the dispatcher A/B (its deep_ep probe always; the A/B points need >= 2 GPUs). Run from the repository root with
-# megatron-core 0.17.1 carried as a wheel in .whl/ and UCCL-EP's pieces in .whl/uccl (the device tool: carry the
-# wheel and .whl/uccl; there $OUT comes back). Elsewhere OUT defaults to /tmp/gpu_out.
+# and the dispatcher A/B (its deep_ep probe always; the A/B points need >= 2 GPUs), engine mcore. Runs from the
+# repository root with the megatron-core 0.17.1 wheel in .whl/ (pip download --no-deps megatron-core==0.17.1 -d .whl,
+# where PyPI is) and UCCL-EP's files in .whl/uccl (benchmarks/gpu_uccl_prepare.sh).
 #
 # usage: bash benchmarks/gpu_run.sh [budget_s=540]
+# Exit status 3, with one line and before anything is written, without a GPU or without the megatron-core wheel
+# (benchmarks/gpu_common.sh); -h / --help prints this header.
 # Steps, each under `timeout` and skipped when the budget left is too small (the rest still runs):
 #   1. benchmarks/gpu_refit_nccl.py --layers 2            p2p ceiling + tp2->ep2 and tp1ep2->tp2ep1 refits, megatron-core's
 #                                                         NCCL service and 1 GiB coalesced messages (>= 2 GPUs)
@@ -14,17 +16,24 @@
 #                                                         dsv3_1gpu_s2048; >= 2 GPUs: + k2_ep2 dsv3_ep2
 #   3. benchmarks/gpu_dispatcher_ab.py                    deep_ep / uccl probe; alltoall vs deepep points (>= 2 GPUs)
 #   4. benchmarks/gpu_refit_nccl.py --layers 1 tp2-ep2    size scaling point (ceiling taken from step 1; >= 2 GPUs)
-# Results: $OUT/log (everything printed), $OUT/*.json (one per step), $OUT/runs.tgz (run folders: config + rank logs).
+# Results in the folder OUT (environment, default /tmp/gpu_out): *.json (one per step), runs.tgz (run folders: config +
+# rank logs); everything printed goes to the terminal.
 set -u -o pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 BUDGET=${1:-540}
+cd "$(dirname "$0")/.." || exit 2
+gpu_need 1
+WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | head -1)
+[ -n "$WHEEL" ] || gpu_stop ".whl/megatron_core-0.17.1-*.whl not found: download it where PyPI is (pip download" \
+  "--no-deps megatron-core==0.17.1 -d .whl) and copy .whl/ into this checkout"
 OUT=${OUT:-/tmp/gpu_out}
 WORK=/tmp/gpu_work
 mkdir -p "$OUT" && rm -rf "$WORK" && mkdir -p "$WORK"
-# NVLink multicast stays off (the device's rule; NCCL would use NVLS on NVSwitch systems otherwise).
+# NVLink multicast stays off, as in every recorded run (NCCL would use NVLS on NVSwitch systems otherwise).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 
-WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | head -1)
-if [ -z "$WHEEL" ]; then echo "error: .whl/megatron_core-0.17.1-*.whl not found (carry it)"; exit 2; fi
 rm -rf /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEEL" \
   $(ls .whl/uccl/*.whl 2>/dev/null) || exit 2

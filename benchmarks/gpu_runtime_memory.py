@@ -5,7 +5,8 @@ stage the training payload goes through (CUDA context, NCCL process group with e
 Megatron-Core's parallel state with all its communicators, a first bf16 matmul), printed by rank 0; units MiB.
 Run (GPU host, megatron-core importable): ``python3 benchmarks/gpu_runtime_memory.py [--gpus N] [--ep N] [--lazy]``
 (``--lazy``: no ``device_id`` at ``init_process_group``, as the training payload does since this was measured).
-Ends with ``RESULT runtime_outside_allocator_<stage>=<x> MiB`` lines.
+Ends with ``RESULT runtime_outside_allocator_<stage>=<x> MiB`` lines. A host with fewer CUDA GPUs than ``--gpus`` (or
+without megatron-core) gets one line and exit status 3 before any process starts.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def main() -> int:
     if args.worker is not None:
         worker(args.worker, args.gpus, ep, args.lazy)
         return 0
+    from provenance import require_gpu  # benchmarks/ is sys.path[0] when the script runs
+
+    require_gpu(__file__, args.gpus, ("megatron.core",))
     print(f"method: mem_get_info used - memory_reserved after each stage, rank 0 of {args.gpus}, ep {ep}, "
           f"{'lazy' if args.lazy else 'eager'} NCCL communicators; MiB",
           flush=True)

@@ -1,26 +1,51 @@
 #!/usr/bin/env bash
-# Set a GPU host without network up for the `bridge` engine from the pieces benchmarks/gpu_stack_prepare.sh made.
+# Install a stack for the `bridge` engine on a GPU host without network, from the parts benchmarks/gpu_stack_prepare.sh
+# made where PyPI is (for a host with network, or a wheelhouse, see docs/gpu.md: one pip command into a venv).
 #
 # usage (repository root, on the host): bash benchmarks/gpu_setup.sh <stack>
-#   Run it once per device call, each call carrying one piece (.gpu_stack/<name>/pNN) of <stack> or of a stack it
-#   names with `stack:` (Transformer Engine). Pieces are checked (sha256) and kept in /tmp/mbridge_stack/<name>/ while
-#   the host stays up; the call that completes every needed stack installs, and prints `MBRIDGE_STACK ready ...`.
-#   Until then it prints `MBRIDGE_STACK waiting <name> have=<n>/<total>` and exits 0.
+#   Copy .gpu_stack/<stack>/ (and .gpu_stack/<name>/ of every stack its list names with `stack:`, e.g. Transformer
+#   Engine) into this checkout, then run it. Parts may also arrive a few at a time: each run checks the parts it finds
+#   (.gpu_stack/<name>/pNN, sha256) and keeps them in /tmp/mbridge_stack/<name>/ until every part is there; the run
+#   that completes every needed stack installs, and prints `MBRIDGE_STACK ready ...`.
+# Exit status: 0 installed (or installed already); 1 a part or file whose sha256 differs, or a failed build; 2 an
+# unknown stack; 3, with one line, on a host without a GPU (a stack with Megatron or Transformer Engine needs one) or
+# while parts are missing (that line names them; nothing is written when none is found).
 # Install: every wheel --no-deps into /tmp/mbridge_stack/<stack>/site (the host's own packages stay as they are),
 # Transformer Engine's core wheel last (it carries the whole transformer_engine package), then its torch extension:
-# a wheel built earlier for the same TE, torch, CUDA, Python and GPU arch is reused (carried as
-# .gpu_stack/te_torch/<key>.whl, or left in /tmp by an earlier call), otherwise it is built here (about 2 minutes on 16
-# cores) and copied to $OUT (when set) so that it can be carried next time. The PyPI megatron-core wheel has its
-# dataset helpers prebuilt but no Makefile, while Bridge's initialize runs `make` there: a no-op Makefile is added.
+# a wheel built earlier for the same TE, torch, CUDA, Python and GPU arch is reused (found as
+# .gpu_stack/te_torch/<key>.whl, or left in /tmp by an earlier run), otherwise it is built here (about 2 minutes on 16
+# cores) and copied to the folder OUT (when set) so that the next host can reuse it from .gpu_stack/te_torch/. The
+# PyPI megatron-core wheel has its dataset helpers prebuilt but no Makefile, while Bridge's initialize runs `make`
+# there: a no-op Makefile is added.
 # Then: source /tmp/mbridge_stack/<stack>/env.sh   (PYTHONPATH; MBRIDGE_STACK=<stack>)
 set -euo pipefail
+# shellcheck source=benchmarks/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
+gpu_usage_if_asked "$0" "$@"
 cd "$(dirname "$0")/.."
 STACK=${1:?usage: gpu_setup.sh <stack>}
-ROOT=/tmp/mbridge_stack
+ROOT=$MBRIDGE_STACK_ROOT
 PY=${PYTHON:-python3}
+LIST=benchmarks/gpu_stack/$STACK.txt
+[ -f "$LIST" ] || { echo "error: gpu_setup.sh: no stack $STACK (benchmarks/gpu_stack/ has: $(ls benchmarks/gpu_stack | sed 's/\.txt$//' | xargs))" >&2; exit 2; }
+NEEDS=$(grep '^stack:' "$LIST" | sed 's/^stack://' || true)
+# A stack with Megatron or Transformer Engine builds and checks on the GPU; a library stack (NCCL) needs none.
+lists=("$LIST")
+for n in $NEEDS; do lists+=("benchmarks/gpu_stack/$n.txt"); done
+if grep -q -E '^(megatron-|transformer-engine)' "${lists[@]}"; then
+  gpu_need 1
+fi
+# Nothing is written before some part of every needed stack is here (or was kept, or unpacked, by an earlier run).
+none=()
+for name in "$STACK" $NEEDS; do
+  if ! compgen -G ".gpu_stack/$name/p*/piece" >/dev/null && [ ! -f "$ROOT/$name/SHA256SUMS" ] \
+     && [ ! -f "$ROOT/$name/files/.done" ]; then none+=("$name"); fi
+done
+[ ${#none[@]} -eq 0 ] || gpu_stop "no parts of ${none[*]} (.gpu_stack/<name>/pNN): make them where PyPI is with" \
+  "benchmarks/gpu_stack_prepare.sh <name>, copy .gpu_stack/<name>/ into this checkout, run again (docs/gpu.md)"
 mkdir -p "$ROOT"
 
-# receive <name>: keep the carried, checked pieces of stack <name>; prints how many of how many are here
+# receive <name>: keep the checked parts of stack <name> found in .gpu_stack/<name>/
 receive() {
   local name=$1 dir=$ROOT/$1 d n
   mkdir -p "$dir"
@@ -29,18 +54,19 @@ receive() {
     n=$(awk '{print $2}' "$d/STACK")
     want=$(grep " piece\.$n\$" "$d/SHA256SUMS" | awk '{print $1}')
     got=$(sha256sum "$d/piece" | awk '{print $1}')
-    if [ "$want" != "$got" ]; then echo "error: $d/piece: sha256 $got, expected $want (resend it)" >&2; exit 1; fi
+    if [ "$want" != "$got" ]; then echo "error: $d/piece: sha256 $got, expected $want (copy it again)" >&2; exit 1; fi
     cp "$d/piece" "$dir/piece.$n" && cp "$d/SHA256SUMS" "$dir/SHA256SUMS"
   done
 }
-# unpack <name>: the stack's files in $ROOT/<name>/files once every piece is here (return 1 while some are missing)
+# unpack <name>: the stack's files in $ROOT/<name>/files once every part is here (return 1, with what is missing in
+# WAITING, while some are not)
+WAITING=()
 unpack() {
   local name=$1 dir=$ROOT/$1 total have
   [ -f "$dir/files/.done" ] && return 0
-  if [ ! -f "$dir/SHA256SUMS" ]; then echo "MBRIDGE_STACK waiting $name have=0/?"; return 1; fi
   total=$(grep -c ' piece\.' "$dir/SHA256SUMS")
   have=$(ls "$dir"/piece.* 2>/dev/null | wc -l)
-  if [ "$have" -lt "$total" ]; then echo "MBRIDGE_STACK waiting $name have=$have/$total"; return 1; fi
+  if [ "$have" -lt "$total" ]; then WAITING+=("$name have $have/$total"); return 1; fi
   cat $(ls "$dir"/piece.* | sort) > "$dir/stack.tar"
   (cd "$dir" && grep ' stack\.tar$' SHA256SUMS | sha256sum -c --quiet -) || { echo "error: $name: stack.tar sha256 differs" >&2; exit 1; }
   rm -rf "$dir/files" && mkdir -p "$dir/files"
@@ -49,11 +75,11 @@ unpack() {
   touch "$dir/files/.done"
 }
 
-NEEDS=$(grep '^stack:' "benchmarks/gpu_stack/$STACK.txt" | sed 's/^stack://' || true)
 ready=1
 for name in "$STACK" $NEEDS; do receive "$name"; done
 for name in "$STACK" $NEEDS; do unpack "$name" || ready=0; done
-[ "$ready" = 1 ] || exit 0
+[ "$ready" = 1 ] || gpu_stop "parts missing (${WAITING[*]}; those found are kept in $ROOT): copy the other" \
+  ".gpu_stack/<name>/pNN folders into this checkout and run it again"
 
 SITE=$ROOT/$STACK/site
 if [ ! -f "$SITE/.done" ]; then
@@ -108,7 +134,7 @@ if [ -n "$te_sdist" ] && ! ls "$SITE"/transformer_engine/wheel_lib/transformer_e
       > "$b/build.log" 2>&1 || { tail -40 "$b/build.log"; echo "error: the TE torch extension did not build" >&2; exit 1; }
     mkdir -p "$ROOT/te_torch" && ext=$ROOT/te_torch/$key.whl && cp "$b"/out/transformer_engine_torch-*.whl "$ext"
     echo "MBRIDGE_STACK te_torch built in $((SECONDS - start)) s"
-    if [ -n "${OUT:-}" ]; then cp "$ext" "$OUT/"; fi
+    if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && cp "$ext" "$OUT/"; fi
   fi
   # Unpacked, not pip-installed: pip --target would replace the core's transformer_engine/ folder. Its dist-info
   # comes along: TE's import check wants transformer-engine, -cu13 and -torch metadata at one version.

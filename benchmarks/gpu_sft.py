@@ -17,6 +17,8 @@ Then the run is read back with cloudai_mbridge.metrics.parse_training_run (Bridg
 Run on a GPU host with the bridge stack (benchmarks/gpu_setup.sh): python3 benchmarks/gpu_sft.py --out /tmp/sft
 Prints RESULT sft_status, sft_iterations, sft_loss_first / sft_loss_last (lm loss, first and last logged iteration),
 sft_loss_drop_pct and sft_iteration_ms (median of the steady iterations) lines; writes <out>/gpu_sft.json.
+A host without a CUDA GPU or without the bridge stack gets one line and exit status 3, before anything is written;
+2 for a usage error (e.g. a non-empty --out).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from provenance import gpu_problem, provenance  # benchmarks/ is sys.path[0] when a script runs
+from provenance import provenance, require_gpu  # benchmarks/ is sys.path[0] when a script runs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -121,10 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--timeout-s", type=int, default=300, help="per step (convert, finetune)")
     args = p.parse_args(argv)
-    problem = gpu_problem(1)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
+    require_gpu(__file__, 1, ("megatron.bridge", "megatron.core", "transformer_engine", "transformers", "tokenizers"))
     out = args.out
     if out.exists() and any(out.iterdir()):
         print(f"error: {out} is not empty; give a new folder (results are never overwritten)", file=sys.stderr)

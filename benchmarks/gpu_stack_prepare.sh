@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Prepare, on a machine with PyPI, the wheels a GPU host without network needs for the `bridge` engine, cut into
-# pieces that each fit one transfer to the host. The host side is benchmarks/gpu_setup.sh.
+# Prepare, on a machine with PyPI, the wheels a GPU host without network needs for the `bridge` engine, in one tar (or
+# in parts, for a transfer tool that limits file size). The host side is benchmarks/gpu_setup.sh. (A plain wheelhouse
+# for `pip install --no-index --find-links` is the simpler way: docs/gpu.md.)
 #
-# usage: bash benchmarks/gpu_stack_prepare.sh <stack> [piece_bytes]
-#   stack        a list under benchmarks/gpu_stack/ (bridge-0.4.2: the NGC nemo 26.04 pair; bridge-0.6.2: PyPI's newest)
-#   piece_bytes  largest piece, default 64 MiB less the tracked tree less 2 MB (gpu_pieces.sh default_piece_bytes: a device call carries 64 MiB with the working tree)
+# usage: bash benchmarks/gpu_stack_prepare.sh <stack> [part_bytes]
+#   stack       a list under benchmarks/gpu_stack/ (bridge-0.4.2: the NGC nemo 26.04 pair; bridge-0.6.2: PyPI's newest;
+#               te-2.20.2: Transformer Engine, which both name with `stack:`; prepare it too; nccl-2.32.3)
+#   part_bytes  split into parts of at most this many bytes (default MBRIDGE_PART_BYTES, else one part)
 # Writes (all under .gpu_stack/, which git ignores):
 #   .gpu_stack/cache/            every downloaded wheel / sdist, shared by the stacks (nothing is fetched twice)
-#   .gpu_stack/<stack>/pNN/      one folder per piece: `piece` (a slice of one uncompressed tar of the stack's files)
-#                                and `SHA256SUMS` (every piece, the whole tar and each file in it) and `STACK` (its name)
-# Wheels are for CPython 3.12 on x86-64 manylinux (the device hosts' Python); `sdist:` lines are source archives the
-# host builds. Prints the pieces and their sizes; exits non-zero if any download fails.
+#   .gpu_stack/<stack>/pNN/      one folder per part: `piece` (a slice of one uncompressed tar of the stack's files)
+#                                and `SHA256SUMS` (every part, the whole tar and each file in it) and `STACK` (its name)
+# Wheels are for CPython 3.12 on x86-64 manylinux (the Python of the NGC images and of the GPU hosts measured here);
+# `sdist:` lines are source archives the host builds. Prints the parts and their sizes; exits non-zero if any download
+# fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STACK=${1:?usage: gpu_stack_prepare.sh <stack> [piece_bytes]}
+STACK=${1:?usage: gpu_stack_prepare.sh <stack> [part_bytes]}
 PIECE=${2:-}
 LIST=benchmarks/gpu_stack/$STACK.txt
 [ -f "$LIST" ] || { echo "error: no list $LIST (stacks: $(ls benchmarks/gpu_stack | sed 's/\.txt$//' | xargs))" >&2; exit 2; }
@@ -70,5 +73,5 @@ rm -f "$OUTDIR/FILES.sha256"
 source benchmarks/gpu_pieces.sh
 PIECE=${PIECE:-$(default_piece_bytes)}
 cut_pieces "$STACK" "$OUTDIR" "$tarball" "$PIECE" "${#files[@]} files"
-echo "Send each piece with one device call (carry .gpu_stack/$STACK/pNN; command: bash benchmarks/gpu_setup.sh $STACK);"
-echo "the call that brings the last missing piece installs the stack."
+echo "On the GPU host: copy .gpu_stack/$STACK/ (and the stacks its list names with stack:) into the checkout, then"
+echo "  bash benchmarks/gpu_setup.sh $STACK"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare .whl/uccl/, the UCCL-EP pieces a GPU host without network needs to `import deep_ep` (UCCL's drop-in
+# Prepare .whl/uccl/, the UCCL-EP files a GPU host without network needs to `import deep_ep` (UCCL's drop-in
 # replacement for DeepEP), on a machine with PyPI and a Debian/Ubuntu apt. The host side is
 # benchmarks/gpu_dispatcher_run.sh (pip --target of the two wheels, then gpu_dispatcher_ab.py --uccl-dir .whl/uccl).
 #
@@ -72,7 +72,7 @@ downloaded from PyPI (github.com/uccl-project/uccl, ep/deep_ep_wrapper)" >&2; ex
 done
 
 # 3. libibverbs.so.1 and the libnl it needs, from the distribution's packages (any recent Debian/Ubuntu; the
-#    bookworm ones need glibc 2.34). Real files under their SONAMEs, no symlinks (the device tool drops links).
+#    bookworm ones need glibc 2.34). Real files under their SONAMEs, no symlinks (some copy tools drop links).
 debs=$(mktemp -d) && trap 'rm -rf "$debs" ${tmp:+"$tmp"}' EXIT
 (cd "$debs" && apt-get download -q libibverbs1 libnl-3-200 libnl-route-3-200) >&2
 for d in "$debs"/*.deb; do dpkg -x "$d" "$debs/root"; done

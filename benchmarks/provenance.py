@@ -1,12 +1,18 @@
 """Where a GPU benchmark number came from (date, host, versions, GPUs, topology, the relevant environment), and
-whether this host can take one at all."""
+whether this host can take one at all: ``require_gpu`` stops a benchmarks/gpu_*.py script with one line and exit
+status 3 (NO_GPU_EXIT) on a host without the CUDA GPUs or the Python packages it needs."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import subprocess
+import sys
+import warnings
+from collections.abc import Iterable
 from datetime import datetime, timezone
+from pathlib import Path
 
 
 def provenance(argv: list[str]) -> dict:
@@ -42,11 +48,56 @@ def provenance(argv: list[str]) -> dict:
     return info
 
 
-def gpu_problem(need: int) -> str | None:
-    """Why this host cannot run a benchmark that needs ``need`` CUDA GPUs (None when it can)."""
+NO_GPU_EXIT = 3  # the exit status of a benchmarks/gpu_* script on a host without the GPUs or the pieces it needs
+DOCS = "docs/gpu.md"
+
+
+def gpu_problem(need: int = 1) -> str | None:
+    """Why this host cannot run a benchmark that needs ``need`` CUDA GPUs (None when it can), in one line: torch
+    missing, a CPU-only torch, no GPU visible, or too few. Never raises, never warns (a CUDA torch on a host without a
+    driver warns at ``is_available()``)."""
     try:
         import torch
     except ImportError as exc:
-        return f"torch does not import ({exc})"
-    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return None if have >= need else f"{need} CUDA GPU(s) needed, torch sees {have}: run this on a GPU host"
+        return f"torch needed, but it does not import ({exc}): install a CUDA build of torch and the GPU stack ({DOCS})"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        except Exception:  # a broken driver or CUDA runtime: no usable GPU
+            have = 0
+    if have >= need:
+        return None
+    gpus = f"{need} CUDA GPU{'s' if need != 1 else ''} needed"
+    if getattr(torch.version, "cuda", None) is None:
+        return f"{gpus}, but torch {torch.__version__} is a CPU-only build: run it on a GPU host ({DOCS})"
+    if have == 0:
+        return f"{gpus}, but torch {torch.__version__} sees none (no NVIDIA driver or GPU here): run it on a GPU host"
+    return f"{gpus}, but torch sees {have}: run it on a host with {need} GPUs"
+
+
+def missing_modules(modules: Iterable[str]) -> str | None:
+    """The modules of ``modules`` that this Python cannot find (None when it finds them all), in one line. Found, not
+    imported: nothing runs and nothing is printed."""
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    if not missing:
+        return None
+    them = "them" if len(missing) > 1 else "it"
+    return f"{', '.join(missing)} needed, but this Python ({sys.executable}) cannot import {them}: install the GPU " \
+           f"stack ({DOCS})"
+
+
+def require_gpu(script: str, need: int = 1, modules: Iterable[str] = (), code: int = NO_GPU_EXIT) -> None:
+    """Stop a GPU benchmark at once when this host cannot run it: one line on stderr, ``error: <script>: <why>``, and
+    exit status ``code`` (NO_GPU_EXIT unless the script documents another). Called before anything is written."""
+    problem = gpu_problem(need) or missing_modules(modules)
+    if problem:
+        print(f"error: {Path(script).name}: {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(code)
