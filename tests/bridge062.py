@@ -53,8 +53,10 @@ def wheel_path() -> Path:
             return c
     target = cache_dir()
     target.mkdir(parents=True, exist_ok=True)
+    # Bridge 0.6.x declares Requires-Python >= 3.12; the wheel is pure Python and only read here, so it is fetched
+    # for 3.12 whatever interpreter runs the tests (pip download refuses it for 3.11 otherwise)
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "megatron-bridge==0.6.2", "--no-deps",
-                           "--only-binary=:all:", "--dest", str(target), "--quiet"],
+                           "--only-binary=:all:", "--python-version", "3.12", "--dest", str(target), "--quiet"],
                           capture_output=True, text=True, timeout=600)
     if (target / WHEEL_NAME).is_file():
         return target / WHEEL_NAME

@@ -108,6 +108,8 @@ SYSTEM_FIT_RULES = frozenset({
     # a shipped recipe that upstream itself cannot run (conf/test/nvidia062_*: the file's header says why) is refused
     # on its own system too; the scenario's line names the rule
     "pipeline-layout", "standalone-one-node",
+    # a test kind the plugin writes no job for on this system type (the dispatch microbenchmark is Slurm only)
+    "system-kind",
 })
 
 

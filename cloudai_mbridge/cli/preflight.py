@@ -343,35 +343,6 @@ def _why_html(p: PointResult) -> str:
     return "<br>".join(lines)
 
 
-def system_kind_problems(system: Any, scenario: Any) -> list[str]:
-    """A test of ours on a system type for which the plugin generates no job (CloudAI's Registry has no strategy for
-    the pair, looked up by the exact system type as CloudAI does): one line per test, naming the schedulers it runs
-    on and the fix. CloudAI's own tests are left to CloudAI."""
-    from cloudai.core import Registry
-
-    from ..launch.kubernetes import SCHEDULER as K8S_SCHEDULER
-    from ..rules.base import show_value
-    from ..workloads.base import MBridgeTestDefinition
-
-    reg = Registry()
-    pairs = [*reg.command_gen_strategies_map, *reg.json_gen_strategies_map]
-    schedulers = {cls: name for name, cls in reg.systems_map.items()}
-    problems = []
-    for tr in scenario.test_runs:
-        test = tr.test
-        if not isinstance(test, MBridgeTestDefinition) or (type(system), type(test)) in pairs:
-            continue
-        supported = sorted({schedulers.get(s, s.__name__) for s, t in pairs if t is type(test)})
-        fix = ("Fix: run it on a system file of one of those" + (
-            f'; for Kubernetes write scheduler = "{K8S_SCHEDULER}" in the system file (CloudAI\'s "kubernetes" '
-            "system creates one object per job, a training or refit job needs a ConfigMap, a Service and Jobs; "
-            "conf/system/k8s_generic.toml is an example)" if K8S_SCHEDULER in supported else ""))
-        problems.append(f"test {tr.name!r} ({test.test_template_name}) cannot run on system {system.name!r} "
-                        f"(scheduler = {show_value(getattr(system, 'scheduler', '?'))}): the plugin writes its jobs "
-                        f"for scheduler {', '.join(show_value(n) for n in supported)}. {fix}")
-    return problems
-
-
 def scenario_refusals(system: Any, scenario: Any, source: str = "") -> list[str]:
     """Everything that makes dry-run / run refuse the whole scenario before writing anything; also what
     ``verify-configs`` reports. Each message names the test (and ``source``, the scenario file) and the fix."""
@@ -399,9 +370,6 @@ def scenario_check(system: Any, scenario: Any, source: str = "", result_dir: Pat
 
     if (ses := current()) is not None and ses.mode == "dry-run":
         answer_gpu_directives_from_file(system)  # a dry-run asks the cluster nothing (no scontrol)
-    unsupported = system_kind_problems(system, scenario)
-    if unsupported:
-        return [f"{where}{p}" for p in unsupported], None
     from cloudai.systems.slurm import SlurmSystem
 
     if isinstance(system, SlurmSystem):

@@ -613,8 +613,12 @@ def check_point(tr: Any, system: Any, values: dict[str, Any], result_dir: Path |
         else:
             if key not in caches.secrets:
                 caches.secrets[key] = tdef.secret_violations(system)
-            rules, plan = tdef.checked_plan(tr, system)
-            res.violations = [*caches.secrets[key], *rules]
+            kind = tdef.system_kind_violations(system)
+            if kind:  # no job of this kind for this system type: the other rules' verdicts would not matter
+                res.violations = [*caches.secrets[key], *kind]
+            else:
+                rules, plan = tdef.checked_plan(tr, system)
+                res.violations = [*caches.secrets[key], *rules]
         res.expected = tdef.rejection_expected(res.violations)
         if not any(v.rule == "system-gpu" for v in res.violations):  # no plan without a GPU: the rule says why
             res.gpus, res.memory, res.bridge = _gpus_and_memory(tr, system, plan)

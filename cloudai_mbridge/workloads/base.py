@@ -14,6 +14,7 @@ from pydantic import PrivateAttr, field_validator
 
 from ..redact import redact, text_secret_problem
 from ..rules import Violation
+from ..rules.base import show_value
 from ..systems.common import (
     container_image,
     env_name_violations,
@@ -122,7 +123,35 @@ class MBridgeTestDefinition(TestDefinition):
         ]
 
     def violations(self, tr: TestRun, system: System | None) -> list[Violation]:
+        kind = self.system_kind_violations(system)
+        if kind:  # no job of ours can be written for this system: the other rules' verdicts would not matter
+            return [*self.secret_violations(system), *kind]
         return [*self.secret_violations(system), *self.rule_violations(tr, system)]
+
+    def system_kind_violations(self, system: System | None) -> list[Violation]:
+        """A system type for which the plugin writes no job of this test's kind (CloudAI's Registry has no strategy
+        for the pair, looked up by the exact system type as CloudAI does), e.g. CloudAI's own scheduler "kubernetes"
+        (one object per job) where ours is "mbridge_kubernetes"."""
+        if system is None:
+            return []
+        from cloudai.core import Registry
+
+        from ..launch.kubernetes import SCHEDULER as K8S_SCHEDULER
+
+        reg = Registry()
+        if (type(system), type(self)) in reg.command_gen_strategies_map or (
+                type(system), type(self)) in reg.json_gen_strategies_map:
+            return []
+        pairs = {*reg.command_gen_strategies_map, *reg.json_gen_strategies_map}
+        schedulers = {cls: name for name, cls in reg.systems_map.items()}
+        supported = sorted({schedulers.get(s, s.__name__) for s, t in pairs if t is type(self)})
+        fix = "run it on a system file of one of those" + (
+            f'; for Kubernetes write scheduler = "{K8S_SCHEDULER}" in the system file (CloudAI\'s "kubernetes" '
+            "system creates one object per job, a training or refit job needs a ConfigMap, a Service and Jobs; "
+            "conf/system/k8s_generic.toml is an example)" if K8S_SCHEDULER in supported else "")
+        return [Violation("system-kind", {"system": system.name, "scheduler": getattr(system, "scheduler", "?")},
+                          f"the plugin writes {self.test_template_name} jobs for scheduler "
+                          f"{', '.join(show_value(n) for n in supported)}, not for this system's", fix)]
 
     def constraint_check(self, tr: TestRun, system: System | None) -> bool:
         found = self.violations(tr, system)

@@ -329,6 +329,7 @@ def test_our_test_on_cloudais_kubernetes_system_is_refused_with_the_fix(tmp_path
                                                   f'scheduler = "kubernetes"\nkube_config_path = "{kubeconfig}"'))
     res = k8s_dry_run(system, CONF / "test_scenario" / "kimi_k2_refit.toml", tmp_path)
     assert res.returncode != 0, res.output
-    assert "cannot run on system 'k8s-generic-h100-ib' (scheduler = \"kubernetes\")" in res.output, res.output
+    assert ("[system-kind] the plugin writes MBridgeRefit jobs for scheduler \"mbridge_kubernetes\", \"slurm\", not "
+            "for this system's (system=\"k8s-generic-h100-ib\", scheduler=\"kubernetes\")") in res.output, res.output
     assert 'write scheduler = "mbridge_kubernetes" in the system file' in res.output
     assert not res.output_dir.exists() or not any(res.output_dir.rglob("*.json"))
