@@ -101,24 +101,40 @@ class RangeRow:
 
 def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: str = "best of its group",
                  spread_label: str = "p10-p90 spread", points_label: str = "each timed value",
-                 other_label: str = "other") -> Any:
+                 other_label: str = "other", bars: bool = True) -> Any:
     """One labelled row per item, top to bottom in the given order, labels on the y axis (they never overlap,
     however many and however long): a bar to the middle value, an error bar for the spread, a dot per value. A row
-    without a value shows its note instead. Groups (``RangeRow.group``) are separated by a line."""
+    without a value shows its note instead. Groups (``RangeRow.group``) are separated by a line.
+
+    ``bars=False`` draws a dot at the middle value instead of a bar from 0 and starts the axis near the data, so a
+    1 % difference is not lost against the whole bar; the axis label then says where the axis starts."""
     plt = _pyplot()
     n = max(1, len(rows))
     fig, ax = plt.subplots(figsize=(10.5, 1.3 + 0.5 * n))
     ys = list(range(n))[::-1]
     right = max([r.spread[1] for r in rows if r.spread] + [max(r.points) for r in rows if r.points]
                 + [r.value for r in rows if r.value is not None] + [1.0])
+    left = 0.0
+    if not bars:
+        low = min([r.spread[0] for r in rows if r.spread] + [min(r.points) for r in rows if r.points]
+                  + [r.value for r in rows if r.value is not None], default=0.0)
+        right = max([r.spread[1] for r in rows if r.spread] + [max(r.points) for r in rows if r.points]
+                    + [r.value for r in rows if r.value is not None], default=1.0)
+        pad = max(right - low, abs(right) * 0.01, 1e-9) * 0.08
+        left = max(0.0, low - pad)
+        right += pad
     for y, row in zip(ys, rows, strict=False):
         if row.value is None:
             note = textwrap.shorten(row.note or "no value", 150, placeholder=" ...")
-            ax.text(right * 0.01, y, textwrap.fill(note, 75), va="center", ha="left", fontsize="small",
-                    color="#a00000")
+            ax.text(left + (right - left) * 0.01, y, textwrap.fill(note, 75), va="center", ha="left",
+                    fontsize="small", color="#a00000")
             continue
-        ax.barh(y, row.value, height=0.5, color="#76b900" if row.best else "#8da9c4",
-                label=best_label if row.best else other_label)
+        if bars:
+            ax.barh(y, row.value, height=0.5, color="#76b900" if row.best else "#8da9c4",
+                    label=best_label if row.best else other_label)
+        else:
+            ax.plot(row.value, y, "o", markersize=9, zorder=5, color="#3c8d00" if row.best else "#3b6a99",
+                    label=best_label if row.best else other_label)
         if row.spread is not None:
             lo, hi = row.spread
             ax.errorbar(row.value, y, xerr=[[max(0.0, row.value - lo)], [max(0.0, hi - row.value)]], fmt="none",
@@ -129,10 +145,14 @@ def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: 
     for i in range(1, len(rows)):
         if rows[i].group != rows[i - 1].group:
             ax.axhline(ys[i] + 0.5, color="0.5", linewidth=0.8, linestyle="--")
-    ax.set_yticks(ys, [r.label for r in rows], fontsize="small")
+    ax.set_yticks(ys, [_tick(r.label) for r in rows], fontsize="small")
     ax.set_ylim(-0.6, n - 0.4)
-    ax.set_xlim(0, right * 1.08)
-    ax.set_xlabel(xlabel)
+    if bars:
+        ax.set_xlim(0, right * 1.08)
+        ax.set_xlabel(xlabel)
+    else:
+        ax.set_xlim(left, right)
+        ax.set_xlabel(xlabel + (f"; the axis starts at {left:,.4g}, not at 0" if left > 0 else ""))
     ax.set_title(title, y=TITLE_Y)
     ax.grid(True, axis="x", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
@@ -142,6 +162,16 @@ def range_figure(title: str, xlabel: str, rows: Sequence[RangeRow], best_label: 
     fig.tight_layout()
     fig.set_layout_engine(None)  # else a placeholder engine is left, and savefig lays the figure out again
     return fig
+
+
+# A y tick label's line beyond this is shortened (" ..."): a cell labelled by twenty differing settings would leave no
+# room for the axes (the tables under the figures hold every label in full).
+TICK_LINE = 70
+
+
+def _tick(label: str) -> str:
+    return "\n".join(textwrap.shorten(line, TICK_LINE, placeholder=" ...") if len(line) > TICK_LINE else line
+                     for line in label.split("\n"))
 
 
 LEVEL_COLOURS = {"ok": "#3c8d00", "warn": "#c98a00", "bad": "#b00000", "none": "#555555"}
@@ -191,7 +221,7 @@ def change_figure(title: str, xlabel: str, rows: Sequence[ChangeRow]) -> Any:
 
         ax.legend([Line2D([], [], color=LEVEL_COLOURS[lv], marker="o", linewidth=2.5) for lv in shown],
                   [meaning[lv] for lv in shown], fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_yticks(ys, [r.label for r in rows], fontsize="small")
+    ax.set_yticks(ys, [_tick(r.label) for r in rows], fontsize="small")
     ax.set_ylim(-0.8, n - 0.2)
     ax.set_xlim(-reach, reach)
     ax.set_xlabel(xlabel)

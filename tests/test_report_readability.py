@@ -203,16 +203,18 @@ def test_refit_page_names_full_layouts_the_fastest_mapping_spread_and_failure(tm
     page_path = build_refit_page(tmp_path)
     page = page_path.read_text()
     for header in ("median time (ms)", "spread p10-p90 (ms)", "min-max (ms)", "timed refits (n)",
-                   "vs fastest from its source", "bandwidth (GB/s)", "status",
+                   "median vs the lowest median from its source: change (%), 95 % interval, verdict",
+                   "bandwidth (GB/s)", "status",
                    "failure: class, rank, first error line"):
         assert f"<th>{header}</th>" in page
     # Both layouts in full: EP dropping to 1 stays visible (it read "TP2xEP2 -> TP4" before).
     assert "TP2·EP2 → TP4·EP1·ETP1" in page and "TP2·EP2 → TP1·EP1" in page and "TP2·EP2 → TP1·EP4" in page
     assert "xEP" not in page
     # The fastest mapping from the source layout, with its spread (p10-p90 of 44.87, 45.21, 45.61) and n.
-    assert ("From <b>TP2·EP2</b> (tiny_moe, 2 layers): fastest <b>→ TP1·EP4</b>, 45.2 ms median "
+    # One verified mapping: nothing to rank it against, so it is not called the fastest.
+    assert ("From <b>TP2·EP2</b> (tiny_moe, 2 layers): one verified mapping <b>→ TP1·EP4</b>, 45.2 ms median "
             "(p10-p90 44.9-45.5 ms, n = 3)") in page
-    assert "only verified mapping" in page
+    assert "only verified mapping: no ranking" in page and "fastest" not in page.split("<h2>Mappings</h2>")[0]
     assert " without a time: → TP1·EP1: refit error on rank 0: REFIT_ERROR phase=plan" in page
     assert "<b>model</b>: tiny_moe" in page and "<b>dtype</b>: fp32" in page
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
@@ -238,7 +240,7 @@ def _refit_row(src: str, dst: str, times: list[float] | None, status: str = "ok"
             "failure": None if times else "NCCL timeout on rank 3: watchdog", "precision": "bf16", "run": "r"}
 
 
-def test_fastest_mapping_is_called_clear_only_when_spreads_separate_with_enough_refits(tmp_path: Path) -> None:
+def test_fastest_mapping_is_called_only_when_every_interval_on_the_difference_excludes_0(tmp_path: Path) -> None:
     from cloudai_mbridge.reports.provenance import collect
     from cloudai_mbridge.reports.refit_table import rank_mappings, write_refit_report
 
@@ -247,26 +249,33 @@ def test_fastest_mapping_is_called_clear_only_when_spreads_separate_with_enough_
         _refit_row("TP8·EP8", "TP8·EP4", [10.0, 10.1, 10.2, 10.3, 10.4, 10.5, 10.6, 10.7]),
         _refit_row("TP8·EP8", "TP16·EP4", [12.0, 12.2, 12.4, 12.6, 12.8, 13.0, 13.2, 13.4]),
         _refit_row("TP8·EP8", "TP4·EP16", None, status="failed"),
-        # from TP16·EP4: medians 45.9 and 64.9 ms, but one run's spread covers the other: no ranking
+        # from TP16·EP4: medians 45.9 and 64.9 ms, but the interval of the difference holds 0: no ranking
         _refit_row("TP16·EP4", "TP8·EP4", [44.0, 45.9, 70.0, 46.0, 45.0]),
         _refit_row("TP16·EP4", "TP32·EP2", [40.0, 64.9, 66.0, 65.0, 64.0]),
-        # from TP4·EP8: separated, but 3 refits each is too few to call
+        # from TP4·EP8: every refit of one beats every refit of the other, 3 each: ranked
         _refit_row("TP4·EP8", "TP8·EP4", [20.0, 20.1, 20.2]),
         _refit_row("TP4·EP8", "TP4·EP4", [30.0, 30.1, 30.2]),
+        # from TP2·EP4: 2 refits each is too few to rank, however far apart
+        _refit_row("TP2·EP4", "TP2·EP2", [20.0, 20.1]),
+        _refit_row("TP2·EP4", "TP4·EP1", [30.0, 30.1]),
     ]
     findings = {f["source"]: f for f in rank_mappings(rows)}
     assert findings["TP8·EP8"]["certainty"] == "clear" and findings["TP8·EP8"]["best"]["dst_layout"] == "TP8·EP4"
     assert [r["dst_layout"] for r in findings["TP8·EP8"]["failed"]] == ["TP4·EP16"]
     assert rows[1]["vs_fastest_pct"] == pytest.approx((12.7 - 10.35) / 10.35 * 100)
-    assert findings["TP16·EP4"]["certainty"] == "within spread"
+    assert findings["TP16·EP4"]["certainty"] == "not distinguishable"
     assert findings["TP16·EP4"]["best"]["dst_layout"] == "TP8·EP4"  # the lower median, still named
-    assert findings["TP4·EP8"]["certainty"] == "too few"
+    assert findings["TP4·EP8"]["certainty"] == "clear"
+    assert findings["TP2·EP4"]["certainty"] == "not distinguishable"
     write_refit_report(tmp_path, "Refit: t", rows, collect(tmp_path, []))
     page = (tmp_path / "mbridge_refit.html").read_text()
-    assert "clear: spreads do not overlap" in page and "within the spread: not a ranking" in page
-    assert "not sure: n &lt; 5 timed refits" in page
-    assert "next: → TP16·EP4, 12.7 ms median, 23 % slower" in page  # (12.7 - 10.35) / 10.35
-    assert "<td class='text short'>+23 %</td>" in page  # its row, against the fastest
+    assert "ranked: every other mapping is slower" in page
+    assert "lowest median <b>→ TP8·EP4</b>" in page and "no fastest: not distinguishable from → TP32·EP2" in page
+    assert "not distinguishable: n &lt; 3 timed refits" in page
+    # the clear pair: the change, its interval and n on the line (12.7 / 10.35 - 1 = +22.7 %)
+    assert re.search(r"→ TP16·EP4: 12\.7 ms median, \+22\.7 % \(95 % interval \+\d+\.\d\.\.\+\d+\.\d %, n = 8 \+ 8 "
+                     r"timed refits\)", page)
+    assert re.search(r"<td class='text'>\+23 % \[\+\d+\.\.\+\d+\], slower</td>", page)  # its row
     assert "→ TP4·EP16: NCCL timeout on rank 3: watchdog" in page
 
 

@@ -173,7 +173,7 @@ def test_scenario_page_has_runs_with_status_failure_mfu_and_facts(ab_results: tu
     assert "<b>model</b>: kimi_k2_proxy" in html and "<b>dtype</b>: bf16" in html
     for header in ("status", "failure: class, rank, first error line", "time per iteration (ms)",
                    "MFU (% of dense BF16 peak)", "tokens/s per GPU", "GPU-hours (iterations)",
-                   "baseline time per iteration (s)", "change 95 % interval (%)"):
+                   "baseline time per iteration (ms)", "change 95 % interval (%)", "interval method"):
         assert f"<th>{header}</th>" in html
     assert "<script" not in html and not re.search(r"(?:src|href)=['\"]?(?:https?:)?//", html)
 

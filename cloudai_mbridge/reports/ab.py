@@ -2,13 +2,26 @@
 
 Per cell (the other fields that vary across the sweep): both arms' steady-state iteration time, the delta with its
 95 % interval, the winner, TFLOP/s, stalls, validity gates, and work-equivalence from the per-iteration loss of both
-arms (max relative difference over the first K iterations; seed 000 saw <= 4.1e-4 in bf16). A cell whose arms did
-different work, or whose gates fail, is flagged and never gets a winner; neither does one whose delta interval
-contains 0 ("within noise").
+arms. A cell whose arms did different work, or whose gates fail, is flagged and never gets a winner; neither does one
+whose delta interval contains 0 ("within noise").
 
-The interval is Welch's for the difference of the two steady-state means, over the per-iteration times, as a share
-of the baseline mean. It treats iterations as independent and sees one run per arm, so it captures the noise within
-a run, not between machines or job starts: a delta outside it is necessary for a winner, not sufficient.
+Steady state: the iterations after the first ``warmup``. Where a run logged Megatron-Bridge's manual garbage
+collection (``MBRIDGE_GC``), the iterations that carry one are left out in a cell run more than once (as the
+bootstrap over starts has always done) and kept in a cell run once (as Welch's interval has always done); every
+number of a run or a cell on the page (tables, verdict lines, plots) uses its cell's choice, and the page says which
+beside it (the *manual-GC iterations* column, the verdict line). Every time on the page is in ms.
+
+The interval of a verdict comes from one of two methods, named on its line and in its row (``interval_method``):
+
+- **Welch over iterations** (:data:`WELCH`), a cell where each arm ran once: Welch's interval for the difference of
+  the two steady-state means, over the per-iteration times, as a share of the baseline mean. It treats iterations
+  as independent and sees one start per arm, so it covers the noise within a run, not between job starts or
+  machines: a delta outside it is necessary for a winner, not sufficient. Work: max relative lm-loss difference
+  over the first K iterations (seed 000 saw <= 4.1e-4 in bf16).
+- **bootstrap over starts** (:data:`BOOTSTRAP`, reports/ab_starts.py), a cell with repeated starts: the two-level
+  bootstrap over starts, then iterations within each start; with one start on a side (:data:`BOOTSTRAP_ONE`) that
+  side's start-to-start noise is not in the interval. Work: the baseline starts' loss envelope; routing: the
+  routers' hashes.
 """
 
 from __future__ import annotations
@@ -17,7 +30,7 @@ import html
 import json
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +40,7 @@ from pydantic import Field, field_validator
 
 from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
+from ..metrics.stats import STALL_FACTOR
 from ..metrics.training import config_int
 from ..plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
 from ..redact import redact_report
@@ -52,6 +66,32 @@ from .provenance import RunSource, collect, recorded_versions
 CELL_PLOTS = 12
 # Rows of the page's two summary figures (comparisons; half as many cells in the times figure).
 FIGURE_ROWS = 40
+
+# The interval methods (a row's ``interval_method``) and what each interval covers, as the verdict line says it.
+WELCH = "Welch over iterations"
+BOOTSTRAP = "bootstrap over starts"
+BOOTSTRAP_ONE = "bootstrap, one start on a side"
+COVERS = {
+    WELCH: "noise between iterations of one run, not between job starts",
+    BOOTSTRAP: "noise between starts and between iterations, on one machine",
+    BOOTSTRAP_ONE: "noise between iterations, and between starts only of the arm that ran more than once",
+}
+
+
+def steady_text(warmup: int, gc_out: set[bool]) -> str:
+    """The page's steady state in words; ``gc_out``: the choices of the page's cells that have manual-GC
+    iterations (True: left out, a cell run more than once; False: kept, a cell run once)."""
+    text = f"the iterations after the first {warmup}"
+    if gc_out == {True}:
+        return text + ", without those that carry Megatron-Bridge's manual garbage collection"
+    if gc_out == {False}:
+        return text + ", those that carry Megatron-Bridge's manual garbage collection included"
+    if gc_out:
+        return (text + "; the iterations that carry Megatron-Bridge's manual garbage collection are left out in "
+                "cells run more than once and kept in cells run once (the column manual-GC iterations says which, "
+                "row by row)")
+    return text
+
 
 # Keys that describe where/when a run happened or what we predicted, not the work it did.
 VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes", "memory"})
@@ -143,6 +183,12 @@ class Cell:
     starts: dict[str, list[Arm]] = field(default_factory=dict)  # every start (repeated runs of one config)
 
 
+def _repeated(cell: Cell) -> bool:
+    """An arm of the cell ran more than once: its A/B is the bootstrap over starts, without the manual-GC
+    iterations."""
+    return any(len(runs) > 1 for runs in cell.starts.values())
+
+
 def _cell_key(config: dict[str, Any], pair_field: str) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in VOLATILE_KEYS and k != pair_field}, sort_keys=True)
 
@@ -176,8 +222,8 @@ HEADERS = {
     "cell": "point (what differs)",
     "baseline": "baseline arm",
     "arm": "compared arm",
-    "base_time_s": "baseline time per iteration (s)",
-    "arm_time_s": "arm time per iteration (s)",
+    "base_time_ms": "baseline time per iteration (ms)",
+    "arm_time_ms": "arm time per iteration (ms)",
     "delta_pct": "change (%)",
     "delta_ci95_pct": "change 95 % interval (%)",
     "verdict": "verdict",
@@ -201,8 +247,67 @@ HEADERS = {
     "arm_starts": "arm starts",
     "routing": "same routing (router hashes)",
     "work": "same work (loss envelope)",
-    "gc_iterations_left_out": "manual-GC iterations left out",
+    "manual_gc": "manual-GC iterations",
+    "interval_method": "interval method",
+    "start": "start",
 }
+
+
+METHOD_DEFINITIONS = {
+    WELCH: "Welch's interval over the per-iteration times, one start per arm",
+    BOOTSTRAP: "two-level bootstrap over starts, then iterations within each start",
+    BOOTSTRAP_ONE: "the same bootstrap with one start on a side (that side's start-to-start noise is not in it)",
+}
+
+
+def definitions(warmup: int, loss_first_k: int, loss_rtol: float, methods: frozenset[str] = frozenset(),
+                gc_out: frozenset[bool] = frozenset()) -> dict[str, str]:
+    """What every column of the page's tables holds (the legend under each table); ``methods``: the interval
+    methods of the page's rows, the only ones the legend names; ``gc_out``: as for :func:`steady_text`."""
+    steady = "the steady state (" + steady_text(warmup, set(gc_out)) + ")"
+    used = [m for m in (WELCH, BOOTSTRAP, BOOTSTRAP_ONE) if m in methods]
+    return {
+        "cell": "the values of the fields that differ between cells (\"all\" when only the paired field does)",
+        "baseline": "the arm the others are compared with",
+        "arm": "the arm compared with the baseline",
+        "base_time_ms": f"baseline's mean time per iteration over {steady}; with several starts, the mean of the "
+                        "starts' means",
+        "arm_time_ms": "the same for the compared arm",
+        "delta_pct": "(arm - baseline) / baseline x 100 of those times; negative = the arm is faster",
+        "delta_ci95_pct": "95 % interval of that change, by the row's interval method",
+        "interval_method": "; ".join(f"{m}: {METHOD_DEFINITIONS[m]}" for m in used) or "no interval was computed",
+        "verdict": "<arm> faster when the interval excludes 0, within noise when it holds 0; invalid, different "
+                   "work or work not proven: not compared",
+        "base_tflops_per_gpu": f"baseline's mean logged model TFLOP/s per GPU over {steady}; with several starts, "
+                               "the mean of the starts' means",
+        "arm_tflops_per_gpu": "the same for the compared arm",
+        "base_stalls": f"baseline's steady-state iterations slower than {STALL_FACTOR:g} x their run's median "
+                       "(summed over its starts; they stay in the mean)",
+        "arm_stalls": "the same for the compared arm",
+        "loss_max_rel_diff": f"a cell run once: max relative lm-loss difference between its two runs over the "
+                             f"first {loss_first_k} iterations; equal work up to {loss_rtol:g}",
+        "base_starts": "process starts of the baseline (each a fresh run)",
+        "arm_starts": "process starts of the compared arm",
+        "routing": "a cell run more than once: whether the routers' per-iteration hashes agree in every run of it",
+        "work": "a cell run more than once: whether every start's lm loss lies in the baseline starts' envelope up "
+                "to their reproducible horizon",
+        "manual_gc": "the steady-state iterations that carried Megatron-Bridge's manual garbage collection, and "
+                     "whether this row's numbers leave them out (a cell run more than once) or keep them (a cell "
+                     "run once)",
+        "point": "the values of the fields that differ between runs",
+        "start": "which start of its cell and arm the run was (a fresh process each)",
+        "status": "ok, failed or incomplete, and the golden-values check where the test names one",
+        "failure": "for a failed run: the failure's class, the rank and that rank's first error line",
+        "engine": "the training engine the run used (bridge: Megatron-Bridge; mcore: Megatron-Core alone)",
+        "iter_ms": f"mean time per iteration over {steady}",
+        "tflops_per_gpu": f"mean logged model TFLOP/s per GPU over {steady}",
+        "mfu_pct": "that TFLOP/s over the GPU's dense BF16 peak, in % (fp8 runs too)",
+        "tokens_per_s_per_gpu": f"global batch x sequence length / iteration time, per GPU, mean over {steady}",
+        "gpu_hours": "GPUs x the time of every logged iteration (warm-up and garbage collections included; start-up "
+                     "and teardown not)",
+        "peak_mem_gb": "the largest max allocated of any rank (GB = 1e9 bytes)",
+        "golden": "whether the run met the test's golden values",
+    }
 
 
 def failure_text(m: TrainingRunMetrics) -> str | None:
@@ -218,10 +323,50 @@ def failure_text(m: TrainingRunMetrics) -> str | None:
     return None if m.ok else ", ".join(m.problems)
 
 
-def mean_time_ms(m: TrainingRunMetrics) -> float | None:
-    """The steady-state mean time per iteration, or None when the log carried a damaged time or contradicts itself
-    (never a number)."""
-    return None if no_numbers(m) else m.iteration_time_ms.mean
+def time_stats(m: TrainingRunMetrics, gc_out: bool = False) -> Stats:
+    """The steady-state times: without the manual-GC iterations (``gc_out``: a cell run more than once) or with."""
+    return m.iteration_time_ms_no_gc if gc_out else m.iteration_time_ms
+
+
+def mean_time_ms(m: TrainingRunMetrics, gc_out: bool = False) -> float | None:
+    """The steady-state mean time per iteration (:func:`time_stats`), or None when the log carried a damaged time or
+    contradicts itself (never a number)."""
+    return None if no_numbers(m) else time_stats(m, gc_out).mean
+
+
+def steady_records(m: TrainingRunMetrics, gc_out: bool = False) -> list[Any]:
+    """The iteration records of the steady state: after the warm-up, the manual-GC iterations left out with
+    ``gc_out``."""
+    steady, gc = set(m.steady_iterations), set(m.gc_iterations) if gc_out else set()
+    return [r for r in m.iterations if r.iteration in steady and r.iteration not in gc]
+
+
+def gc_text(iterations: Any, gc_out: bool) -> str | None:
+    """``6 11 left out`` / ``6 11 kept``: the manual-GC iterations and what a row does with them (None: none)."""
+    its = sorted(set(iterations))
+    return f"{' '.join(map(str, its))} {'left out' if gc_out else 'kept'}" if its else None
+
+
+def _finite_mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None and math.isfinite(v)]
+    return math.fsum(kept) / len(kept) if kept else None
+
+
+def steady_tflops(m: TrainingRunMetrics, gc_out: bool = False) -> float | None:
+    """Mean logged TFLOP/s per GPU over the steady state (:func:`steady_records`)."""
+    return None if no_numbers(m) else _finite_mean([r.tflops_per_gpu for r in steady_records(m, gc_out)])
+
+
+def steady_tokens_per_gpu(m: TrainingRunMetrics, gc_out: bool = False) -> float | None:
+    """Mean tokens/s per GPU over the steady state (:func:`steady_records`)."""
+    from ..metrics.training import tokens_per_s
+
+    if no_numbers(m) or not m.world_size:
+        return None
+    config = m.config or {}
+    gbs, seq = config_int(config, "gbs"), config_int(config, "seq_length")
+    rate = _finite_mean([tokens_per_s(r, gbs, seq) for r in steady_records(m, gc_out)])
+    return None if rate is None else rate / m.world_size
 
 
 def no_numbers(m: TrainingRunMetrics) -> bool:
@@ -229,7 +374,9 @@ def no_numbers(m: TrainingRunMetrics) -> bool:
     return bool(m.time_errors or m.inconsistencies)
 
 
-def run_row(label: str, tr: Any, m: TrainingRunMetrics) -> dict[str, Any]:
+def run_row(label: str, tr: Any, m: TrainingRunMetrics, gc_out: bool = False) -> dict[str, Any]:
+    """A row of the Runs table; ``gc_out``: its cell ran more than once, so its means leave the manual-GC
+    iterations out, as that cell's verdict does."""
     from ..workloads.reporting import golden_comparison
 
     golden = golden_comparison(tr, m) if m.ok else None
@@ -241,16 +388,22 @@ def run_row(label: str, tr: Any, m: TrainingRunMetrics) -> dict[str, Any]:
         "status": status,
         "failure": failure_text(m) or (golden.reason if golden is not None and not golden.passed else None),
         "engine": m.engine,
-        "iter_ms": mean_time_ms(m),
-        "tflops_per_gpu": None if no_numbers(m) else m.tflops_per_gpu.mean,
-        "mfu_pct": None if no_numbers(m) else m.mfu_pct,
-        "tokens_per_s_per_gpu": None if no_numbers(m) else m.tokens_per_s_per_gpu,
+        "iter_ms": mean_time_ms(m, gc_out),
+        "tflops_per_gpu": steady_tflops(m, gc_out),
+        "mfu_pct": _mfu(m, gc_out),
+        "tokens_per_s_per_gpu": steady_tokens_per_gpu(m, gc_out),
+        "manual_gc": gc_text(m.gc_iterations, gc_out),
         "gpu_hours": None if no_numbers(m) else m.gpu_hours,
         "peak_mem_gb": None if m.peak_allocated_bytes is None else m.peak_allocated_bytes / 1e9,
         "golden": None if golden is None else ("met" if golden.passed else "breached"),
         "title": run_title(m.config),
         "run": str(tr.output_path),
     }
+
+
+def _mfu(m: TrainingRunMetrics, gc_out: bool = False) -> float | None:
+    tflops, peak = steady_tflops(m, gc_out), m.gpu_peak_tflops
+    return None if tflops is None or not peak else tflops / peak * 100.0
 
 
 def mean_interval(stats: Stats) -> tuple[float, float] | None:
@@ -268,6 +421,9 @@ class MBridgeABReport(TolerantLoading, Reporter):
     # Software recorded outside the runs' logs (the demo: the device command's own record), shown as provenance.
     provenance_elsewhere: dict[str, str] | None = None
     provenance_source: str | None = None
+    # Where the runs come from, in words (the demo: the recorded cell's folder, engine, GPUs, date): shown under the
+    # title and in the provenance block.
+    provenance_note: str | None = None
     # Re-check the scenario for the points a rule skipped (off for plain run folders: no scenario to check)
     list_skipped: bool = True
 
@@ -299,10 +455,11 @@ class MBridgeABReport(TolerantLoading, Reporter):
         self._runs: list[dict[str, Any]] = []
         self._sources: list[RunSource] = []
         cells: dict[str, Cell] = {}
+        parsed = []
         for tr, config in found:
             metrics = parse_training_run(tr.output_path, warmup=cfg.warmup)
             label = _label(config, all_varying) if all_varying else run_title(config)
-            self._runs.append(run_row(label, tr, metrics))
+            parsed.append((label, tr, metrics, _cell_key(config, cfg.field)))
             stamps = [r.timestamp for r in metrics.iterations if r.timestamp]
             first = metrics.failure.first
             self._sources.append(RunSource(label, tr.output_path, engine=metrics.engine,
@@ -314,6 +471,8 @@ class MBridgeABReport(TolerantLoading, Reporter):
             arm = Arm(value, tr.output_path, config, metrics)
             cell.starts.setdefault(value, []).append(arm)
             cell.arms.setdefault(value, arm)
+        # each run's numbers on the steady state of its cell's verdict (repeated starts: manual-GC iterations out)
+        self._runs = [run_row(label, tr, metrics, _repeated(cells[key])) for label, tr, metrics, key in parsed]
         rows = [row for cell in sorted(cells.values(), key=lambda c: c.label) for row in self._rows(cell)]
         if rows or self._runs:
             self._write(rows, cells)
@@ -331,10 +490,10 @@ class MBridgeABReport(TolerantLoading, Reporter):
                     "baseline": arm.value,
                     "arm": None,
                     "verdict": "unpaired",
-                    "base_time_s": _sec(mean_time_ms(arm.metrics)),
+                    "base_time_s": _sec(mean_time_ms(arm.metrics, _repeated(cell))),
                 }
             ]
-        if any(len(runs) > 1 for runs in cell.starts.values()):
+        if _repeated(cell):
             return self._rows_of_starts(cell)
         base = cell.arms[self._baseline(cell)]
         rows = []
@@ -342,12 +501,13 @@ class MBridgeABReport(TolerantLoading, Reporter):
             if arm is base:
                 continue
             b, a = base.metrics, arm.metrics
+            bs, as_ = b.iteration_time_ms, a.iteration_time_ms  # one start per arm: manual-GC iterations kept
             bt, at = _sec(mean_time_ms(b)), _sec(mean_time_ms(a))
             diff, n = loss_equivalence(b.loss_curve, a.loss_curve, first_k=cfg.loss_first_k)
             equal_work = n > 0 and math.isfinite(diff) and diff <= cfg.loss_rtol
             gates = [f"{base.value}: {g}" for g in base.gates()] + [f"{value}: {g}" for g in arm.gates()]
             delta = None if bt in (None, 0.0) or at is None else (at - bt) / bt * 100.0
-            interval = None if bt is None or at is None else delta_interval(b.iteration_time_ms, a.iteration_time_ms)
+            interval = None if bt is None or at is None else delta_interval(bs, as_)
             if gates:
                 verdict = "invalid: " + "; ".join(gates)
             elif not equal_work:
@@ -367,17 +527,21 @@ class MBridgeABReport(TolerantLoading, Reporter):
                     "arm_time_s": at,
                     "delta_pct": delta,
                     "delta_ci95_pct": None if interval is None else f"{interval[0]:+.1f}..{interval[1]:+.1f}",
+                    "interval_method": WELCH,
                     "verdict": verdict,
-                    "base_tflops_per_gpu": b.tflops_per_gpu.mean,
-                    "arm_tflops_per_gpu": a.tflops_per_gpu.mean,
+                    "base_starts": 1,
+                    "arm_starts": 1,
+                    "base_tflops_per_gpu": steady_tflops(b),
+                    "arm_tflops_per_gpu": steady_tflops(a),
                     "base_tokens_per_s": b.tokens_per_s.mean,
                     "arm_tokens_per_s": a.tokens_per_s.mean,
-                    "base_n": b.iteration_time_ms.n,
-                    "arm_n": a.iteration_time_ms.n,
-                    "base_stalls": b.iteration_time_ms.n_stalls,
-                    "arm_stalls": a.iteration_time_ms.n_stalls,
-                    "base_p10_p90_s": _range(b.iteration_time_ms.p10, b.iteration_time_ms.p90),
-                    "arm_p10_p90_s": _range(a.iteration_time_ms.p10, a.iteration_time_ms.p90),
+                    "base_n": bs.n,
+                    "arm_n": as_.n,
+                    "base_stalls": bs.n_stalls,
+                    "arm_stalls": as_.n_stalls,
+                    "manual_gc": gc_text({*b.gc_iterations, *a.gc_iterations}, False),
+                    "base_p10_p90_s": _range(bs.p10, bs.p90),
+                    "arm_p10_p90_s": _range(as_.p10, as_.p90),
                     "loss_max_rel_diff": None if n == 0 else diff,
                     "loss_iterations_compared": n,
                     "arm_deep_ep_provider": a.validity.dispatcher.deep_ep_provider,
@@ -440,19 +604,20 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 "arm_time_s": _sec(ab_starts.arm_time(arm_series)),
                 "delta_pct": None if boot is None else boot[0],
                 "delta_ci95_pct": None if boot is None else f"{boot[1]:+.1f}..{boot[2]:+.1f}",
-                "interval_method": (f"bootstrap over starts and iterations ({ab_starts.RESAMPLES} draws)"
-                                    if min(len(base_runs), len(runs)) > 1 else
-                                    "bootstrap; one start on a side: its start-to-start noise is not in the interval"),
+                "interval_method": BOOTSTRAP if min(len(base_runs), len(runs)) > 1 else BOOTSTRAP_ONE,
                 "verdict": verdict,
                 "routing": routing.detail,
                 "work": work.detail,
                 "gc_iterations_left_out": " ".join(map(str, gc)) or None,
+                "manual_gc": gc_text(gc, True),
                 "base_start_means_ms": " ".join(f"{sum(x) / len(x):.1f}" for x in base_series if x),
                 "arm_start_means_ms": " ".join(f"{sum(x) / len(x):.1f}" for x in arm_series if x),
                 "base_n": sum(map(len, base_series)),
                 "arm_n": sum(map(len, arm_series)),
-                "base_tflops_per_gpu": base_runs[0].metrics.tflops_per_gpu.mean,
-                "arm_tflops_per_gpu": runs[0].metrics.tflops_per_gpu.mean,
+                "base_tflops_per_gpu": _finite_mean([steady_tflops(a.metrics, True) for a in base_runs]),
+                "arm_tflops_per_gpu": _finite_mean([steady_tflops(a.metrics, True) for a in runs]),
+                "base_stalls": sum(a.metrics.iteration_time_ms_no_gc.n_stalls for a in base_runs),
+                "arm_stalls": sum(a.metrics.iteration_time_ms_no_gc.n_stalls for a in runs),
                 "arm_deep_ep_provider": runs[0].metrics.validity.dispatcher.deep_ep_provider,
                 "base_run": str(base_runs[0].run_dir),
                 "arm_run": str(runs[0].run_dir),
@@ -469,7 +634,14 @@ class MBridgeABReport(TolerantLoading, Reporter):
         paired = [r for r in rows if r.get("arm") is not None]
         ordered = sorted(cells.values(), key=lambda c: c.label)
         pairs = [c for c in ordered if len(c.arms) >= 2]
-        sections = [self._facts, self._headline(rows)]
+        # the cells whose runs logged manual-GC iterations: True where they are left out (repeated starts)
+        self._gc_out = frozenset(_repeated(c) for c in cells.values()
+                                 if any(a.metrics.gc_iterations for runs in c.starts.values() for a in runs))
+        sections = [self._facts]
+        if self.provenance_note:
+            sections.append(f"<p class='facts'><b>Where the runs come from</b>: {html.escape(self.provenance_note)} "
+                            "(<a href='#provenance'>provenance</a>)</p>")
+        sections.append(self._headline(rows))
         if paired and pairs:
             # a figure of 500 cells is neither readable nor quick to draw: the first FIGURE_ROWS, the tables hold all
             shown, shown_cells = paired[:FIGURE_ROWS], pairs[:FIGURE_ROWS // 2]
@@ -483,44 +655,24 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 sections.append(f"<p class='note'>The figures show the first {len(shown)} of {len(paired)} "
                                 f"comparisons and {len(shown_cells)} of {len(pairs)} cells (by label); the tables "
                                 "below hold every one.</p>")
-        sections += self._runs_section()
-        sections.append(
-            f"<h2>A/B by {html.escape(cfg.field)}</h2>"
-            f"<p class='note'>Pairs differ only in <b>{html.escape(cfg.field)}</b>; times are steady-state means over "
-            f"the iterations after the first {cfg.warmup}; the change's 95 % interval is Welch's over the "
-            "per-iteration times (noise within a run, not between job starts). A winner only when the interval "
-            f"excludes 0. Work-equivalence: max relative lm-loss difference over the first {cfg.loss_first_k} "
-            f"iterations, flagged above {cfg.loss_rtol:g}.</p>"
-        )
-        if any("arm_starts" in r for r in rows):
-            sections.append(
-                "<p class='note'>Cells run more than once (a fresh process per start): an arm's time is the mean of "
-                "its starts' steady-state means, without the iterations that carry Bridge's manual garbage "
-                "collection; the 95 % interval is a bootstrap over starts, then iterations within each start. Same "
-                "routing: the routers' per-step hashes agree in every run of the cell. Same work: every start's lm "
-                "loss stays inside the baseline starts' envelope up to the baseline's reproducible horizon, the last "
-                "iteration at which each baseline start is still inside the others' envelope (the baseline against "
-                "itself is the yardstick; past the horizon the baseline's own starts drift apart).</p>"
-            )
-        columns = [
-            "cell",
-            "baseline",
-            "arm",
-            "base_time_s",
-            "arm_time_s",
-            "delta_pct",
-            "delta_ci95_pct",
-            "verdict",
-            "base_tflops_per_gpu",
-            "arm_tflops_per_gpu",
-            "base_stalls",
-            "arm_stalls",
-            "loss_max_rel_diff",
-        ]
-        if any("arm_starts" in r for r in rows):
-            columns += ["base_starts", "arm_starts", "routing", "work", "gc_iterations_left_out"]
+        sections += self._runs_section(cells)
+        methods = frozenset(str(r["interval_method"]) for r in paired if r.get("interval_method"))
+        gc_out = self._gc_out
+        sections.append(f"<h2>A/B by {html.escape(cfg.field)}</h2>" + self._method_note(methods))
+        columns = ["cell", "baseline", "arm", "base_starts", "arm_starts", "base_time_ms", "arm_time_ms", "delta_pct",
+                   "delta_ci95_pct", "interval_method", "verdict", "base_tflops_per_gpu", "arm_tflops_per_gpu",
+                   "base_stalls", "arm_stalls"]
+        if WELCH in methods:
+            columns.append("loss_max_rel_diff")
+        if methods - {WELCH}:
+            columns += ["routing", "work"]
+        if any(r.get("manual_gc") for r in rows):
+            columns.append("manual_gc")
         classes = ["bad" if str(r["verdict"]).startswith(("invalid", "different", "work not")) else "" for r in rows]
-        sections.append(html_table(columns, ([r.get(c) for c in columns] for r in rows), classes, HEADERS))
+        shown_rows = ({**r, "base_time_ms": _ms(r.get("base_time_s")), "arm_time_ms": _ms(r.get("arm_time_s"))}
+                      for r in rows)
+        sections.append(html_table(columns, ([r.get(c) for c in columns] for r in shown_rows), classes, HEADERS,
+                                   definitions(cfg.warmup, cfg.loss_first_k, cfg.loss_rtol, methods, gc_out)))
         micro = getattr(self, "_micro", [])
         if micro:
             attach_training(micro, self._training_by_arm(rows, cells))
@@ -541,6 +693,10 @@ class MBridgeABReport(TolerantLoading, Reporter):
             times, losses, styles, note = _start_series(cell)
             time = time_panel("time per iteration (ms)", times, cfg.warmup)
             time.styles = styles
+            gc = sorted({i for runs in cell.starts.values() for a in runs for i in a.metrics.gc_iterations})
+            if gc:
+                time.note = "; ".join(filter(None, [time.note, f"manual-GC iterations {' '.join(map(str, gc))} "
+                                                                "drawn, left out of the means"]))
             series_plot(
                 png,
                 f"{cfg.field} A/B" + ("" if cell.label == "all" else f" at {cell.label}"),
@@ -553,11 +709,58 @@ class MBridgeABReport(TolerantLoading, Reporter):
             from ..workloads.training import MBridgeTrainingTestDefinition
 
             sections.append(skipped_section(skipped_points(self, MBridgeTrainingTestDefinition)))
-        prov = collect(root, self._sources, system=self.system.name, scenario=self.test_scenario.name,
-                       elsewhere=self.provenance_elsewhere, elsewhere_source=self.provenance_source)
+        starts = {str(a.run_dir): (k, len(arms)) for c in cells.values() for arms in c.starts.values()
+                  for k, a in enumerate(arms, 1)}
+        sources = [replace(src, label=f"{src.label} (start {k} of {n})") if n > 1 else src  # which start a log is
+                   for src in self._sources for k, n in [starts.get(str(src.run_dir), (1, 1))]]
+        prov = collect(root, sources, system=self.system.name, scenario=self.test_scenario.name,
+                       elsewhere=self.provenance_elsewhere, elsewhere_source=self.provenance_source,
+                       note=self.provenance_note)
         page = html_page(f"A/B by {cfg.field}: {self.test_scenario.name}", sections, prov, kind="A/B report")
         write_atomic(root / "mbridge_ab.html", redact_report(page))
         logging.info("mbridge_ab: %d pair(s) written to %s", len(paired), root / "mbridge_ab.html")
+
+    def _method_note(self, methods: frozenset[str]) -> str:
+        """The text under "A/B by <field>": the steady state, and the interval methods of this page's rows only."""
+        cfg = self.config
+        e = html.escape
+        text = {
+            WELCH: (f"<b>{WELCH}</b> (a cell whose arms ran once each): Welch's 95 % interval for the difference of "
+                    "the two steady-state means, over the per-iteration times, as a share of the baseline's mean. It "
+                    "treats iterations as independent and sees one start per arm: it covers the noise within a run, "
+                    "not between job starts or machines. Work: the max relative lm-loss difference over the first "
+                    f"{cfg.loss_first_k} iterations must stay within {cfg.loss_rtol:g}."),
+            BOOTSTRAP: (f"<b>{BOOTSTRAP}</b> (a cell run more than once, a fresh process per start): an arm's time "
+                        "is the mean of its starts' means; the 95 % interval is a two-level bootstrap "
+                        f"({ab_starts.RESAMPLES} draws, fixed seed, percentile interval): starts drawn with "
+                        "replacement within each arm, then iterations with replacement within each drawn start. It "
+                        "covers the noise between starts and between iterations on one machine (a cell pools the "
+                        "starts of one machine only), not between machines."),
+            BOOTSTRAP_ONE: (f"<b>{BOOTSTRAP_ONE}</b>: the same bootstrap where one arm ran once: that arm's "
+                            "start-to-start noise is not in the interval, which is narrower than the truth."),
+        }
+        used = [m for m in (WELCH, BOOTSTRAP, BOOTSTRAP_ONE) if m in methods]
+        intro = (f"<p class='note'>Pairs differ only in <b>{e(cfg.field)}</b>. Every time, TFLOP/s and tokens/s on "
+                 f"this page is a mean over the steady state: {e(steady_text(cfg.warmup, set(self._gc_out)))}. All "
+                 "times are in ms. A winner only when the 95 % interval of the change excludes 0.")
+        if not used:
+            return intro + "</p>"
+        gates = ""
+        if methods - {WELCH}:
+            gates = ("<p class='note'>A cell run more than once passes two gates besides. Same routing: the "
+                     "routers' per-step hashes agree in every run of the cell. "
+                     "Same work: every start's lm loss stays inside the baseline starts' envelope up to the "
+                     "baseline's reproducible horizon, the last iteration at which each baseline start is still "
+                     "inside the others' envelope (the baseline against itself is the yardstick; past the horizon "
+                     "the baseline's own starts drift apart)"
+                     + (f"; with one baseline start, each arm start's max relative lm-loss difference against it over "
+                        f"the first {cfg.loss_first_k} iterations must stay within {cfg.loss_rtol:g}"
+                        if BOOTSTRAP_ONE in methods else "") + ".</p>")
+        if len(used) == 1:
+            return f"{intro} The interval: {text[used[0]]}</p>{gates}"
+        items = "".join(f"<li>{text[m]}</li>" for m in used)
+        return (f"{intro} Each row names the method of its interval (column <i>interval method</i>):</p>"
+                f"<ul class='note'>{items}</ul>{gates}")
 
     def _training_by_arm(self, rows: list[dict[str, Any]],
                          cells: dict[str, Cell]) -> dict[tuple[str, int, str], dict[str, Any]]:
@@ -592,8 +795,11 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 change = (f"{e(str(r['arm']))} vs {e(str(r['baseline']))}: {r['delta_pct']:+.1f} % time per "
                           f"iteration")
                 if r.get("delta_ci95_pct"):
-                    change += (f" (95 % interval {e(r['delta_ci95_pct'])} %, n = {r['base_n']} + {r['arm_n']} "
-                               "iterations)")
+                    method = str(r.get("interval_method") or WELCH)
+                    gc = f" (manual-GC iterations {r['manual_gc']})" if r.get("manual_gc") else ""
+                    change += (f" (95 % interval {e(r['delta_ci95_pct'])} %; n = {r.get('base_starts', 1)} + "
+                               f"{r.get('arm_starts', 1)} starts, {r['base_n']} + {r['arm_n']} steady-state "
+                               f"iterations{e(gc)}; {e(method)}, covering {e(COVERS.get(method, ''))})")
             if verdict.startswith("invalid"):
                 badge = verdict_badge("not compared: invalid", "bad")
                 change = e(verdict.removeprefix("invalid: "))
@@ -644,63 +850,78 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 m = arm.metrics
                 label = f"{c.label}\n{cfg.field}={value}" + (" (baseline)" if value == self._baseline(c) else "")
                 starts = c.starts.get(value, [arm])
-                if any(len(v) > 1 for v in c.starts.values()):
+                if _repeated(c):
                     repeated = True
                     gates = [g for a in starts for g in a.gates()]
                     series = [_series(a.metrics) for a in starts]
-                    mean = _sec(ab_starts.arm_time(series))
+                    mean = ab_starts.arm_time(series)
                     if gates or mean is None:
                         plotted.append(RangeRow(label, None, note="not compared: " + "; ".join(gates or ["no time"]),
                                                 group=c.label))
                         continue
                     iv = ab_starts.bootstrap_mean(series)
-                    plotted.append(RangeRow(f"{label}\n{len(starts)} starts", mean,
-                                            None if iv is None else (iv[0] / 1000.0, iv[1] / 1000.0),
-                                            [t / 1000.0 for x in series for t in x],
+                    plotted.append(RangeRow(f"{label}\n{len(starts)} starts", mean, iv, [t for x in series for t in x],
                                             best=f"{value} faster" in verdicts, group=c.label))
                     continue
                 gates = arm.gates()
-                mean = _sec(mean_time_ms(m))
+                mean = mean_time_ms(m)
                 if gates or mean is None:
                     plotted.append(RangeRow(label, None, note="not compared: " + "; ".join(gates or ["no time"]),
                                             group=c.label))
                     continue
-                iv = mean_interval(m.iteration_time_ms)
-                steady = set(m.steady_iterations)
-                points = [r.elapsed_ms / 1000.0 for r in m.iterations if r.iteration in steady and r.elapsed_ms]
-                plotted.append(RangeRow(label, mean, None if iv is None else (iv[0] / 1000.0, iv[1] / 1000.0),
-                                        points, best=f"{value} faster" in verdicts, group=c.label))
-        title = (f"Steady-state time per iteration by {cfg.field}\n(bar: mean after {cfg.warmup} warm-up iterations; "
-                 "whisker: its 95 % interval; ticks: each iteration)")
-        if repeated:
-            title = (f"Steady-state time per iteration by {cfg.field}\n(bar: mean of the starts' means, manual-GC "
-                     "iterations left out;\nwhisker: 95 % bootstrap interval; ticks: each iteration of every start)")
+                iv = mean_interval(m.iteration_time_ms)  # one start per arm: manual-GC iterations kept
+                points = [r.elapsed_ms for r in steady_records(m) if r.elapsed_ms and math.isfinite(r.elapsed_ms)]
+                plotted.append(RangeRow(label, mean, iv, points, best=f"{value} faster" in verdicts, group=c.label))
+        gc = {_repeated(c) for c in pairs if any(a.metrics.gc_iterations for v in c.starts.values() for a in v)}
+        steady = f"after {cfg.warmup} warm-up iterations" + {
+            frozenset({True}): ", manual-GC iterations left out", frozenset({False}): ", manual-GC iterations kept",
+            frozenset({True, False}): ", manual-GC iterations left out where a row says its starts, kept elsewhere",
+        }.get(frozenset(gc), "")
+        single = any(not _repeated(c) for c in pairs)
+        title = (f"Steady-state time per iteration by {cfg.field}\n(dot: mean {steady};\nwhisker: 95 % interval of "
+                 "the mean (Student's t over the iterations); ticks: each iteration)")
+        if repeated and not single:
+            title = (f"Steady-state time per iteration by {cfg.field}\n(dot: mean of the starts' means, {steady};\n"
+                     "whisker: 95 % bootstrap interval over starts and iterations; ticks: each iteration of every "
+                     "start)")
+        elif repeated:
+            title = (f"Steady-state time per iteration by {cfg.field}\n(dot: mean {steady}, of the starts' means "
+                     "where a row says its starts;\nwhisker: 95 % interval of the mean, a bootstrap over starts and "
+                     "iterations there, Student's t over the iterations elsewhere; ticks: each iteration)")
         return range_figure(
             title,
-            "time per iteration (s)",
+            "time per iteration (ms)",
             plotted,
             best_label="winner (interval of the change excludes 0)",
             spread_label="95 % interval of the mean",
             points_label="each steady-state iteration",
             other_label="no win (baseline, or no winner)",
+            bars=False,
         )
 
-    def _runs_section(self) -> list[str]:
+    def _runs_section(self, cells: dict[str, Cell]) -> list[str]:
         runs = self._runs
         if not runs:
             return []
+        cfg = self.config
         columns = ["point", "status", "failure", "engine", "iter_ms", "tflops_per_gpu", "mfu_pct",
                    "tokens_per_s_per_gpu", "gpu_hours", "peak_mem_gb"]
+        starts = {str(a.run_dir): f"{k} of {len(arms)}" for c in cells.values() for arms in c.starts.values()
+                  for k, a in enumerate(arms, 1)}
+        if any(len(arms) > 1 for c in cells.values() for arms in c.starts.values()):
+            columns.insert(1, "start")
+        if any(r.get("manual_gc") for r in runs):
+            columns.append("manual_gc")
         if any(r["golden"] is not None for r in runs):
             columns.append("golden")
         classes = ["" if r["status"] == "ok" or r["status"] == "ok, golden met" else "bad" for r in runs]
+        shown = ({**r, "start": starts.get(r["run"])} for r in runs)
         return [
-            "<h2>Runs</h2><p>One row per sweep point. Time, TFLOP/s and tokens/s are steady-state means (after the "
-            f"first {self.config.warmup} iterations); MFU is the logged model TFLOP/s per GPU over the GPU's dense "
-            "BF16 peak (fp8 runs too); GPU-hours count the logged iterations only; memory is the largest "
-            "<i>max allocated</i> of any rank (GB = 10<sup>9</sup> bytes). A failed point shows the class of the "
-            "failure, the rank and the first error line of that rank.</p>",
-            html_table(columns, ([r.get(c) for c in columns] for r in runs), classes, HEADERS),
+            "<h2>Runs</h2><p>One row per run. Time, TFLOP/s, MFU and tokens/s are means over the steady state of "
+            "the run's cell, as its verdict: " + html.escape(steady_text(cfg.warmup, set(self._gc_out))) + ". A "
+            "failed point shows the class of the failure, the rank and the first error line of that rank.</p>",
+            html_table(columns, ([r.get(c) for c in columns] for r in shown), classes, HEADERS,
+                       definitions(cfg.warmup, cfg.loss_first_k, cfg.loss_rtol, gc_out=self._gc_out)),
         ]
 
 
@@ -737,6 +958,11 @@ def _series(m: TrainingRunMetrics) -> list[float]:
 
 def _sec(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000.0
+
+
+def _ms(sec: Any) -> float | None:
+    """A row's seconds (the CSV's unit) as the page's ms."""
+    return sec * 1000.0 if isinstance(sec, (int, float)) and not isinstance(sec, bool) else None
 
 
 def _interval(text: Any) -> tuple[float, float] | None:

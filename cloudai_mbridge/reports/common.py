@@ -156,4 +156,14 @@ def skipped_section(points: Sequence[Any]) -> str:
                "expected_rejections"}
     return (f"<h2>Skipped points</h2><p>{len(points)} sweep point(s) skipped before anything was queued: Megatron "
             "(or the payload) would reject them. No job ran for them; they have no row above.</p>"
-            + html_table(columns, rows, ["" if p.expected else "bad" for p in points], headers))
+            + html_table(columns, rows, ["" if p.expected else "bad" for p in points], headers, SKIPPED_DEFINITIONS))
+
+
+SKIPPED_DEFINITIONS = {
+    "test": "the scenario's test the point belongs to",
+    "point": "the point's number in the test's sweep (CloudAI's DSE step)",
+    "values": "the swept values of this point",
+    "rule": "the id of each rule the point breaks",
+    "reason": "what the rule found and how to fix it",
+    "declared": "yes when the test names the rule in expected_rejections (then the skip is no error)",
+}

@@ -11,16 +11,36 @@ from typing import Any
 from ..metrics.dispatch_bench import parse_dispatch_run
 from .page import html_table
 
-COLUMNS = ("model", "tokens_per_rank", "ranks", "backend", "status", "dispatch_median_us", "dispatch_p10_p90_us",
-           "combine_median_us", "combine_p10_p90_us", "dispatch_algbw_gbps", "combine_algbw_gbps", "calls",
+# The page's columns: times in ms like the rest of the A/B page (the CSV keeps the log's µs, *_us).
+COLUMNS = ("model", "tokens_per_rank", "ranks", "backend", "status", "dispatch_median_ms", "dispatch_p10_p90_ms",
+           "combine_median_ms", "combine_p10_p90_ms", "dispatch_algbw_gbps", "combine_algbw_gbps", "calls",
            "vs_alltoall_pct", "training_delta_pct", "training_verdict")
 HEADERS = {
     "model": "model", "tokens_per_rank": "tokens per rank", "ranks": "ranks (ep)", "backend": "dispatcher",
-    "status": "run", "dispatch_median_us": "dispatch median (µs)", "dispatch_p10_p90_us": "dispatch p10..p90 (µs)",
-    "combine_median_us": "combine median (µs)", "combine_p10_p90_us": "combine p10..p90 (µs)",
+    "status": "run", "dispatch_median_ms": "dispatch median (ms)", "dispatch_p10_p90_ms": "dispatch p10..p90 (ms)",
+    "combine_median_ms": "combine median (ms)", "combine_p10_p90_ms": "combine p10..p90 (ms)",
     "dispatch_algbw_gbps": "dispatch algbw (GB/s)", "combine_algbw_gbps": "combine algbw (GB/s)",
-    "calls": "timed calls", "vs_alltoall_pct": "dispatch + combine vs alltoall (%)",
+    "calls": "timed calls", "vs_alltoall_pct": "dispatch + combine vs alltoall, medians (%)",
     "training_delta_pct": "training delta vs alltoall (%)", "training_verdict": "training verdict",
+}
+DEFINITIONS = {
+    "model": "the model whose MoE layer shapes the benchmark used",
+    "tokens_per_rank": "seq_length x mbs of the training runs",
+    "ranks": "ranks of the expert-parallel group",
+    "backend": "the token dispatcher timed",
+    "status": "ok, or why the run's log gives no number",
+    "dispatch_median_ms": "median over the timed calls of one dispatch (preprocess + dispatch + postprocess, the "
+                          "slowest rank)",
+    "dispatch_p10_p90_ms": "10th and 90th percentile of the same calls",
+    "combine_median_ms": "median over the timed calls of one combine, likewise",
+    "combine_p10_p90_ms": "10th and 90th percentile of the same calls",
+    "dispatch_algbw_gbps": "tokens x top-k x hidden x bytes per element / dispatch median (GB = 1e9 bytes)",
+    "combine_algbw_gbps": "the same bytes / combine median",
+    "calls": "timed calls after the warm-up",
+    "vs_alltoall_pct": "(dispatch + combine median) / alltoall's - 1, in %: a difference of medians with no "
+                       "interval (the log keeps medians and percentiles, not each call), so not a ranking",
+    "training_delta_pct": "the A/B's change in time per iteration for the same model, mbs and dispatcher",
+    "training_verdict": "the A/B's verdict for that pair",
 }
 
 
@@ -75,6 +95,22 @@ def attach_training(rows: list[dict[str, Any]], training: dict[tuple[str, int, s
             r["training_verdict"] = t.get("verdict")
 
 
+def _in_ms(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's µs as ms for the page (4 decimals: the µs stay readable, 410.2 µs is 0.4102 ms)."""
+    out = dict(row)
+    for phase in ("dispatch", "combine"):
+        median = row.get(f"{phase}_median_us")
+        out[f"{phase}_median_ms"] = None if median is None else f"{median / 1000:.4f}"
+        spread = row.get(f"{phase}_p10_p90_us")
+        if isinstance(spread, str) and ".." in spread:
+            lo, hi = spread.split("..", 1)
+            try:
+                out[f"{phase}_p10_p90_ms"] = f"{float(lo) / 1000:.4f}..{float(hi) / 1000:.4f}"
+            except ValueError:
+                out[f"{phase}_p10_p90_ms"] = None
+    return out
+
+
 def section(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return ""
@@ -82,14 +118,14 @@ def section(rows: list[dict[str, Any]]) -> str:
         "<h2>Dispatch / combine microbenchmark</h2><p class='note'>Megatron-Core's token dispatcher alone, built as "
         "the MoE layer builds it, at the training runs' shapes (hidden, top-k, experts; tokens per rank = "
         "seq_length x mbs), balanced routing, identity experts. Per call: dispatch = preprocess + dispatch + "
-        "postprocess, combine likewise, each between CUDA events, the slowest rank's time; median and p10..p90 over "
-        "the timed calls after warm-up. algbw = tokens x top-k x hidden x bytes per element (what a rank hands the "
-        "dispatcher, the same for every backend) / median. A run whose log is damaged or cut short shows its status "
-        "and no number. The training delta is the A/B's for the same model, mbs and dispatcher against "
-        "alltoall.</p>"
+        "postprocess, combine likewise, each between CUDA events, the slowest rank's time, in ms; median and "
+        "p10..p90 over the timed calls after warm-up. algbw = tokens x top-k x hidden x bytes per element (what a "
+        "rank hands the dispatcher, the same for every backend) / median. A run whose log is damaged or cut short "
+        "shows its status and no number. The training delta is the A/B's for the same model, mbs and dispatcher "
+        "against alltoall.</p>"
     )
     classes = ["" if r["status"] == "ok" else "bad" for r in rows]
-    table = html_table(COLUMNS, ([r.get(c) for c in COLUMNS] for r in rows), classes, HEADERS)
+    table = html_table(COLUMNS, ([_in_ms(r).get(c) for c in COLUMNS] for r in rows), classes, HEADERS, DEFINITIONS)
     errors = [f"<li>{html.escape(str(r['model']))} {html.escape(str(r['backend']))}: {html.escape(str(r['status']))}"
               f" ({html.escape(str(r['error']))})</li>" for r in rows if r["status"] != "ok" and r.get("error")]
     return note + table + (f"<ul>{''.join(errors)}</ul>" if errors else "")

@@ -20,8 +20,9 @@ from ..safe_read import MAX_JSON_BYTES, read_text
 
 def ab_report(run_dirs: Sequence[Path], out: Path, warmup: int, name: str = "gpu_dispatcher_ab",
               system: str = "local", elsewhere: Mapping[str, str] | None = None,
-              elsewhere_source: str | None = None) -> list[dict[str, Any]]:
-    """Writes mbridge_ab.csv / .html / *.png (and mbridge_runs.csv) into ``out``; returns the A/B rows."""
+              elsewhere_source: str | None = None, note: str | None = None) -> list[dict[str, Any]]:
+    """Writes mbridge_ab.csv / .html / *.png (and mbridge_runs.csv) into ``out``; returns the A/B rows. ``note``:
+    where the runs come from, in words, shown under the page's title and in its provenance."""
     from cloudai.core import TestRun, TestScenario
     from cloudai.systems.standalone import StandaloneSystem
 
@@ -66,6 +67,7 @@ def ab_report(run_dirs: Sequence[Path], out: Path, warmup: int, name: str = "gpu
     report.provenance_elsewhere = dict(elsewhere) if elsewhere else None
     report.list_skipped = False  # plain run folders: no scenario whose skipped points could be listed
     report.provenance_source = elsewhere_source
+    report.provenance_note = note
     report.rows = []
     report.generate()
     return report.rows

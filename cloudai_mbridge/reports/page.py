@@ -40,6 +40,8 @@ STYLE = (
     "table.kv th{text-align:left;background:#f3f3f3;width:16em}table.kv td{text-align:left}"
     ".prov{margin-top:2em;border-top:2px solid #ddd}.prov code{font-size:12px;overflow-wrap:anywhere}"
     ".prov ul{margin:.2em 0;padding-left:1.2em;columns:2;font-size:13px}"
+    "ul.legend{margin:-.4em 0 1.2em;padding-left:1.2em;columns:2;column-gap:2.5em;font-size:12px;color:#333}"
+    "ul.legend li{break-inside:avoid;margin:0 0 .15em}"
 )
 
 
@@ -56,15 +58,27 @@ def html_table(
     rows: Iterable[Sequence[Any]],
     classes: Iterable[str] | None = None,
     headers: Mapping[str, str] | None = None,
+    definitions: Mapping[str, str] | None = None,
 ) -> str:
     """A table; ``headers`` maps a column key to the words (with unit) shown above it. Text cells (strings that
-    are not numbers) are left-aligned and wrap, so a long failure line cannot widen the table past the page."""
+    are not numbers) are left-aligned and wrap, so a long failure line cannot widen the table past the page.
+    ``definitions`` maps a column key to what the column holds: they become the legend under the table
+    (:func:`legend`), one line per column, in the columns' order."""
     head = "".join(f"<th>{html.escape((headers or {}).get(c, c))}</th>" for c in columns)
     body = []
     for row, cls in zip(rows, classes or _forever(""), strict=False):
         cells = "".join(f"<td{_cell_class(v)}>{html.escape(fmt(v))}</td>" for v in row)
         body.append(f'<tr class="{html.escape(cls)}">{cells}</tr>')
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    if definitions is None:
+        return table
+    return table + legend([((headers or {}).get(c, c), definitions.get(c, "")) for c in columns])
+
+
+def legend(items: Sequence[tuple[str, str]]) -> str:
+    """The legend under a table: each column's header (as shown above it) and its definition, escaped."""
+    lis = "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(text)}</li>" for name, text in items)
+    return f"<ul class='legend'>{lis}</ul>"
 
 
 def _cell_class(value: Any) -> str:

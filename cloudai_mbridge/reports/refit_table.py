@@ -3,17 +3,25 @@ bandwidth, the fastest mapping from each source layout, and what failed and why,
 
 A mapping is named by both full layouts (``TP2·EP2 → TP4·EP1``: TP and EP always, PP and ETP where either side sets
 them), so a dimension that drops to 1 stays visible. Spread is p10-p90 of the timed refits of the run, with their
-count n. The fastest mapping from a source layout is *clear* only when its p10-p90 range lies below every other's
-and each side has at least ``MIN_N`` timed refits; otherwise the page says the ranking is within the spread: the
-median of three refits moved from 64.9 to 45.9 ms between two identical runs. A run that failed verification, or
-whose log carries a damaged time, shows no time.
+count n. A run that failed verification, or whose log carries a damaged time, shows no time.
+
+Ranking. Each mapping from a source layout is compared with the one of lowest median from the same source: the
+change of the median, (median / lowest median - 1) x 100, with its 95 % interval from a bootstrap of the two runs'
+timed refits (each drawn with replacement, independently; :data:`RESAMPLES` draws, fixed seed, percentile interval
+of the ratio of the medians). The interval covers the refit-to-refit noise within each run, not run-to-run noise
+(the median of three refits moved from 64.9 to 45.9 ms between two identical runs). A comparison is *slower* (ranked)
+only when the interval excludes 0 and each side has at least ``MIN_N`` timed refits (with three, the bootstrap's
+interval excludes 0 only when every refit of one mapping beats every refit of the other); otherwise it is *not
+distinguishable*. A source layout has a *fastest* mapping only when every other mapping from it is ranked slower.
 """
 
 from __future__ import annotations
 
 import html
 import logging
-from collections.abc import Mapping
+import math
+import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cloudai.core import Reporter
@@ -35,7 +43,13 @@ from .common import (
 from .page import headline, verdict_badge
 from .provenance import RunSource, collect
 
-MIN_N = 5  # timed refits per mapping below which no ranking is called clear
+MIN_N = 3  # timed refits per mapping below which no comparison is ranked
+RESAMPLES = 2000
+SEED = 20261129
+SLOWER = "slower"
+NOT_DISTINGUISHABLE = "not distinguishable"
+COVERS = ("95 % intervals: bootstrap of the ratio of medians over each run's timed refits; they cover the "
+          "refit-to-refit noise within a run, not run-to-run noise")
 
 HEADERS = {
     "mapping": "mapping (training → inference layout)",
@@ -47,7 +61,7 @@ HEADERS = {
     "spread": "spread p10-p90 (ms)",
     "range": "min-max (ms)",
     "n": "timed refits (n)",
-    "vs_fastest": "vs fastest from its source",
+    "vs_fastest": "median vs the lowest median from its source: change (%), 95 % interval, verdict",
     "bandwidth_gbps": "bandwidth (GB/s)",
     "verification": "verification",
     "status": "status",
@@ -55,6 +69,24 @@ HEADERS = {
 }
 COLUMNS = ["mapping", "mode", "transport", "ranks", "layers", "time_ms_median", "spread", "range", "n", "vs_fastest",
            "bandwidth_gbps", "verification", "status", "failure"]
+DEFINITIONS = {
+    "mapping": "the training (source) layout and the inference (destination) layout the weights were copied between",
+    "mode": "collocated (both layouts on the same GPUs) or not",
+    "transport": "the library that moved the bytes, and how the copy service ran where it was not the default",
+    "ranks": "processes (GPUs) of the run",
+    "layers": "transformer layers of the model copied",
+    "time_ms_median": "median time of one refit over the run's timed refits (after its warm-up refits)",
+    "spread": "10th and 90th percentile of the same refits",
+    "range": "fastest and slowest of the same refits",
+    "n": "timed refits of the run",
+    "vs_fastest": f"(median / lowest median from the same source - 1) x 100, its 95 % bootstrap interval over both "
+                  f"runs' timed refits, and the verdict: {SLOWER} when the interval excludes 0 and both runs have "
+                  f"at least {MIN_N} timed refits, else {NOT_DISTINGUISHABLE}",
+    "bandwidth_gbps": "bytes moved / median time (GB = 1e9 bytes)",
+    "verification": "whether every destination shard matched the source bit for bit",
+    "status": "ok, or why the run has no time",
+    "failure": "for a failed run: the failure's class, the rank and that rank's first error line",
+}
 
 
 def layout_name(side: Mapping[str, Any], dims: tuple[str, ...] = ("tp", "ep")) -> str:
@@ -162,9 +194,53 @@ def _key(row: Mapping[str, Any]) -> tuple[str, Any, str]:
     return (str(row["model"]), row["layers"], str(row["src_layout"]))
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def ratio_interval(fast: Sequence[float], slow: Sequence[float], resamples: int = RESAMPLES,
+                   seed: int = SEED) -> tuple[float, float, float] | None:
+    """(change %, 2.5th, 97.5th percentile) of (median(slow) / median(fast) - 1) x 100 under a bootstrap of each
+    side's values (drawn with replacement, independently); None when a side has no finite positive value."""
+    a = [v for v in fast if math.isfinite(v) and v > 0]
+    b = [v for v in slow if math.isfinite(v) and v > 0]
+    if not a or not b:
+        return None
+    rng = random.Random(seed)
+    draws = sorted(
+        (_median([b[rng.randrange(len(b))] for _ in b]) / _median([a[rng.randrange(len(a))] for _ in a]) - 1.0) * 100
+        for _ in range(resamples)
+    )
+    lo, hi = draws[int(0.025 * (resamples - 1))], draws[math.ceil(0.975 * (resamples - 1))]
+    return (_median(b) / _median(a) - 1.0) * 100.0, lo, hi
+
+
+def compare(best: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` against ``best`` (the lowest median of its source): the change with its interval and the verdict."""
+    times = [t for t in row["times_ms"] if t is not None]
+    base = [t for t in best["times_ms"] if t is not None]
+    got = ratio_interval(base, times)
+    n = (len(base), len(times))
+    if got is None:
+        return {"change": row["vs_fastest_pct"], "ci": None, "n": n, "verdict": NOT_DISTINGUISHABLE,
+                "why": "no timed refits to compare"}
+    change, lo, hi = got
+    if lo <= 0.0 <= hi:
+        verdict, why = NOT_DISTINGUISHABLE, "the interval holds 0"
+    elif min(n) < MIN_N:
+        verdict, why = NOT_DISTINGUISHABLE, f"n < {MIN_N} timed refits"
+    else:
+        verdict, why = (SLOWER, None) if lo > 0.0 else (NOT_DISTINGUISHABLE, "the interval lies below 0")
+    return {"change": change, "ci": (lo, hi), "n": n, "verdict": verdict, "why": why}
+
+
 def rank_mappings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per source layout: the fastest verified mapping and how sure that is. Sets ``fastest`` and
-    ``vs_fastest_pct`` on the rows; returns one finding per source layout, in the rows' order."""
+    """Per source layout: the mapping of lowest median and each other's comparison with it (:func:`compare`).
+    Sets ``fastest`` (lowest median), ``vs_fastest_pct``, ``vs_fastest_ci95_pct`` and ``vs_fastest_verdict`` on the
+    rows; returns one finding per source layout, in the rows' order. ``certainty``: only (one timed mapping), clear
+    (every other ranked slower), not distinguishable (at least one is not), none (no timed mapping)."""
     groups: dict[tuple[str, Any, str], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(_key(row), []).append(row)
@@ -177,15 +253,24 @@ def rank_mappings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["fastest"] = r is best
             r["vs_fastest_pct"] = (None if best is None or r["time_ms_median"] is None
                                    else (r["time_ms_median"] - best["time_ms_median"]) / best["time_ms_median"] * 100)
-        certainty, runner = "none", None
-        if best is not None and len(timed) == 1:
+            r["vs_fastest_ci95_pct"] = r["vs_fastest_verdict"] = None
+        comparisons = []
+        for r in timed[1:]:
+            c = compare(best, r)
+            r["comparison"] = c
+            r["vs_fastest_ci95_pct"] = None if c["ci"] is None else f"{c['ci'][0]:+.1f}..{c['ci'][1]:+.1f}"
+            r["vs_fastest_verdict"] = c["verdict"]
+            comparisons.append((r, c))
+        if best is None:
+            certainty = "none"
+        elif not comparisons:
             certainty = "only"
-        elif best is not None:
-            runner = timed[1]
-            separated = all(best["time_ms_p90"] < r["time_ms_p10"] for r in timed[1:])
-            enough = all(r["n"] >= MIN_N for r in timed)
-            certainty = "clear" if separated and enough else "within spread" if not separated else "too few"
-        findings.append({"model": model, "layers": layers, "source": src, "best": best, "runner": runner,
+        elif all(c["verdict"] == SLOWER for _, c in comparisons):
+            certainty = "clear"
+        else:
+            certainty = NOT_DISTINGUISHABLE
+        findings.append({"model": model, "layers": layers, "source": src, "best": best,
+                         "runner": timed[1] if len(timed) > 1 else None, "comparisons": comparisons,
                          "certainty": certainty, "failed": failed, "count": len(members)})
     return findings
 
@@ -195,19 +280,20 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
     import pandas as pd
 
     findings = rank_mappings(rows)
+    clear = {id(f["best"]) for f in findings if f["certainty"] == "clear"}
     for r in rows:
         r["spread"] = _span(r["time_ms_p10"], r["time_ms_p90"])
         r["range"] = _span(r["time_ms_min"], r["time_ms_max"])
-        r["vs_fastest"] = ("fastest" if r["fastest"] else None if r["vs_fastest_pct"] is None
-                           else f"+{r['vs_fastest_pct']:.0f} %")
-    csv_rows = [{k: v for k, v in r.items() if k not in ("spread", "range", "vs_fastest", "times_ms")} for r in rows]
+        r["vs_fastest"] = _vs_fastest(r, id(r) in clear)
+    hidden = ("spread", "range", "vs_fastest", "times_ms", "comparison")
+    csv_rows = [{k: v for k, v in r.items() if k not in hidden} for r in rows]
     frame = pd.DataFrame(csv_rows)
     frame["ranks"] = frame["ranks"].astype("Int64")
     write_atomic(root / "mbridge_refit.csv", redact_report(frame.to_csv(index=False)))
 
     sections = [scenario_facts([{"model": r["model"], "precision": r["precision"]} for r in rows],
                                ["model", "precision"])]
-    sections.append(headline("Fastest mapping per source layout", [_finding_html(f) for f in findings]))
+    sections.append(headline("Refit mappings compared per source layout", [_finding_html(f) for f in findings]))
     ordered = []  # by source layout, fastest first, the mappings without a time last
     for f in findings:
         members = [x for x in rows if _key(x) == (f["model"], f["layers"], f["source"])]
@@ -220,26 +306,55 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
             "refit time (ms)",
             [RangeRow(f"{r['mapping']}\n{r['mode']}, {r['transport']}", r["time_ms_median"],
                       None if r["time_ms_p10"] is None else (r["time_ms_p10"], r["time_ms_p90"]),
-                      r["times_ms"], r["fastest"], None if r["time_ms_median"] is not None else
+                      r["times_ms"], id(r) in clear, None if r["time_ms_median"] is not None else
                       f"no time: {r['status']}" + (f" ({r['failure']})" if r["failure"] else ""),
                       group="|".join(map(str, _key(r))))
              for r in ordered],
-            best_label="fastest from its source layout",
+            best_label="fastest from its source layout (every other ranked slower)",
             other_label="other mapping",
         ), png)
         sections.append(f"<img src='{inline_png(png)}' alt='refit time per mapping'>")
     sections.append(
         "<h2>Mappings</h2><p class='note'>Time per refit (megatron.core.resharding.swap_model_weights) over the "
         "timed iterations, after warm-up: median, p10-p90 spread and min-max over the n timed refits of the run; "
-        "bandwidth = bytes moved / median time (GB = 10<sup>9</sup> bytes). Rows in red failed verification or did "
-        "not finish: they carry no time.</p>"
+        "bandwidth = bytes moved / median time (GB = 10<sup>9</sup> bytes). All times are in ms. Each mapping is "
+        "compared with the lowest median from its source layout: the change of the median with its 95 % interval, "
+        f"a bootstrap of the ratio of the two medians over both runs' timed refits ({RESAMPLES} draws, fixed seed). "
+        "It covers the refit-to-refit noise within each run, not run-to-run noise. A mapping is ranked slower only "
+        f"when the interval excludes 0 and both runs have at least {MIN_N} timed refits; otherwise it is not "
+        "distinguishable, and a source layout has a fastest mapping only when every other is ranked slower. Rows in "
+        "red failed verification or did not finish: they carry no time.</p>"
     )
     classes = ["" if r["verification"] == "pass" and r["status"] == "ok" else "bad" for r in ordered]
-    sections.append(html_table(COLUMNS, ([r[c] for c in COLUMNS] for r in ordered), classes, HEADERS))
+    sections.append(html_table(COLUMNS, ([r[c] for c in COLUMNS] for r in ordered), classes, HEADERS, DEFINITIONS))
     if skipped:  # the sweep points a rule rejected, with the rule (after the results, before the provenance)
         sections.append(skipped)
     write_atomic(root / "mbridge_refit.html", redact_report(html_page(title, sections, prov, kind="refit report")))
     logging.info("mbridge_refit: %d row(s) written to %s", len(rows), root / "mbridge_refit.html")
+
+
+def _vs_fastest(r: Mapping[str, Any], clear: bool) -> str | None:
+    """The table's cell: the lowest median, or the change with its interval and verdict."""
+    if r["fastest"]:
+        return "fastest" if clear else "lowest median"
+    c = r.get("comparison")
+    if c is None:
+        return None
+    interval = "" if c["ci"] is None else f" [{c['ci'][0]:+.0f}..{c['ci'][1]:+.0f}]"
+    why = f" ({c['why']})" if c["why"] and c["why"] != "the interval holds 0" else ""
+    return f"{c['change']:+.0f} %{interval}, {c['verdict']}{why}"
+
+
+def _comparison_html(r: Mapping[str, Any], c: Mapping[str, Any]) -> str:
+    e = html.escape
+    interval = "no interval" if c["ci"] is None else f"95 % interval {c['ci'][0]:+.1f}..{c['ci'][1]:+.1f} %"
+    n = f"n = {c['n'][0]} + {c['n'][1]} timed refits"
+    if c["verdict"] == SLOWER:
+        return (f"→ {e(r['dst_layout'])}: {r['time_ms_median']:,.1f} ms median, {c['change']:+.1f} % ({interval}, "
+                f"{n}) {verdict_badge('slower', 'ok')}")
+    why = f": {c['why']}" if c["why"] else ""
+    return (f"→ {e(r['dst_layout'])}: {r['time_ms_median']:,.1f} ms median, {c['change']:+.1f} % ({interval}, {n}) "
+            f"{verdict_badge(f'not distinguishable{why}', 'warn')}")
 
 
 def _finding_html(f: Mapping[str, Any]) -> str:
@@ -252,20 +367,19 @@ def _finding_html(f: Mapping[str, Any]) -> str:
     else:
         stat = (f"{best['time_ms_median']:,.1f} ms median (p10-p90 {best['spread']} ms, n = {best['n']}), "
                 f"{e(best['mode'])}, {e(best['transport'])}")
-        text = f"{where}: fastest <b>→ {e(best['dst_layout'])}</b>, {stat}"
-        runner = f["runner"]
-        if f["certainty"] == "only":
-            text += f" {verdict_badge('only verified mapping', 'none')}"
+        if f["certainty"] == "only":  # nothing to rank it against
+            text = (f"{where}: one verified mapping <b>→ {e(best['dst_layout'])}</b>, {stat} "
+                    f"{verdict_badge('only verified mapping: no ranking', 'none')}")
+        elif f["certainty"] == "clear":
+            text = (f"{where}: fastest <b>→ {e(best['dst_layout'])}</b>, {stat} "
+                    f"{verdict_badge('ranked: every other mapping is slower', 'ok')}")
         else:
-            gap = runner["vs_fastest_pct"]
-            versus = (f"next: → {e(runner['dst_layout'])}, {runner['time_ms_median']:,.1f} ms median, {gap:.0f} % "
-                      "slower")
-            if f["certainty"] == "clear":
-                text += f"; {versus} {verdict_badge('clear: spreads do not overlap', 'ok')}"
-            elif f["certainty"] == "too few":
-                text += (f"; {versus} {verdict_badge(f'not sure: n < {MIN_N} timed refits', 'warn')}")
-            else:
-                text += f"; {versus} {verdict_badge('within the spread: not a ranking', 'warn')}"
+            tied = ", ".join(f"→ {r['dst_layout']}" for r, c in f["comparisons"] if c["verdict"] != SLOWER)
+            text = (f"{where}: lowest median <b>→ {e(best['dst_layout'])}</b>, {stat} "
+                    f"{verdict_badge(f'no fastest: not distinguishable from {tied}', 'warn')}")
+        if f["comparisons"]:
+            items = "".join(f"<li>{_comparison_html(r, c)}</li>" for r, c in f["comparisons"])
+            text += f"<ul>{items}</ul><span class='note'>{e(COVERS)}.</span>"
     if failed:
         why = "; ".join(f"→ {e(r['dst_layout'])}: {e(r['failure'] or r['status'].replace('_', ' '))}" for r in failed)
         text += f"<br><span class='note'>{len(failed)} without a time: {why}</span>"
