@@ -1,8 +1,9 @@
 """Plain ``cloudai`` over every scenario CloudAI ships, with the plugin installed and without it: byte for byte alike.
 
 Every scenario TOML of CloudAI's ``conf/`` (the pinned commit, conftest.py) is dry-run on every system kind CloudAI
-ships an example of (Slurm, standalone, Kubernetes with a dummy kubeconfig whose API server refuses at once on
-loopback, Run:ai, and a folder's own system files), and on Slurm once more with ``--single-sbatch``; then
+ships an example of (Slurm, standalone, Kubernetes with a dummy kubeconfig whose API server, a stub of this test's,
+answers 404 to every request on loopback, Run:ai, and a folder's own system files), and on Slurm once more with
+``--single-sbatch``; then
 ``verify-configs`` over the whole ``conf/``, and ``install`` of the Sleep and NCCL scenarios with a fake ``srun`` whose
 help lacks pyxis' container options. ``sinfo``, ``squeue``, ``sacct``, ``scontrol``, ``sbatch`` and ``scancel`` are
 fakes that print nothing: no cluster is asked. Each side runs in its own folder tree of the same shape, all of one side
@@ -17,6 +18,7 @@ the plugin. The test also checks it is not vacuous: dry-runs that wrote job file
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import re
@@ -24,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +43,7 @@ FAKES = ("sinfo", "squeue", "sacct", "scontrol", "sbatch", "scancel")
 SRUN_WITHOUT_PYXIS = "Usage: srun [OPTIONS]\n  --mpi=type\n  --gpus-per-node=n\n  --ntasks-per-node=n\n"
 KUBECONFIG = """apiVersion: v1
 kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+clusters: [{name: c, cluster: {server: "SERVER"}}]
 users: [{name: u, user: {token: t}}]
 contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
@@ -69,10 +72,28 @@ def scenario_tests_folder(conf: Path, scenario: Path) -> Path:
     return own if own.is_dir() else conf / "common" / "test"
 
 
-def build_side(src: Path, root: Path) -> dict[str, Path]:
+class _NoCluster(http.server.BaseHTTPRequestHandler):
+    """A Kubernetes API server that has nothing: every request gets 404 at once (a refused connection makes the
+    Kubernetes client retry for seconds per call)."""
+
+    def _answer(self) -> None:
+        body = b'{"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}'
+        self.send_response_only(404)  # no Date header: CloudAI prints the response's headers
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _answer  # noqa: N815 (http.server's names)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+def build_side(src: Path, root: Path, server: str) -> dict[str, Path]:
     """The side's folder tree: CloudAI's conf/, the system files, the fake Slurm commands."""
     shutil.copytree(src / "conf", root / "conf")
-    (root / "kubeconfig").write_text(KUBECONFIG)
+    (root / "kubeconfig").write_text(KUBECONFIG.replace("SERVER", server))
     systems = root / "systems"
     systems.mkdir()
     k8s = (root / "conf" / "common" / "system" / "kubernetes_cluster.toml").read_text()
@@ -169,11 +190,14 @@ def first_difference(a: dict[str, bytes], b: dict[str, bytes]) -> str:
 @pytest.fixture(scope="module")
 def both_sides(cloudai_src: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     base = tmp_path_factory.mktemp("conf-differential")
+    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoCluster)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    server = f"http://127.0.0.1:{api.server_address[1]}"
     sides: dict[str, Any] = {}
     for name in ("alone", "plugged"):
         root = base / {"alone": "side_a", "plugged": "side_b"}[name]  # one length: rich wraps its tables alike
         root.mkdir()
-        systems = build_side(cloudai_src, root)
+        systems = build_side(cloudai_src, root, server)
         case_list = cases(root, systems)
         (root / "cases.json").write_text(json.dumps(case_list))
         sides[name] = {"root": root, "cases": case_list}
@@ -188,10 +212,14 @@ def both_sides(cloudai_src: Path, tmp_path_factory: pytest.TempPathFactory) -> d
         env.pop("KUBECONFIG", None)
         argv = [sys.executable, str(DRIVER), str(root / "cases.json"), str(root / "results.json")]
         procs[name] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for name, proc in procs.items():
-        out = proc.communicate(timeout=1500)[0]
-        assert proc.returncode == 0, f"the {name} driver failed: {out[-3000:]}"
-        sides[name]["results"] = json.loads((sides[name]["root"] / "results.json").read_text())
+    try:
+        for name, proc in procs.items():
+            out = proc.communicate(timeout=1500)[0]
+            assert proc.returncode == 0, f"the {name} driver failed: {out[-3000:]}"
+            sides[name]["results"] = json.loads((sides[name]["root"] / "results.json").read_text())
+    finally:
+        api.shutdown()
+        api.server_close()
     sides["seconds"] = time.monotonic() - started
     return sides
 
@@ -223,6 +251,8 @@ def test_every_shipped_scenario_is_alike_with_and_without_the_plugin(both_sides:
         print(f"\nCloudAI's conf/ with and without the plugin: {len(alone['cases'])} commands per side "
               f"({both_sides['seconds']:.0f} s wall, both sides in parallel); dry-runs that wrote job files, by "
               f"system: {dict(sorted(wrote_jobs.items()))}; differences: {len(problems)}")
+        slow = sorted(plugged["results"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
+        print("  slowest with the plugin: " + ", ".join(f"{cid} {r['seconds']:.1f} s" for cid, r in slow))
         for p in problems[:20]:
             print(f"  DIFFERS: {p}")
     assert not problems, "\n".join(problems[:20])
