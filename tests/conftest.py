@@ -1,0 +1,36 @@
+"""The quick tier: ``.venv/bin/python -m pytest -m "not slow"`` for the edit-and-test loop (README).
+
+A test module is ``slow`` when its tests took 0.5 s or more each on average, or 20 s or more in all, in a full run on
+2 cores (2026-11-29: 3,560 tests in 40 min; the quick tier is the other 65 modules, 1,501 tests). They spawn the CLI,
+CloudAI or Slurm, or run the real Megatron-Core payload; the full command runs them all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SLOW = {
+    "cloudai_guest/test_cloudai_conf_differential.py", "cloudai_guest/test_cloudai_suite.py",
+    "hostile/test_damaged_refit.py", "hostile/test_damaged_results.py", "hostile/test_hostile_inputs.py",
+    "hostile/test_issue32.py", "hostile/test_reliability.py", "k8s/test_k8s_dry_run.py",
+    "k8s/test_k8s_hostile_and_secrets.py", "metrics/test_benchmark.py", "metrics/test_frames.py",
+    "payload/test_refit_coalesce.py", "payload/test_refit_coalesce_edges.py", "payload/test_refit_coalesce_pairwise.py",
+    "payload/test_refit_payload.py", "slurm/test_cluster.py", "slurm/test_e2e.py", "test_ab_starts.py",
+    "test_bridge062_recipes.py", "test_dispatch_bench.py", "test_dry_run.py", "test_first_hour.py",
+    "test_gpu_dispatcher_ab.py", "test_gpu_scripts_without_gpu.py", "test_hostile_and_secrets.py",
+    "test_html_chromium.py", "test_newcomer_commands.py", "test_no_stray_writes.py", "test_nothing_hidden.py",
+    "test_output_folders.py", "test_preflight.py", "test_production_configs.py", "test_properties_models.py",
+    "test_redact.py", "test_registration.py", "test_report_demo.py", "test_report_readability.py",
+    "test_report_verdicts.py", "test_reports.py", "test_robust_cli.py", "test_standalone.py", "test_system_fit.py",
+    "test_toml_files.py", "test_version_lines.py",
+}
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if path.is_relative_to(HERE) and path.relative_to(HERE).as_posix() in SLOW:
+            item.add_marker(pytest.mark.slow)
