@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,18 @@ def _invisible_field_problems(path: Path, data: dict[str, Any]) -> list[str]:
             problems.append(f"{path}: {field} = '{shown}' holds a character that does not show ({chars}); it would "
                             "reach Slurm as part of the value. Fix: type the value again without it")
     return problems
+
+
+def named_test_files(tests_dir: Path | str) -> Iterator[tuple[Any, Path]]:
+    """(the ``name`` field, the file) of each test TOML in ``tests_dir``, in file-name order; a file that cannot be
+    read is left out (its own error is said where it is parsed)."""
+    from ..safe_read import MAX_TOML_BYTES, InputFileError, read_text
+
+    for path in sorted(Path(tests_dir).glob("*.toml")):
+        try:
+            yield tomllib.loads(read_text(path, MAX_TOML_BYTES)).get("name"), path
+        except (OSError, ValueError, InputFileError):
+            continue
 
 
 def system_file_problems(path: Path | str) -> list[str]:

@@ -398,24 +398,20 @@ def scenario_check(system: Any, scenario: Any, source: str = "", result_dir: Pat
     if problems:
         return problems, None
     report = preflight(system, scenario, result_dir, sink=sink, keep_all=keep_all)
+    blocking = blocking_problems(report, scenario)
     if tests_dir is None and (ses := current()) is not None:
         tests_dir = ses.inputs.get("tests_dir")
-    sources = test_sources(tests_dir) if tests_dir else {}
-    return [f"{where}{p}" for p in blocking_problems(report, scenario, sources)], report
+    if blocking and tests_dir:  # the test files are read only to name them in a refusal
+        blocking = blocking_problems(report, scenario, test_sources(tests_dir))
+    return [f"{where}{p}" for p in blocking], report
 
 
 def test_sources(tests_dir: Path | str) -> dict[str, str]:
-    """The test TOMLs of ``tests_dir`` by the test's ``name`` (what a refusal names as the file to edit); a file that
-    cannot be read is left out (its own error is said elsewhere)."""
-    from ..safe_read import MAX_TOML_BYTES, InputFileError, read_text
-    from .config_files import tomllib
+    """The test TOMLs of ``tests_dir`` by the test's ``name`` (what a refusal names as the file to edit)."""
+    from .config_files import named_test_files
 
     found: dict[str, str] = {}
-    for path in sorted(Path(tests_dir).glob("*.toml")):
-        try:
-            name = tomllib.loads(read_text(path, MAX_TOML_BYTES)).get("name")
-        except (OSError, ValueError, InputFileError):
-            continue
+    for name, path in named_test_files(tests_dir):
         if isinstance(name, str):
             found.setdefault(name, str(path))
     return found

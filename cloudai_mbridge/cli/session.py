@@ -777,7 +777,7 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
 
     from ..atomic import normal_mode
     from ..safe_read import MAX_TOML_BYTES, InputFileError, read_text
-    from .config_files import tomllib
+    from .config_files import named_test_files, tomllib
 
     if system_config is None or test_scenario is None:
         return
@@ -792,11 +792,7 @@ def save_inputs(root: Path, system_config: Any = None, test_scenario: Any = None
             (staging / sub).mkdir()
             shutil.copyfile(src, staging / sub / src.name)
         (staging / "test").mkdir()
-        for src in sorted(Path(tests_dir).glob("*.toml")) if tests_dir else []:
-            try:
-                name = tomllib.loads(read_text(src, MAX_TOML_BYTES)).get("name")
-            except (OSError, ValueError, InputFileError):
-                continue
+        for name, src in named_test_files(tests_dir) if tests_dir else []:
             if name in names:
                 shutil.copyfile(src, staging / "test" / src.name)
         for path in [staging, *staging.rglob("*")]:

@@ -8,10 +8,11 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any
 
-from cloudai.core import DockerImage, Installable, JobStatusResult, System, TestRun
+from cloudai.core import DockerImage, Installable, JobStatusResult, Registry, System, TestRun
 from cloudai.models.workload import TestDefinition
 from pydantic import PrivateAttr, field_validator
 
+from ..launch.kubernetes import SCHEDULER as K8S_SCHEDULER
 from ..redact import redact, text_secret_problem
 from ..rules import Violation
 from ..rules.base import show_value
@@ -134,10 +135,6 @@ class MBridgeTestDefinition(TestDefinition):
         (one object per job) where ours is "mbridge_kubernetes"."""
         if system is None:
             return []
-        from cloudai.core import Registry
-
-        from ..launch.kubernetes import SCHEDULER as K8S_SCHEDULER
-
         reg = Registry()
         if (type(system), type(self)) in reg.command_gen_strategies_map or (
                 type(system), type(self)) in reg.json_gen_strategies_map:
