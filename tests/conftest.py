@@ -29,8 +29,22 @@ SLOW = {
 HERE = Path(__file__).resolve().parent
 
 
+def xdist_group(rel: str) -> str:
+    """The worker group of a test module under ``pytest -n`` (pyproject's addopts, ``--dist loadgroup``).
+
+    A module runs whole on one worker, so its module- and session-scoped fixtures (a dry-run made once, CloudAI's
+    source unpacked, the 0.6.2 wheel fetched) run once, not once per worker. Every module under ``slurm/`` shares one
+    group: the local cluster is started and stopped by a session fixture, which must live in a single worker.
+    """
+    return "slurm" if rel.startswith("slurm/") else rel
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         path = Path(str(item.path)).resolve()
-        if path.is_relative_to(HERE) and path.relative_to(HERE).as_posix() in SLOW:
+        if not path.is_relative_to(HERE):
+            continue
+        rel = path.relative_to(HERE).as_posix()
+        if rel in SLOW:
             item.add_marker(pytest.mark.slow)
+        item.add_marker(pytest.mark.xdist_group(xdist_group(rel)))
