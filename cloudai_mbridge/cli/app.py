@@ -369,6 +369,14 @@ def preflight_command(dry_run: Any) -> Any:
             print(f"preflight: could not read {scenario_cfg} with {system_cfg}: {describe_error(exc)}. Fix: correct "
                   "that field", file=sys.stderr)
             raise SystemExit(2) from None
+        from ..rules.sweep import sweep_limit_problem
+
+        if sweep_limit_problem(scenario):  # counted before any point is enumerated; no --output-dir is created
+            from .preflight import test_sources
+
+            too_many = sweep_limit_problem(scenario, test_sources(tests_dir) if tests_dir else None, str(scenario_cfg))
+            print(f"preflight: {too_many}", file=sys.stderr)
+            raise SystemExit(1)
         from .. import interrupts
         from ..atomic import Staged
         from .inputs import secret_problems

@@ -165,7 +165,7 @@ def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path
             continue
         if scenario is None:
             continue
-        refusals, report = scenario_check(_system, scenario, files)
+        refusals, report = scenario_check(_system, scenario, files, tests_dir=tests_dir)
         tallies = [report.tests.get(tr.name) for tr in scenario.test_runs] if report is not None else [None]
         misfits = [t for t in tallies if t is not None and not t.runnable]
         fit_only = all(_fits_elsewhere(r) for t in misfits for r in t.reasons)
@@ -191,6 +191,60 @@ def the_system(configs: Path, kinds: dict[str, list[Path]]) -> Path | None:
     if configs.is_file():
         return None
     return kinds["system"][0] if len(kinds["system"]) == 1 else None
+
+
+def sweep_limit_problems(kinds: dict[str, list[Path]], tests_dir: Path | None) -> list[str]:
+    """rules/sweep.py's sweep_limit_problem of every scenario of ``kinds``, read without a system (as explain_failures
+    reads them; a scenario that cannot be read is CloudAI's to report)."""
+    from unittest.mock import Mock
+
+    from cloudai.core import Parser, System
+
+    from ..rules.sweep import sweep_limit_problem
+    from .preflight import test_sources
+
+    test_tomls = list(tests_dir.glob("*.toml")) if tests_dir else kinds["test"]
+    system = Mock(spec=System)
+    found = []
+    try:
+        tests = {t.name: t for t in Parser.parse_tests(test_tomls, system)}
+    except (Exception, SystemExit):
+        return []
+    for path in kinds["scenario"]:
+        try:
+            scenario = Parser.parse_test_scenario(path, system, tests, {})
+        except (Exception, SystemExit):
+            continue
+        if sweep_limit_problem(scenario):
+            sources = test_sources(tests_dir) if tests_dir else {t: str(p) for t, p in _names(test_tomls)}
+            found.append(sweep_limit_problem(scenario, sources, str(path)) or "")
+    return found
+
+
+def _names(paths: list[Path]) -> list[tuple[str, Path]]:
+    from .config_files import tomllib
+
+    named = []
+    for path in paths:
+        try:
+            named.append((tomllib.loads(read_text(path, MAX_TOML_BYTES)).get("name"), path))
+        except Exception:
+            continue
+    return named
+
+
+class _ParsedOnly(logging.Filter):
+    """CloudAI's "Checked N configuration files, all passed" says its parser read them; the plugin's checks of each
+    scenario (the sweep's size, on a system every point) come after it and may still refuse one: said as what it
+    is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Checked ") and message.endswith(", all passed"):
+            record.msg = message.removesuffix(", all passed") + ", read by CloudAI's parser" + (
+                " (the plugin's checks of each scenario follow)" if "configuration files" in message else "")
+            record.args = ()
+        return True
 
 
 def verify_configs_command() -> click.Command:
@@ -224,10 +278,18 @@ def verify_configs_command() -> click.Command:
             raise SystemExit(EXIT_INPUT)
         from .session import verify_configs_session
 
-        # without CloudAI's error for a missing conf/hook and its dummy kubeconfig in ~/.kube (session.py says why)
-        with verify_configs_session():
-            failed = handlers.handle_verify_all_configs(argparse.Namespace(configs_dir=configs_dir,
-                                                                           tests_dir=tests_dir))
+        # without CloudAI's error for a missing conf/hook and its dummy kubeconfig in ~/.kube (session.py says why);
+        # its "all passed" is said of its parse only, where the plugin's checks of the scenarios follow
+        later = bool(kinds["scenario"])
+        parsed_only = _ParsedOnly()
+        if later:
+            logging.getLogger().addFilter(parsed_only)
+        try:
+            with verify_configs_session():
+                failed = handlers.handle_verify_all_configs(argparse.Namespace(configs_dir=configs_dir,
+                                                                               tests_dir=tests_dir))
+        finally:
+            logging.getLogger().removeFilter(parsed_only)
         if failed:
             for reason in explain_failures(kinds, tests_dir):
                 logging.error(f"verify-configs: {reason}")
@@ -235,6 +297,10 @@ def verify_configs_command() -> click.Command:
                           "the file, the field and the value)", failed)
             raise SystemExit(EXIT_INPUT)
         system_cfg = system_cfg or the_system(configs_dir, kinds)
+        if system_cfg is None and (too_many := sweep_limit_problems(kinds, tests_dir)):
+            for problem in too_many:  # counted, not enumerated: CloudAI's parse does not look at the sweeps' size
+                logging.error(f"verify-configs: {problem}")
+            raise SystemExit(EXIT_REFUSED)
         if system_cfg is None:
             logging.warning("verify-configs: scenarios checked by CloudAI's parser only; pass --system-config to run "
                             "dry-run's checks too (rules, scheduler fields, every sweep point)")
@@ -400,6 +466,14 @@ def guard_generate_report(command: click.Command) -> click.Command:
         except Exception as exc:
             logging.error(f"generate-report: cannot read {scenario_cfg}: {type(exc).__name__}: {exc}")
             raise SystemExit(2) from None
+        from ..rules.sweep import sweep_limit_problem
+
+        if scenario is not None and sweep_limit_problem(scenario):  # the reports would enumerate every point
+            from .preflight import test_sources
+
+            too_many = sweep_limit_problem(scenario, test_sources(tests_dir) if tests_dir else None, str(scenario_cfg))
+            logging.error(f"generate-report: {too_many}")
+            raise SystemExit(1)
         problem = results_problem(result_dir, scenario) if scenario is not None else "no scenario was read"
         if problem:
             logging.error(f"generate-report: nothing written: {problem}")

@@ -207,6 +207,7 @@ ONE_POINT = 'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_node
         ("MOUNTS", '{"fsx": "claim"}', "not a normalized absolute path"),
         ("MOUNTS", '{"/results/x": "claim"}', "overlaps /results"),
         ("CREDENTIALS", '{"HF_TOKEN": "Not_A_Name"}', "not a Secret name"),
+        ("CREDENTIALS", '{"HF_TOKEN": "hf-token:..data"}', "not a valid Secret key (must not start with '..')"),
         ("KIND", "mpijob", "unknown kind"),
         ("EFA_DEVICES", "sixteen", "not an integer"),
         ("SHM_SIZE", "lots", "not a Kubernetes quantity"),

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...catalog.gpus import GPU_ENV
+from .apirules import problems_of
 from .validation import (
-    _CONFIG_KEY,
-    _LABEL_VALUE,
     _QUANTITY,
     INT64_MAX,
     PAYLOAD_ROOT,
@@ -21,7 +20,6 @@ from .validation import (
     RESULTS_DIR,
     SHM_DIR,
     K8sConfigError,
-    is_dns1123_subdomain,
     is_env_name,
     is_label_key,
     shown,
@@ -89,8 +87,9 @@ def _json(key: str, raw: str, expected: type, example: str) -> Any:
 
 
 def _name(key: str, raw: str, what: str = "a Kubernetes object name") -> str:
-    if not is_dns1123_subdomain(raw):
-        raise K8sConfigError(key, raw, f"not {what}", "use lowercase letters, digits, '-' and '.'")
+    errs = problems_of("dns1123-subdomain", raw)  # apirules: GN 43 NameIsDNSSubdomain
+    if errs:
+        raise K8sConfigError(key, raw, f"not {what} ({'; '.join(errs)})", "use lowercase letters, digits, '-' and '.'")
     return raw
 
 
@@ -114,8 +113,10 @@ def _quantity(key: str, raw: object) -> str:
 def _node_selector(key: str, raw: str) -> dict[str, str]:
     value = _json(key, raw, dict, '{"node.kubernetes.io/instance-type": "p6-b300.48xlarge"}')
     for k, v in value.items():
-        if not is_label_key(k) or not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
-            raise K8sConfigError(f"{key}[{k!r}]", v, "not a node label key and value", "use label syntax")
+        errs = problems_of("label-key", k) + [f"value {m}" for m in problems_of("label-value", v)]
+        if errs:
+            raise K8sConfigError(f"{key}[{k!r}]", v, f"not a node label key and value ({'; '.join(errs)})",
+                                 "use label syntax")
     return value
 
 
@@ -147,7 +148,7 @@ def _tolerations(key: str, raw: str) -> tuple[dict[str, Any], ...]:
         if operator == "Exists" and tol.get("value"):
             raise K8sConfigError(f"{where}.value", tol["value"], "must be empty with operator Exists", "drop it")
         taint_value = tol.get("value", "")
-        if operator == "Equal" and (len(taint_value) > 63 or not _LABEL_VALUE.match(taint_value)):
+        if operator == "Equal" and problems_of("label-value", taint_value):
             raise K8sConfigError(
                 f"{where}.value",
                 shown(taint_value),
@@ -218,8 +219,11 @@ def _credential_refs(key: str, raw: str) -> tuple[Credential, ...]:
         secret, _, secret_key = ref.partition(":")
         secret_key = secret_key or "token"
         _name(where, secret, "a Secret name")
-        if len(secret_key) > 253 or not _CONFIG_KEY.match(secret_key):
-            raise K8sConfigError(where, ref, "the key is not a valid Secret key", "use letters, digits, '-', '_', '.'")
+        errs = problems_of("config-key", secret_key)  # apirules: AM 411 IsConfigMapKey
+        if errs:
+            raise K8sConfigError(where, ref, f"the key is not a valid Secret key ({'; '.join(errs)})",
+                                 "use at most 253 letters, digits, '-', '_' and '.', not '.', '..' nor starting with "
+                                 "'..'")
         out.append(Credential(env, secret, secret_key))
     return tuple(out)
 

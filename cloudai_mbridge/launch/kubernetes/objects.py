@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..envnames import reserved_env_name
+from .apirules import manifest_problems, problems_of
 from .knobs import K8sSettings
 from .validation import (
-    _CONFIG_KEY,
-    _DNS1035_LABEL,
     COMPLETION_INDEX,
     CONFIG_NAME,
     CONFIGMAP_LIMIT,
@@ -101,10 +100,12 @@ def payload_items(spec: K8sJobSpec) -> dict[str, str]:
 def configmap_data(spec: K8sJobSpec) -> dict[str, str]:
     data = {configmap_key(path): text for path, text in spec.payload_files.items()}
     data[CONFIG_NAME] = spec.config_text
+    payload_items(spec)  # paths first: a '..' part is named as a path, not as a key
     for key in data:
-        if not _CONFIG_KEY.match(key):
-            raise K8sConfigError("payload file", key, "not a valid ConfigMap key", "rename the payload file")
-    payload_items(spec)
+        errs = problems_of("config-key", key)  # apirules: AM 411 IsConfigMapKey
+        if errs:
+            raise K8sConfigError("payload file", key, f"not a valid ConfigMap key ({'; '.join(errs)})",
+                                 "rename the payload file")
     size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
     if size > CONFIGMAP_LIMIT:
         raise K8sConfigError(
@@ -359,7 +360,7 @@ def _pytorchjob(spec: K8sJobSpec) -> list[dict[str, Any]]:
 
 def render_objects(spec: K8sJobSpec) -> list[dict[str, Any]]:
     """Every object of the job, in the order to create them."""
-    if not _DNS1035_LABEL.match(spec.name) or len(spec.name) > NAME_LIMIT:
+    if problems_of("dns1035-label", spec.name) or len(spec.name) > NAME_LIMIT:
         raise K8sConfigError("job name", spec.name, "not a DNS-1035 label of at most 40 characters", "use job_name()")
     check_namespace(spec.namespace)
     if not spec.image or spec.image != spec.image.strip():
@@ -394,7 +395,19 @@ def render_objects(spec: K8sJobSpec) -> list[dict[str, Any]]:
     objects += _pytorchjob(spec) if spec.settings.kind == "pytorchjob" else _indexed_job(spec)
     for obj in objects:
         check_object_size(obj)
+    check_manifest(objects)
     return objects
+
+
+def check_manifest(objects: list[dict[str, Any]]) -> None:
+    """The last gate: every name, key and label of the objects against the API server's rules (apirules.py). The
+    settings were checked where they were read, naming the setting; this names the object and field of anything
+    that still slipped through."""
+    found = manifest_problems(objects)
+    if found:
+        first = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise K8sConfigError(first.where, shown(first.value), first.text + more, first.fix)
 
 
 def check_object_size(obj: Mapping[str, Any]) -> None:

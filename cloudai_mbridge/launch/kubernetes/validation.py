@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from ..invisible import describe_invisible
+from .apirules import RULES, problems_of
 
 PAYLOAD_ROOT = "/opt/cloudai-mbridge"
 RESULTS_DIR = "/results"
@@ -37,12 +38,6 @@ PYTORCHJOB_CONTAINER = "pytorch"  # the training operator's webhook requires a c
 PYTORCHJOB_PORT_NAME = "pytorchjob-port"  # the operator reads MASTER_PORT from the container port of this name
 NAME_LIMIT = 40  # room for "-convert", "-payload", "-<index>" and the operator's "-worker-<i>" within 63
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
-_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
-_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+\Z")
-_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*\Z")  # validation.IsEnvVarName, plus is_env_name
 _QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\Z")
 _TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?\Z")
 
@@ -76,8 +71,16 @@ def shown(value: object) -> object:
 
 
 def is_env_name(name: str) -> bool:
-    """Kubernetes' IsEnvVarName: the characters, and no "." / ".." / "..*" (hasChDirPrefix)."""
-    return bool(_ENV_NAME.match(name)) and name not in (".", "..") and not name.startswith("..")
+    """Kubernetes' IsEnvVarName (apirules.env_name)."""
+    return not problems_of("env-name", name)
+
+
+def require(rule: str, where: str, value: object, fix: str | None = None) -> None:
+    """Refuse ``value`` unless it passes the API server's rule ``rule`` (apirules.RULES), naming what is wrong."""
+    errs = problems_of(rule, value)
+    if errs:
+        r = RULES[rule]
+        raise K8sConfigError(where, shown(value), f"not {r.what} ({'; '.join(errs)})", fix or r.fix)
 
 
 def check_exec_string(where: str, name: str, value: str, fix: str) -> None:
@@ -99,12 +102,11 @@ def escape(value: str) -> str:
 
 
 def is_dns1123_subdomain(name: str) -> bool:
-    return 0 < len(name) <= 253 and all(_DNS1123_LABEL.match(part) for part in name.split("."))
+    return not problems_of("dns1123-subdomain", name)
 
 
 def is_label_key(key: str) -> bool:
-    prefix, _, name = key.rpartition("/")
-    return (not prefix or is_dns1123_subdomain(prefix)) and len(name) <= 63 and bool(_QUALIFIED_NAME.match(name))
+    return not problems_of("label-key", key)
 
 
 def label_value(text: str) -> str:
@@ -122,10 +124,7 @@ def job_name(test_name: str, step: int, unique: str) -> str:
 
 
 def check_namespace(namespace: str) -> str:
-    if len(namespace) > 63 or not _DNS1123_LABEL.match(namespace):
-        raise K8sConfigError(
-            "default_namespace", namespace, "not a valid namespace name", "use lowercase letters, digits and '-'"
-        )
+    require("dns1123-label", "default_namespace", namespace)  # GN 69 ValidateNamespaceName
     return namespace
 
 
