@@ -20,7 +20,17 @@ from typing import Any
 
 from ..atomic import Staged, write_atomic, write_together
 from ..plan.memory import GIB
-from ..rules.sweep import REPORT_CSV, PointResult, PreflightReport, _fmt, _LineWriter, blocking_problems, preflight, row
+from ..rules.sweep import (
+    REPORT_CSV,
+    PointResult,
+    PreflightReport,
+    _fmt,
+    _LineWriter,
+    blocking_problems,
+    preflight,
+    row,
+    sweep_limit_problem,
+)
 
 REPORT_HTML = "preflight.html"
 
@@ -357,17 +367,21 @@ def scenario_check(system: Any, scenario: Any, source: str = "", result_dir: Pat
     ``sink`` and ``keep_all`` as :func:`preflight` takes them; ``output_dir``: the command's --output-dir (None: the
     system's output_path), checked with the names as the results folders of a Slurm job."""
     from ..launch.payload import UnsafeOutputPathError, check_folder_name
+    from .session import answer_gpu_directives_from_file, current
 
     where = f"{source}: " if source else ""
     problems = []
+    too_many = sweep_limit_problem(scenario)  # counted, not enumerated: nothing below may hold the points
+    if too_many:
+        if tests_dir is None and (ses := current()) is not None:
+            tests_dir = ses.inputs.get("tests_dir")
+        return [sweep_limit_problem(scenario, test_sources(tests_dir) if tests_dir else None, source) or too_many], None
     try:
         check_folder_name("scenario name", scenario.name, "test scenario")
         for tr in scenario.test_runs:
             check_folder_name("test id", tr.name, f"test scenario {scenario.name!r}")
     except UnsafeOutputPathError as exc:
         return [f"{where}{exc}"], None
-    from .session import answer_gpu_directives_from_file, current
-
     if (ses := current()) is not None and ses.mode == "dry-run":
         answer_gpu_directives_from_file(system)  # a dry-run asks the cluster nothing (no scontrol)
     from cloudai.systems.slurm import SlurmSystem

@@ -132,17 +132,24 @@ def skipped_points(reporter: Reporter, tdef_type: type) -> list[Any]:
     """The sweep points of the scenario's ``tdef_type`` tests that a rule skipped, so no job ran for them
     (preflight.PointResult: test, point, values, rules, reason, whether the test declares it expected): the same
     check `run` made before queueing anything, made again on the scenario and the system."""
-    from ..rules.sweep import preflight
+    from ..rules.sweep import PointResult, iter_points, sweep_limit_problem
 
     names = {tr.name for tr in reporter.test_scenario.test_runs if isinstance(tr.test, tdef_type)}
     if not names:
         return []
+    found = []
     try:
-        report = preflight(reporter.system, reporter.test_scenario, render=False)
+        too_many = sweep_limit_problem(reporter.test_scenario)  # counted first: never enumerated past the limit
+        if too_many:
+            raise ValueError(too_many)
+        # only the skipped points are kept, as they come (the accepted ones of a large sweep are never held)
+        for points, _rows in iter_points(reporter.system, reporter.test_scenario, render=False,
+                                         wants=lambda: (0, 1 << 62)):
+            found += [p for p in points if isinstance(p, PointResult) and p.test in names and p.checked and not p.ok]
     except Exception as exc:  # the report itself must still be written
         logging.warning("skipped points not listed: the scenario's points could not be checked again (%s)", exc)
         return []
-    return [p for p in report.points if p.test in names and p.checked and not p.ok]
+    return found
 
 
 def skipped_section(points: Sequence[Any]) -> str:

@@ -341,6 +341,64 @@ def sweep_size(tr: Any) -> int:
     return math.prod(len(v) for v in _space(tr).values())
 
 
+# The most sweep points one command checks, writes or reports (every test of the scenario together). The points are
+# counted (the product of the swept lists' lengths) before any is enumerated; past the limit the command refuses in
+# one line. 200,000 holds the largest grid the project measures (benchmarks/preflight_scale.py: six fields of seven
+# values, 117,649 points) with room, and keeps a command's memory bounded: CloudAI's own grid search holds every
+# point as a dict (72 MiB for 200,000 points of six fields, tracemalloc), preflight streams them (about 8 minutes on
+# 2 cores at 2.3 s per 1,000, benchmarks/results/preflight_grid.txt). A dry-run of as many
+# points writes a job folder each at 1.1 s per point (2.5 days). Raise it with the environment variable.
+MAX_POINTS_ENV = "CLOUDAI_MBRIDGE_MAX_POINTS"
+DEFAULT_MAX_POINTS = 200_000
+
+
+class SweepLimitError(ValueError):
+    """CLOUDAI_MBRIDGE_MAX_POINTS is not a whole number >= 1."""
+
+
+def max_points() -> int:
+    """The point limit: CLOUDAI_MBRIDGE_MAX_POINTS, else DEFAULT_MAX_POINTS."""
+    raw = os.environ.get(MAX_POINTS_ENV, "").strip().replace("_", "").replace(",", "")
+    if not raw:
+        return DEFAULT_MAX_POINTS
+    if not raw.isdigit() or int(raw) < 1 or len(raw) > 30:
+        shown = os.environ[MAX_POINTS_ENV][:40].encode("ascii", "backslashreplace").decode("ascii")
+        raise SweepLimitError(f"{MAX_POINTS_ENV}={shown!r} is not a whole number of points >= 1. Fix: "
+                              f"export {MAX_POINTS_ENV}=1000000 (say), or unset it for the default "
+                              f"{DEFAULT_MAX_POINTS:,}")
+    return int(raw)
+
+
+def _dimensions(tr: Any) -> str:
+    """'gbs 1,000 x seq_length 1,000' of a test run's sweep, the longest lists first (at most four named)."""
+    dims = sorted(((k, len(v)) for k, v in _space(tr).items() if len(v) > 1), key=lambda kv: -kv[1])
+    text = " x ".join(f"{'num_nodes' if k == 'NUM_NODES' else k} {n:,}" for k, n in dims[:4])
+    return text + (f" x {len(dims) - 4} more list(s)" if len(dims) > 4 else "")
+
+
+def sweep_limit_problem(scenario: Any, sources: dict[str, str] | None = None, source: str = "") -> str | None:
+    """One line when the scenario's sweeps together have more points than :func:`max_points` (None when they fit):
+    the test file of the largest sweep (``sources``: the test's name -> its TOML), the count, the limit and how to
+    raise it. Only the lengths of the swept lists are multiplied: nothing is enumerated."""
+    try:
+        limit = max_points()
+    except SweepLimitError as exc:
+        return str(exc)
+    sizes = [(sweep_size(tr), tr) for tr in scenario.test_runs]
+    total = sum(n for n, _ in sizes)
+    if total <= limit:
+        return None
+    size, tr = max(sizes, key=lambda st: st[0])
+    file = (sources or {}).get(getattr(tr.test, "name", ""), "")
+    where = f"{source}: " if source else ""
+    what = f"test {tr.name!r}{f' ({file})' if file else ''}: its sweep has {size:,} points ({_dimensions(tr)})"
+    if size < total:
+        what += f", the scenario's {len(sizes)} tests {total:,} together"
+    return (f"{where}{what}, over the limit of {limit:,} points a command checks. Nothing was enumerated or written. "
+            f"Fix: sweep fewer values (or split the sweep into several scenarios), or raise the limit: "
+            f"{MAX_POINTS_ENV}={total} (preflight: about 2 s per 1,000 points; dry-run: 1.1 s per point)")
+
+
 def sweep_point(tr: Any, index: int, space: dict[str, list[Any]] | None = None) -> dict[str, Any]:
     """Action ``index`` (0-based) of the grid, as itertools.product orders it (the last key varies fastest)."""
     space = _space(tr) if space is None else space
@@ -781,17 +839,56 @@ def preflight(system: Any, scenario: Any, result_dir: Path | None = None, render
               workers: int | None = None) -> PreflightReport:
     """Every point checked; ``sink`` gets preflight.csv line by line (header first) as the points come, and the
     report keeps every point or (``keep_all`` off) only those its tables show. ``workers``: processes to check a
-    sweep with (default: one per CPU from PARALLEL_FROM points on)."""
+    sweep with (default: one per CPU from PARALLEL_FROM points on). A scenario past :func:`max_points` raises
+    SweepTooLargeError before its first point (callers say so first: :func:`sweep_limit_problem`); one past
+    PROGRESS_FROM points logs how far it got every PROGRESS_EVERY_S seconds."""
+    too_many = sweep_limit_problem(scenario)
+    if too_many:
+        raise SweepTooLargeError(too_many)
     report = PreflightReport(scenario=scenario.name, system=system.name, keep_all=keep_all)
     line = _LineWriter()
     if sink is not None:
         sink(line.header())
+    progress = _Progress(sum(sweep_size(tr) for tr in scenario.test_runs))
     for points, rows in iter_points(system, scenario, result_dir, render, workers, report.wants):
         for point in points:
             report.add(point)
         if sink is not None:
             sink(rows if rows is not None else "".join(line(p) for p in points))
+        progress(report.total)
     return report
+
+
+class SweepTooLargeError(ValueError):
+    """More sweep points than max_points(): nothing was enumerated (the message is sweep_limit_problem's line)."""
+
+
+PROGRESS_FROM = 5000  # points: a sweep this large takes ten seconds or more (about 2 s per 1,000 points)
+PROGRESS_EVERY_S = 10.0
+
+
+class _Progress:
+    """'checked 12,000 of 100,000 sweep points (12 %), about 3 min left' on the log, at most every PROGRESS_EVERY_S."""
+
+    def __init__(self, total: int) -> None:
+        import time
+
+        self.total, self.clock = total, time.monotonic
+        self.start = self.last = self.clock()
+
+    def __call__(self, done: int) -> None:
+        if self.total < PROGRESS_FROM or done >= self.total:
+            return
+        now = self.clock()
+        if now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        left = (now - self.start) / max(done, 1) * (self.total - done)
+        eta = f"{left / 60:,.0f} min" if left >= 90 else f"{left:,.0f} s"
+        import logging
+
+        logging.info(f"checked {done:,} of {self.total:,} sweep points ({100 * done // self.total} %), about {eta} "
+                     "left")
 
 
 def blocking_problems(report: PreflightReport, scenario: Any, sources: dict[str, str] | None = None) -> list[str]:

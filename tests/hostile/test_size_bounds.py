@@ -1,0 +1,144 @@
+"""Size without bound (issue 46): a sweep of 10^6..10^9 points is counted, never enumerated, and refused in one line
+naming the test file, the count, the limit and how to raise it; a long sweep under the limit shows progress; a
+10^5-iteration log is parsed within a memory bound.
+
+Own inputs (not the issue's): three or four swept fields of a real conf/ test, one of them a list of 1,000 values."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from helpers import CONF, run_cli
+
+from cloudai_mbridge.rules import sweep
+
+SYSTEM = CONF / "system" / "slurm_b300_ib.toml"
+
+
+def _values(n: int, start: int) -> str:
+    return "[" + ", ".join(str(start + i) for i in range(n)) + "]"
+
+
+def _conf(root: Path, mbs: int = 1000, gbs: int = 1000, seq: int = 1000) -> tuple[Path, Path, Path]:
+    """conf/'s Kimi-K2 SFT trio with mbs x gbs x seq_length swept (10^9 points by default)."""
+    for sub in ("system", "test", "test_scenario"):
+        (root / sub).mkdir(parents=True)
+    shutil.copy(SYSTEM, root / "system")
+    shutil.copy(CONF / "test_scenario" / "kimi_k2_sft.toml", root / "test_scenario")
+    text = (CONF / "test" / "kimi_k2_sft.toml").read_text()
+    for old, new in (("mbs = 1", f"mbs = {_values(mbs, 1)}"), ("gbs = 128", f"gbs = {_values(gbs, 128)}"),
+                     ("seq_length = 4096", f"seq_length = {_values(seq, 4096)}")):
+        assert old in text
+        text = text.replace(old, new)
+    (root / "test" / "kimi_k2_sft.toml").write_text(text)
+    return root / "system" / SYSTEM.name, root / "test_scenario" / "kimi_k2_sft.toml", root / "test"
+
+
+def _parse(system: Path, scenario: Path, tests: Path):
+    from cloudai.core import Parser
+    from cloudai.parser import HOOK_ROOT
+
+    return Parser(system, HOOK_ROOT).parse(tests, scenario)
+
+
+@pytest.fixture(scope="module")
+def huge(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("huge")
+    files = _conf(root)
+    system, _tests, scenario = _parse(*files)
+    return files, system, scenario
+
+
+def test_a_billion_point_sweep_is_counted_not_enumerated(huge, monkeypatch: pytest.MonkeyPatch) -> None:
+    (_s, scenario_file, tests), _system, scenario = huge
+    monkeypatch.delenv(sweep.MAX_POINTS_ENV, raising=False)
+    monkeypatch.setattr(sweep, "sweep_point", lambda *a, **k: pytest.fail("a point was enumerated"))
+    start = time.perf_counter()
+    line = sweep.sweep_limit_problem(scenario, {"kimi_k2_sft": str(tests / "kimi_k2_sft.toml")}, str(scenario_file))
+    assert time.perf_counter() - start < 1.0
+    assert line is not None and "\n" not in line
+    for said in (str(tests / "kimi_k2_sft.toml"), "1,000,000,000 points", f"limit of {sweep.DEFAULT_MAX_POINTS:,}",
+                 f"{sweep.MAX_POINTS_ENV}=1000000000", "Fix:"):
+        assert said in line
+
+
+def test_the_limit_is_raised_by_the_environment_and_a_bad_value_is_named(huge, monkeypatch) -> None:
+    _files, _system, scenario = huge
+    monkeypatch.setenv(sweep.MAX_POINTS_ENV, "1_000_000_000")
+    assert sweep.sweep_limit_problem(scenario) is None
+    monkeypatch.setenv(sweep.MAX_POINTS_ENV, "999999999")
+    assert "1,000,000,000 points" in (sweep.sweep_limit_problem(scenario) or "")
+    for bad in ("lots", "-5", "0", "1e9", "\x1b[31m"):
+        monkeypatch.setenv(sweep.MAX_POINTS_ENV, bad)
+        line = sweep.sweep_limit_problem(scenario) or ""
+        assert sweep.MAX_POINTS_ENV in line and "whole number" in line and "\x1b" not in line, bad
+
+
+def test_dry_run_and_verify_configs_checks_refuse_before_the_first_point(huge, monkeypatch) -> None:
+    """scenario_check is what dry-run / run (the checking parser), verify-configs --system-config and preflight call:
+    refused with the report None and not one point checked."""
+    from cloudai_mbridge.cli.preflight import scenario_check
+    from cloudai_mbridge.cli.session import session
+
+    (_s, _f, tests), system, scenario = huge
+    monkeypatch.delenv(sweep.MAX_POINTS_ENV, raising=False)
+    monkeypatch.setattr(sweep, "_check", lambda *a, **k: pytest.fail("a point was checked"))
+    start = time.perf_counter()
+    with session("dry-run"):
+        problems, report = scenario_check(system, scenario, "scenario.toml", tests_dir=tests)
+    assert time.perf_counter() - start < 2.0
+    assert report is None and len(problems) == 1
+    assert "1,000,000,000 points" in problems[0] and str(tests / "kimi_k2_sft.toml") in problems[0]
+    with pytest.raises(sweep.SweepTooLargeError):  # and nothing that enumerates gets past the count either
+        sweep.preflight(system, scenario)
+
+
+def test_preflight_cli_refuses_in_one_line_and_writes_nothing(huge, tmp_path: Path) -> None:
+    (system, scenario, tests), _sys, _scn = huge
+    out = tmp_path / "out"
+    start = time.perf_counter()
+    proc = run_cli("preflight", "--system-config", str(system), "--test-scenario", str(scenario),
+                   "--tests-dir", str(tests), "--output-dir", str(out), cwd=tmp_path, timeout=60)
+    took = time.perf_counter() - start
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "1,000,000,000 points" in lines[0] and sweep.MAX_POINTS_ENV in lines[0]
+    assert str(tests / "kimi_k2_sft.toml") in lines[0]
+    assert not out.exists()
+    assert took < 30, took  # the CLI's start (CloudAI's import) is most of it
+
+
+def test_verify_configs_says_no_all_passed_before_refusing(huge, tmp_path: Path) -> None:
+    """verify-configs of a folder with one system: CloudAI's parse passes, the sweep is then refused; nothing says
+    "all passed"."""
+    (system, _scenario, _tests), _sys, _scn = huge
+    root = system.parent.parent
+    proc = run_cli("verify-configs", str(root), cwd=tmp_path, timeout=60)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text
+    assert "all passed" not in text
+    assert "1,000,000,000 points" in text and sweep.MAX_POINTS_ENV in text
+
+
+def test_a_long_sweep_under_the_limit_shows_progress(caplog, monkeypatch) -> None:
+    now = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    progress = sweep._Progress(50_000)
+    with caplog.at_level(logging.INFO):
+        for done in range(0, 50_000, 1000):
+            now[0] += 1.0
+            progress(done)
+    said = [r.getMessage() for r in caplog.records if "sweep points" in r.getMessage()]
+    assert 3 <= len(said) <= 6, said  # every PROGRESS_EVERY_S (10 s) of 50 s
+    assert "of 50,000 sweep points" in said[0] and "left" in said[0]
+    quiet = sweep._Progress(100)  # a small sweep says nothing
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        now[0] += 100
+        quiet(50)
+    assert not caplog.records
