@@ -21,8 +21,11 @@ def _sides(p: RefitPlan) -> dict[str, object]:
 @rule("refit-layout")
 def _layout(p: RefitPlan) -> Iterator[Violation]:
     """payload/refit/config.py derive_layouts: divisibility of heads/ffn/experts/layers by each side's tp/etp/ep/pp
-    (megatron/core/transformer/* asserts at build time), the expert grid carved out of tp*dp, and the world size of
-    each mode (collocated: both sides on all ranks; non-collocated: src.world + dst.world ranks exactly)."""
+    (megatron/core/transformer/* asserts at build time), the expert grid carved out of tp*dp (megatron/core/inference/
+    shards.py asserts it), and the world size of each mode (collocated: both sides on all ranks; non-collocated: at
+    least src.world + dst.world ranks, each side tp*pp*ep unless `world` is given, the rest idle, as Megatron-LM's
+    refit benchmark and megatron-core's refit run them). Unset sizes are upstream's (config.resolve_sides).
+    tests/rules/test_refit_differential.py holds these verdicts against megatron-core's own planner."""
     try:
         derive_layouts(from_dict(p.config), p.world_size)
     except ConfigError as exc:

@@ -28,7 +28,7 @@ def test_collocated_layout_uses_all_ranks_per_side():
     assert (dst.dp, dst.edp, dst.etp, dst.world, dst.rank_offset) == (4, 1, 1, 8, 0)
 
 
-def test_non_collocated_layout_defaults_to_smallest_valid_worlds():
+def test_non_collocated_layout_defaults_to_tp_pp_ep_worlds():
     # etp defaults to tp (Megatron): tp8 ep8 -> 64 ranks, as in Megatron-LM's Kimi-K2 refit benchmark.
     src, dst = rc.derive_layouts(
         cfg(mode="non-collocated", src={"tp": 8, "ep": 8}, dst={"tp": 8, "ep": 4}, model={**MODEL, "num_experts": 384,
@@ -39,6 +39,37 @@ def test_non_collocated_layout_defaults_to_smallest_valid_worlds():
     src, dst = rc.derive_layouts(cfg(mode="non-collocated", src={"tp": 2, "ep": 2, "etp": 1, "world": 4},
                                      dst={"tp": 1, "ep": 2}), 6)
     assert (src.world, src.edp, dst.world, dst.rank_offset) == (4, 2, 2, 4)
+    # Megatron-LM's benchmark_refit sizes a side tp*pp*ep whatever its etp (8GPU_CONFIGS.md config 1: TP2 EP2 ETP1
+    # is 4 GPUs), not the smallest grid that holds it (2 here)
+    src, dst = rc.derive_layouts(cfg(mode="non-collocated", src={"tp": 2, "ep": 2, "etp": 1}, dst={"ep": 1}), 8)
+    assert (src.world, src.dp, src.edp, dst.world, dst.tp, dst.rank_offset) == (4, 2, 2, 2, 2, 4)
+    assert rc.idle_ranks(src, dst, 8) == range(6, 8) and rc.rank_span(rc.idle_ranks(src, dst, 8)) == "6-7"
+
+
+def test_non_collocated_layout_leaves_the_rest_of_the_world_idle():
+    """megatron-core's refit: "(None, None): Idle rank"; Megatron-LM's benchmark refuses only a world that is too
+    small (seed 002: src + dst <= total)."""
+    src, dst = rc.derive_layouts(cfg(mode="non-collocated", src={"tp": 2}, dst={"tp": 1, "etp": 1}), 5)
+    assert (src.ranks, dst.ranks, rc.idle_ranks(src, dst, 5)) == (range(0, 2), range(2, 3), range(3, 5))
+    src, dst = rc.derive_layouts(cfg(mode="non-collocated", src={"tp": 2}, dst={"tp": 2}), 4)
+    assert rc.rank_span(rc.idle_ranks(src, dst, 4)) == "none"
+    src, dst = rc.derive_layouts(cfg(src={"tp": 2}, dst={"tp": 1, "etp": 1}), 4)  # collocated: all ranks hold both
+    assert not rc.idle_ranks(src, dst, 4)
+
+
+def test_unset_destination_sizes_are_the_sources():
+    """Megatron-LM: every --rl-inference-* size left unset is the training one, expert tensor parallelism included
+    (the training side's etp, itself tp when unset), not the destination's own tp."""
+    c = cfg(src={"tp": 4, "pp": 2, "ep": 2}, dst={"tp": 2})
+    assert (c.dst.tp, c.dst.pp, c.dst.ep, c.dst.etp) == (2, 2, 2, 4)
+    c = cfg(src={"tp": 4, "etp": 1, "ep": 2}, dst={"tp": 8})
+    assert (c.dst.pp, c.dst.ep, c.dst.etp, c.src.etp) == (1, 2, 1, 1)
+    c = cfg(src={}, dst={})
+    assert (c.src.tp, c.src.pp, c.src.ep, c.src.etp, c.dst.etp) == (1, 1, 1, None, 1)
+    assert cfg(dst={"tp": 2, "etp": 2}).dst.etp == 2
+    # inherited as upstream inherits it: TP2 -> TP1 keeps experts split in two, which one destination rank cannot hold
+    with pytest.raises(rc.ConfigError, match=r"dst: expert grid etp\*ep=2\*1=2 must divide tp\*dp=1\*1=1"):
+        rc.derive_layouts(cfg(mode="non-collocated", src={"tp": 2}, dst={"tp": 1}), 3)
 
 
 def test_padded_vocab_is_shared_by_both_sides():
@@ -50,7 +81,7 @@ def test_padded_vocab_is_shared_by_both_sides():
     ("kw", "world", "needles"),
     [
         ({"src": {"tp": 2}, "dst": {"tp": 1}}, 3, ["src", "tp*", "WORLD_SIZE=3"]),
-        ({"mode": "non-collocated", "src": {"tp": 2}, "dst": {"tp": 2}}, 3, ["WORLD_SIZE=3", "2 + 2", "launch 4"]),
+        ({"mode": "non-collocated", "src": {"tp": 2}, "dst": {"tp": 2}}, 3, ["WORLD_SIZE=3", "2 + 2", "at least 4"]),
         ({"src": {"tp": 1, "ep": 4}, "dst": {"tp": 1}}, 2, ["src", "etp*ep", "ep"]),
         ({"src": {"ep": 3}, "dst": {}}, 3, ["model.num_experts", "src.ep=3"]),
         ({"src": {}, "dst": {"tp": 3}}, 3, ["model.num_attention_heads", "dst.tp=3"]),

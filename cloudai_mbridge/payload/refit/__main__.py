@@ -30,9 +30,13 @@ Optional keys (defaults in brackets):
 
 Layout (ranks and DP):
   collocated:     both sides span all WORLD_SIZE ranks, dp = WORLD_SIZE / (tp*pp) per side.
-  non-collocated: ranks [0, S) hold the source, [S, S+D) the destination, WORLD_SIZE must be S + D. Per side the
-                  world defaults to pp * lcm(tp, etp*ep), i.e. the smallest valid dp = lcm(tp, etp*ep) / tp (with
-                  etp = tp that is tp*ep*pp ranks, as in Megatron-LM's benchmark_refit); give "world" to use more.
+  non-collocated: ranks [0, S) hold the source, [S, S+D) the destination, WORLD_SIZE must be at least S + D; the
+                  ranks [S+D, WORLD_SIZE) idle: no model, but they take part in every collective of the refit (the
+                  plan's gathers, the barriers), as megatron-core's refit has an idle rank do ("(None, None): Idle
+                  rank", resharding/refit.py 0.17+; on 0.16 a parameter-less stand-in on both sides). Per side the
+                  world defaults to tp*pp*ep, as in Megatron-LM's benchmark_refit; give "world" to use another.
+  Unset sizes: the source's tp, pp, ep default to 1 and its etp to its tp; the destination's tp, pp, ep and etp to
+  the source's (Megatron-LM's --rl-inference-* defaults; config.resolve_sides).
   Each side: dense grid [tp, cp=1, dp, pp], expert grid [etp, ep, edp, pp] with edp = tp*dp / (etp*ep).
   The vocabulary is padded to a multiple of 128 * lcm(src.tp, dst.tp) so both sides agree on its size.
 
@@ -49,8 +53,9 @@ verified bit-exactly without trusting the planner (verify). megatron-core bugs a
 by adapter (documented there); layouts the adapter cannot fix are refused with a message.
 
 Output (stdout, rank 0, flushed):
-  REFIT_CONFIG {json}                          resolved config, layouts, versions, world size, "run_id" (the
-      config's, set by the generator) and "config_digest" (sha256:<hex> of the --config file's bytes) (first line)
+  REFIT_CONFIG {json}                          resolved config, layouts, versions, world size, "idle_ranks" (ranks
+      that hold neither side: "6-7", or "none"), "run_id" (the config's, set by the generator) and
+      "config_digest" (sha256:<hex> of the --config file's bytes) (first line)
   REFIT_RANK rank=<r> run_id=<id|none> config_digest=<sha256:..|none>   on every rank, right after
       (the report checks both against the run folder: logs copied from another run, or a config edited after the
       run, make the run invalid)
@@ -107,9 +112,11 @@ from .config import (
     SideLayout,
     config_digest,
     derive_layouts,
+    idle_ranks,
     load,
     needs_expert_adapter,
     padded_vocab_size,
+    rank_span,
 )
 
 EXIT_VERIFY, EXIT_CONFIG, EXIT_REFIT, EXIT_TIMEOUT = 1, 2, 3, 4
@@ -462,7 +469,8 @@ def _report(cfg, header, times_ms, stats, verdict, model_bytes) -> None:
 def config_header(cfg: RefitConfig, src: SideLayout, dst: SideLayout, world_size: int, digest: str | None) -> dict:
     """What REFIT_CONFIG prints (and REFIT_RESULT repeats): what ran, with the run id and the config's digest."""
     return {"config": cfg.to_dict(), "layout": {"src": src.to_dict(), "dst": dst.to_dict()},
-            "padded_vocab_size": padded_vocab_size(cfg), "world_size": world_size, "device": cfg.device,
+            "padded_vocab_size": padded_vocab_size(cfg), "world_size": world_size,
+            "idle_ranks": rank_span(idle_ranks(src, dst, world_size)), "device": cfg.device,
             "mode": cfg.mode, "transport": cfg.transport, "versions": _versions(), "run_id": cfg.run_id,
             "config_digest": digest}
 
@@ -505,6 +513,9 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv, digest: str | None = None) -> i
     src_pg, dst_pg = build_pg_collection(src), build_pg_collection(dst)
     src_model, has_src = _side_model(cfg, src, src_pg)
     dst_model, has_dst = _side_model(cfg, dst, dst_pg)
+    if not (has_src or has_dst):
+        print(f"[refit] rank {env.rank} idle: holds neither side, takes part in the collectives", file=sys.stderr,
+              flush=True)
     experts = cfg.model.num_experts
     src_shards = describe(src_model, "src", src_pg, experts) if has_src else []
     dst_shards = describe(dst_model, "dst", dst_pg, experts) if has_dst else []

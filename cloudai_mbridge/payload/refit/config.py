@@ -47,17 +47,45 @@ class ModelConfig:
 
 @dataclass
 class ParallelConfig:
-    tp: int = 1
-    pp: int = 1
-    ep: int = 1
-    # None = Megatron's default: expert tensor parallel size equals tp.
+    # None: the value upstream gives an unset size (resolve_sides). Source (training): tp, pp, ep = 1 and etp = tp
+    # (Megatron-LM training/arguments.py). Destination (inference): each one the source's, etp included (Megatron-LM
+    # --rl-inference-*-parallel-size = None; megatron/core/inference/shards.py build_inference_pg_collection).
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
     etp: int | None = None
-    # Ranks this side occupies. Collocated: must be WORLD_SIZE when given. Non-collocated: defaults to the
-    # smallest valid size, pp * lcm(tp, etp * ep) (dp = lcm(tp, etp*ep) / tp).
+    # Ranks this side occupies. Collocated: must be WORLD_SIZE when given. Non-collocated: defaults to tp * pp * ep,
+    # as Megatron-LM's refit benchmark sizes each side (examples/rl/benchmark_refit.py: src_world_size).
     world: int | None = None
 
     def expert_tp(self) -> int:
         return self.tp if self.etp is None else self.etp
+
+
+# Megatron-LM training/arguments.py: --tensor-/--pipeline-/--expert-model-parallel-size default to 1.
+SOURCE_DEFAULTS = {"tp": 1, "pp": 1, "ep": 1}
+
+
+def resolve_sides(src: dict[str, Any], dst: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both sides with every unset (None or absent) size filled as upstream fills it.
+
+    Source: tp, pp, ep = 1; etp stays None, which Megatron reads as tp (training/arguments.py:569,
+    ModelParallelConfig.__post_init__). Destination: tp, pp, ep are the source's (Megatron-LM benchmark_refit.py:
+    "default to training parallelism if not specified"), and etp is the source's expert tensor parallel size, not
+    the destination's tp (training/arguments.py --rl-inference-expert-tensor-model-parallel-size: "Defaults to
+    training expert_tensor_parallel_size"; core/inference/shards.py: expt_tp_size None -> the training value).
+    `world` is never inherited."""
+    src, dst = dict(src), dict(dst)
+    for key, value in SOURCE_DEFAULTS.items():
+        if src.get(key) is None:
+            src[key] = value
+    src.setdefault("etp", None)
+    for key in SOURCE_DEFAULTS:
+        if dst.get(key) is None:
+            dst[key] = src[key]
+    if dst.get("etp") is None:
+        dst["etp"] = src["tp"] if src["etp"] is None else src["etp"]
+    return src, dst
 
 
 @dataclass
@@ -110,6 +138,11 @@ class RefitConfig:
     _stale_copy_service: bool = False
     # Testing only: run megatron-core unpatched (no local-expert adapter) to reproduce its planner bug.
     _no_adapter: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.src, ParallelConfig) and isinstance(self.dst, ParallelConfig):
+            src, dst = resolve_sides(dataclasses.asdict(self.src), dataclasses.asdict(self.dst))
+            self.src, self.dst = ParallelConfig(**src), ParallelConfig(**dst)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -340,7 +373,7 @@ def _side_dp(cfg: RefitConfig, side_name: str, world_size: int) -> int:
                               f"ranks; drop {side_name}.world or launch {side.world} ranks")
         world = world_size
     else:
-        world = side.world if side.world is not None else pp * math.lcm(tp, etp * ep)
+        world = side.world if side.world is not None else tp * pp * ep
     if world % (tp * pp):
         raise ConfigError(
             f"{side_name} world size {world} (WORLD_SIZE={world_size}, mode={cfg.mode}) is not divisible by "
@@ -348,10 +381,13 @@ def _side_dp(cfg: RefitConfig, side_name: str, world_size: int) -> int:
             f"change {side_name}.tp/{side_name}.pp")
     dp = world // (tp * pp)
     if (tp * dp) % (etp * ep):
+        where = (f"WORLD_SIZE={world_size} (collocated)" if cfg.mode == "collocated" else
+                 f"{side_name}.world={world}" + ("" if side.world is not None else " (tp*pp*ep, the default)"))
+        size = "a world size" if cfg.mode == "collocated" else f"{side_name}.world"
         raise ConfigError(
             f"{side_name}: expert grid etp*ep={etp}*{ep}={etp * ep} must divide tp*dp={tp}*{dp}={tp * dp} (EP is "
-            f"carved out of data parallel ranks); with WORLD_SIZE={world_size} ({cfg.mode}) lower {side_name}.ep/"
-            f"{side_name}.etp or use a world size that is a multiple of {pp * math.lcm(tp, etp * ep)}")
+            f"carved out of data parallel ranks; megatron/core/inference/shards.py asserts it); with {where} lower "
+            f"{side_name}.ep/{side_name}.etp or use {size} that is a multiple of {pp * math.lcm(tp, etp * ep)}")
     return dp
 
 
@@ -359,9 +395,10 @@ def derive_layouts(cfg: RefitConfig, world_size: int) -> tuple[SideLayout, SideL
     """Decide which ranks hold each side and the resulting DP sizes.
 
     collocated:     both sides span all WORLD_SIZE ranks; dp = WORLD_SIZE / (tp*pp) per side.
-    non-collocated: ranks [0, S) hold the source and [S, S+D) the destination; S and D default to
-                    pp * lcm(tp, etp*ep) (the smallest valid size) unless `world` is given per side, and
-                    WORLD_SIZE must be exactly S + D.
+    non-collocated: ranks [0, S) hold the source and [S, S+D) the destination; S and D default to tp*pp*ep
+                    (Megatron-LM's refit benchmark) unless `world` is given per side. WORLD_SIZE must be at least
+                    S + D; ranks [S+D, WORLD_SIZE) idle (idle_ranks): they build no model and take part in every
+                    collective, as megatron-core's refit has them do ("(None, None): Idle rank").
     """
     validate(cfg)
     src_dp = _side_dp(cfg, "src", world_size)
@@ -369,12 +406,26 @@ def derive_layouts(cfg: RefitConfig, world_size: int) -> tuple[SideLayout, SideL
     src = SideLayout("src", cfg.src.tp, cfg.src.pp, cfg.src.ep, cfg.src.expert_tp(), src_dp, 0)
     dst_offset = 0 if cfg.mode == "collocated" else src.world
     dst = SideLayout("dst", cfg.dst.tp, cfg.dst.pp, cfg.dst.ep, cfg.dst.expert_tp(), dst_dp, dst_offset)
-    if cfg.mode == "non-collocated" and src.world + dst.world != world_size:
+    if cfg.mode == "non-collocated" and src.world + dst.world > world_size:
         raise ConfigError(
-            f"WORLD_SIZE={world_size}: non-collocated mode needs src.world + dst.world = {src.world} + {dst.world} "
-            f"= {src.world + dst.world} ranks (src: tp*pp*dp={src.tp}*{src.pp}*{src.dp}, dst: "
-            f"tp*pp*dp={dst.tp}*{dst.pp}*{dst.dp}); launch {src.world + dst.world} ranks or set src.world/dst.world")
+            f"WORLD_SIZE={world_size}: non-collocated mode needs at least src.world + dst.world = {src.world} + "
+            f"{dst.world} = {src.world + dst.world} ranks (src: tp*pp*dp={src.tp}*{src.pp}*{src.dp}, dst: "
+            f"tp*pp*dp={dst.tp}*{dst.pp}*{dst.dp}); launch at least {src.world + dst.world} ranks or set "
+            "smaller src.world/dst.world")
     return src, dst
+
+
+def idle_ranks(src: SideLayout, dst: SideLayout, world_size: int) -> range:
+    """Ranks that hold neither side (non-collocated with WORLD_SIZE > src.world + dst.world): they build no model
+    and pass no model to megatron-core's refit, but take part in its collectives (plan gathers, barriers)."""
+    return range(max(src.rank_offset + src.world, dst.rank_offset + dst.world), world_size)
+
+
+def rank_span(ranks: range) -> str:
+    """``6-7`` / ``6`` / ``none``: a contiguous rank range as the report prints it."""
+    if not ranks:
+        return "none"
+    return str(ranks[0]) if len(ranks) == 1 else f"{ranks[0]}-{ranks[-1]}"
 
 
 def needs_expert_adapter(src: SideLayout, dst: SideLayout) -> bool:

@@ -9,6 +9,7 @@ from cloudai.models.workload import CmdArgs
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from ...catalog import MODELS, get_model
+from ...payload.refit.config import resolve_sides
 from ...plan.refit import RefitPlan, refit_model
 from ...rules import Violation
 from ...rules.refit import REFIT_RULES
@@ -40,13 +41,15 @@ def new_run_id() -> str:
 
 
 class RefitSide(BaseModel):
-    """One layout. ``world`` (non-collocated only) gives the side more ranks than the smallest valid count."""
+    """One layout. A size left unset takes upstream's value (payload/refit/config.py resolve_sides): on the source
+    tp, pp, ep = 1 and etp = tp; on the destination the source's, etp included. ``world`` (non-collocated only)
+    gives the side another rank count than tp*pp*ep."""
 
     model_config = ConfigDict(extra="forbid")
 
-    tp: Parallel | list[Parallel] = 1
-    pp: Parallel | list[Parallel] = 1
-    ep: Parallel | list[Parallel] = 1
+    tp: Parallel | list[Parallel] | None = None
+    pp: Parallel | list[Parallel] | None = None
+    ep: Parallel | list[Parallel] | None = None
     etp: Parallel | list[Parallel] | None = None
     world: PosInt | None = None
 
@@ -112,10 +115,11 @@ class MBridgeRefitTestDefinition(MBridgeTestDefinition):
     def payload_config(self) -> dict[str, Any]:
         a = self.cmd_args
         side = ("tp", "pp", "ep", "etp", "world")
+        src, dst = resolve_sides({k: getattr(a.src, k) for k in side}, {k: getattr(a.dst, k) for k in side})
         return {
             "model": refit_model(get_model(a.model), a.num_layers, a.seq_length),
-            "src": {k: getattr(a.src, k) for k in side},
-            "dst": {k: getattr(a.dst, k) for k in side},
+            "src": src,
+            "dst": dst,
             "mode": a.mode,
             "transport": a.transport,
             "coalesce_mib": a.coalesce_mib,
