@@ -186,6 +186,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .layout import DECODER, EMBEDDING, LOSS, MTP, PipelineLayout, recipe_mtp_layers
+from .predicates import optimizer_distributed
 from .training import TrainingPlan
 
 GIB = 1024**3
@@ -854,7 +855,7 @@ def estimate_ranks(plan: TrainingPlan, busiest_only: bool = False) -> list[Memor
     dp_cp = max(p.dp, 1) * p.cp
     edp = max(p.expert_dp, 1)
     ndo = max(p.num_distributed_optimizer_instances, 1)
-    if p.use_distributed_optimizer or p.use_megatron_fsdp:
+    if optimizer_distributed(p):
         dp_shards, ep_shards = max(1, dp_cp // ndo), max(1, edp // ndo)
     else:
         dp_shards = ep_shards = 1

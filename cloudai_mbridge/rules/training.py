@@ -24,6 +24,14 @@ from ..catalog import GPUSpec
 from ..catalog.bridge import BRIDGE_RELEASES, DEFAULT_BRIDGE, device_name
 from ..plan import TrainingPlan
 from ..plan.memory import estimate_memory
+from ..plan.predicates import (
+    flex_backend,
+    full_iteration_graph,
+    graph_modules,
+    optimizer_distributed,
+    recomputes_moe_layer,
+    uses_cuda_graph,
+)
 from .base import RuleSet, Violation
 
 TRAINING_RULES: RuleSet[TrainingPlan] = RuleSet("training")
@@ -163,7 +171,7 @@ def _distributed_optimizer_instances(p: TrainingPlan) -> Iterator[Violation]:
     ndo = p.num_distributed_optimizer_instances
     if ndo == 1:
         return
-    if not (p.use_distributed_optimizer or p.use_megatron_fsdp):
+    if not optimizer_distributed(p):
         yield _v({"num_distributed_optimizer_instances": ndo, "use_distributed_optimizer": False,
                   "use_megatron_fsdp": False},
                  "several distributed-optimizer instances need a distributed optimizer to partition",
@@ -289,7 +297,7 @@ def _a2a_overlap(p: TrainingPlan) -> Iterator[Violation]:
     if p.recompute == "full":
         yield _v({"moe_a2a_overlap": True, "recompute": p.recompute},
                  "a2a overlap cannot run with full activation recompute", "use recompute = \"selective\" or \"none\"")
-    if p.recompute == "selective" and "moe" in p.recompute_modules:
+    if recomputes_moe_layer(p):
         yield _v({"moe_a2a_overlap": True, "recompute_modules": p.recompute_modules},
                  "a2a overlap cannot recompute the whole MoE block", "drop \"moe\" from recompute_modules")
     if p.shared_expert_overlap:
@@ -327,18 +335,16 @@ def _a2a_overlap_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
     ``a2a_overlap_full_iteration_graph``): megatron-core 0.19.2 (L2738-L2746) checks only Transformer Engine graphs'
     scope, so under bridge_version "0.6" a full-iteration graph (impl ``full_iteration``, or ``local`` with scope
     ``full_iteration``, which Bridge 0.6.2 treats as one, utils/cuda_graph.py L121-L131) takes the overlap."""
-    if p.moe_a2a_overlap and p.cuda_graph_impl != "none":
-        bad = {"moe", "mlp"} & set(p.cuda_graph_scope)
-        full_iteration = p.cuda_graph_impl == "full_iteration" or (
-            p.cuda_graph_impl == "local" and graph_scope(p) == ["full_iteration"])
-        if full_iteration and BRIDGE_RELEASES[p.bridge_version].a2a_overlap_full_iteration_graph:
+    if p.moe_a2a_overlap and uses_cuda_graph(p):
+        bad = {"moe", "mlp"} & set(graph_modules(p))
+        if full_iteration_graph(p) and BRIDGE_RELEASES[p.bridge_version].a2a_overlap_full_iteration_graph:
             return
         if p.cuda_graph_impl != "transformer_engine" or bad:
             yield _v({"moe_a2a_overlap": True, "cuda_graph_impl": p.cuda_graph_impl,
                       "cuda_graph_scope": p.cuda_graph_scope},
                      "a2a overlap only works with transformer_engine CUDA graphs that leave moe and mlp uncaptured"
                      + (" (a full_iteration graph needs the local implementation)"
-                        if "full_iteration" in p.cuda_graph_scope else ""),
+                        if full_iteration_graph(p) else ""),
                      "set moe_a2a_overlap = false, or cuda_graph_impl = \"transformer_engine\" with scopes from "
                      "attn, moe_router, moe_preprocess")
 
@@ -414,7 +420,7 @@ def _dispatcher_bridge_release(p: TrainingPlan) -> Iterator[Violation]:
     and hybridep, and its MoEFlexTokenDispatcher raises "Invalid backend"); catalog/bridge.py lists each release's
     backends."""
     release = BRIDGE_RELEASES[p.bridge_version]
-    if p.uses_flex and not release.takes_backend(p.dispatcher):
+    if flex_backend(p) and not release.takes_backend(p.dispatcher):
         newer = [v for v, r in BRIDGE_RELEASES.items() if r.takes_backend(p.dispatcher)]
         yield _v({"dispatcher": p.dispatcher, "bridge_version": p.bridge_version},
                  f"Megatron-Bridge {p.bridge_version} has no {p.dispatcher!r} flex backend (it logs 'Not a valid flex "
@@ -429,7 +435,7 @@ def _flex_dispatcher_ep(p: TrainingPlan) -> Iterator[Violation]:
     buffer asserts a group of at least two ranks (deep_ep/hybrid_ep_buffer.py); NCCL EP: mcore-0.19:megatron/core/
     transformer/moe/token_dispatcher.py L1788 ("NCCL EP dispatcher requires TPxEP > 1") and te:transformer_engine/
     pytorch/ep.py L139-L140 (``ep_bootstrap requires ep_group.size() >= 2``)."""
-    if p.uses_flex and p.etp * p.ep <= 1:
+    if flex_backend(p) and p.etp * p.ep <= 1:
         yield _v({"dispatcher": p.dispatcher, "ep": p.ep, "etp": p.etp},
                  f"the {p.dispatcher} dispatcher needs an expert group of at least two ranks",
                  "use ep > 1, or dispatcher = \"alltoall\"")
@@ -556,7 +562,7 @@ def _ncclep_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
     ``tokens_per_expert.sum().item()``, a device-to-host sync that a CUDA graph cannot capture: a full_iteration
     graph (which captures the dispatch) fails at capture. The per-layer scopes capture the router and the
     dispatcher's preprocess (top-k), not the dispatch itself."""
-    if p.dispatcher == "ncclep" and p.cuda_graph_impl != "none" and "full_iteration" in p.cuda_graph_scope:
+    if flex_backend(p) == "ncclep" and full_iteration_graph(p):
         yield _v({"dispatcher": "ncclep", "cuda_graph_impl": p.cuda_graph_impl,
                   "cuda_graph_scope": p.cuda_graph_scope},
                  "the ncclep dispatch syncs with the host every step (dynamic shapes), which a full_iteration CUDA "
@@ -633,7 +639,7 @@ def _hybridep_nvlink_domain(p: TrainingPlan) -> Iterator[Violation]:
 def _shared_expert_overlap(p: TrainingPlan) -> Iterator[Violation]:
     """*Differential.* megatron/core/transformer/transformer_config.py L1090-L1095: moe_shared_expert_overlap
     only works with the alltoall dispatcher (Bridge's apply_flex_dispatcher_backend turns it off for flex)."""
-    if p.shared_expert_overlap and p.dispatcher != "alltoall":
+    if p.shared_expert_overlap and flex_backend(p):
         yield _v({"moe_shared_expert_overlap": True, "dispatcher": p.dispatcher},
                  "the shared-expert overlap only works with the alltoall dispatcher",
                  "set moe_shared_expert_overlap = false for deepep/hybridep")
@@ -661,18 +667,9 @@ def _cpu_offloading(p: TrainingPlan) -> Iterator[Violation]:
     if p.recompute != "none":
         yield _v({"cpu_offloading_num_layers": n, "recompute": p.recompute},
                  "CPU offloading does not work with activation recompute", "use recompute = \"none\"")
-    if p.cuda_graph_impl != "none":
+    if uses_cuda_graph(p):
         yield _v({"cpu_offloading_num_layers": n, "cuda_graph_impl": p.cuda_graph_impl},
                  "CUDA graphs are not supported with CPU offloading", "use cuda_graph_impl = \"none\"")
-
-
-def graph_scope(p: TrainingPlan) -> list[str]:
-    """The CUDA-graph scope Megatron ends up with: the local implementation adds moe_router and moe_preprocess
-    together (transformer_config.py L1725-L1735)."""
-    scope = list(dict.fromkeys(p.cuda_graph_scope))
-    if p.cuda_graph_impl == "local" and {"moe_router", "moe_preprocess"} & set(scope):
-        scope += [s for s in ("moe_router", "moe_preprocess") if s not in scope]
-    return scope
 
 
 @rule("cuda-graph")
@@ -681,21 +678,31 @@ def _cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
     a subset): full_iteration only with the local implementation; not moe and moe_router together; moe_preprocess
     needs moe_router; mlp only where dense layers exist; moe only for drop-and-pad MoE (these models are dropless);
     full recompute only with a full_iteration graph; transformer_engine graphs cannot capture moe_router while the
-    whole MoE block is recomputed."""
-    if p.cuda_graph_impl == "none":
+    whole MoE block is recomputed. A full-iteration graph is either spelling (predicates.full_iteration_graph) that
+    captures no per-layer module besides: megatron-core 0.19.2 L2461-L2463 refuses ``cuda_graph_impl =
+    "full_iteration"`` with modules (and migrates ``"local"`` + scope full_iteration to it first,
+    cuda_graph_config.py L11); 0.17.1 L2020-L2027 wants the scope to be exactly ``[full_iteration]`` for full
+    recompute."""
+    if not uses_cuda_graph(p):
         return
-    scope = graph_scope(p)
+    scope = graph_modules(p)  # the per-layer modules
+    whole = full_iteration_graph(p) and not scope  # a full-iteration graph, nothing per layer besides
     fields = {"cuda_graph_impl": p.cuda_graph_impl, "cuda_graph_scope": p.cuda_graph_scope}
     release = BRIDGE_RELEASES[p.bridge_version]
-    if release.local_graph_full_iteration_only and p.cuda_graph_impl == "local" and scope != ["full_iteration"]:
+    if release.local_graph_full_iteration_only and p.cuda_graph_impl == "local" and not whole:
         yield _v({**fields, "bridge_version": p.bridge_version},
                  f"Megatron-Bridge {p.bridge_version} runs cuda_graph_impl = \"local\" only as a full_iteration "
                  "graph (utils/cuda_graph.py L134-L155 in 0.6)",
                  "use cuda_graph_impl = \"transformer_engine\" for per-layer scopes, or cuda_graph_scope = "
                  "\"full_iteration\"")
-    if p.cuda_graph_impl == "transformer_engine" and "full_iteration" in scope:
+    if p.cuda_graph_impl == "transformer_engine" and "full_iteration" in p.cuda_graph_scope:
         yield _v(fields, "a full_iteration CUDA graph needs the local implementation",
                  "set cuda_graph_impl = \"local\" for full_iteration")
+    if p.cuda_graph_impl == "full_iteration" and scope:
+        yield _v(fields, f"a full_iteration CUDA graph captures the whole iteration; it takes no per-layer scope "
+                 f"({', '.join(scope)}) beside it (megatron-core 0.19.2 transformer_config.py L2461-L2463)",
+                 "leave cuda_graph_scope empty (or \"full_iteration\"), or use cuda_graph_impl = "
+                 "\"transformer_engine\" for per-layer scopes")
     if "moe" in scope and "moe_router" in scope:
         yield _v(fields, "cuda_graph_scope cannot hold both moe and moe_router", "keep one of moe and moe_router")
     if "moe_preprocess" in scope and "moe_router" not in scope:
@@ -707,11 +714,11 @@ def _cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
         yield _v({**fields, "model": p.model.name},
                  "the moe CUDA graph needs drop-and-pad MoE (a capacity factor); these models are dropless",
                  "capture moe_router (and moe_preprocess) instead of moe")
-    if p.recompute == "full" and scope != ["full_iteration"]:
+    if p.recompute == "full" and not whole:
         yield _v({**fields, "recompute": "full"}, "full recompute only works with a full_iteration CUDA graph",
-                 "use recompute = \"selective\", or cuda_graph_impl = \"local\" with scope full_iteration")
-    if (p.recompute == "selective" and p.cuda_graph_impl == "transformer_engine"
-            and "moe" in p.recompute_modules and "moe_router" in scope):
+                 "use recompute = \"selective\", or a full-iteration graph (cuda_graph_impl = \"local\" with scope "
+                 "full_iteration; or \"full_iteration\" with bridge_version = \"0.6\")")
+    if p.cuda_graph_impl == "transformer_engine" and recomputes_moe_layer(p) and "moe_router" in scope:
         yield _v({**fields, "recompute_modules": p.recompute_modules},
                  "recomputing the MoE block cannot wrap a transformer_engine moe_router graph",
                  "drop moe from recompute_modules or moe_router from the scope")
@@ -746,12 +753,14 @@ def _megatron_fsdp(p: TrainingPlan) -> Iterator[Violation]:
         yield _v({"use_megatron_fsdp": True, "optimizer": "muon"}, "Muon does not support Megatron FSDP",
                  "use optimizer = \"adam\" or use_megatron_fsdp = false")
     full_iteration_ok = BRIDGE_RELEASES[p.bridge_version].fsdp_full_iteration_graph
-    if p.cuda_graph_impl != "none" and not (full_iteration_ok and p.cuda_graph_impl == "full_iteration"):
+    if uses_cuda_graph(p) and not (full_iteration_ok and full_iteration_graph(p)):
         yield _v({"use_megatron_fsdp": True, "cuda_graph_impl": p.cuda_graph_impl,
                   "bridge_version": p.bridge_version},
                  "Megatron FSDP cannot run with CUDA graphs"
                  + (" other than a full_iteration graph" if full_iteration_ok else " in this release"),
-                 "use cuda_graph_impl = \"none\"" + (" or \"full_iteration\"" if full_iteration_ok else ""))
+                 "use cuda_graph_impl = \"none\""
+                 + (" or a full_iteration graph (cuda_graph_impl = \"full_iteration\", or \"local\" with "
+                    "cuda_graph_scope = \"full_iteration\")" if full_iteration_ok else ""))
     if p.pp > 1 or p.cp > 1 or (p.vp or 1) > 1:
         yield _v({"use_megatron_fsdp": True, "pp": p.pp, "cp": p.cp, "vp": p.vp},
                  "Megatron FSDP runs here with pp = cp = vp = 1 only", "use pp = 1, cp = 1, vp unset")
@@ -925,7 +934,7 @@ def _echo_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
     """Seed 003: a full_iteration CUDA graph needs the sync-free path, which only exists with
     '--moe-received-token-capacity' set ('if not set, sync-version will be used': device-to-host copies that a
     graph cannot capture). The overlap side of 'full-iteration graph vs a2a overlap' is a2a-overlap-cuda-graph."""
-    if p.echo is not None and "full_iteration" in p.cuda_graph_scope and p.echo.received_token_capacity is None:
+    if p.echo is not None and full_iteration_graph(p) and p.echo.received_token_capacity is None:
         yield _v({"echo": True, "cuda_graph_scope": p.cuda_graph_scope, "received_token_capacity": None},
                  "a full_iteration CUDA graph with Echo needs the sync-free dispatch",
                  "set echo.received_token_capacity (e.g. 2.0)")
@@ -962,7 +971,7 @@ def _memory_fixes(p: TrainingPlan) -> list[str]:
         # (parallel_state.py initialize_model_parallel); here etp is 1 unless the test says otherwise
         fixes.append(f"split the experts over tensor parallelism too (etp = {p.tp}: Megatron-Core's own default "
                      "when a configuration leaves it unset; this project's is 1)")
-    if not p.use_distributed_optimizer:
+    if not optimizer_distributed(p):
         fixes.append("use the distributed optimizer")
     if not p.optimizer_cpu_offload and p.optimizer == "adam" and p.precision_aware_optimizer:
         fixes.append("offload the optimizer to the CPU (optimizer_cpu_offload = true)")

@@ -150,6 +150,15 @@ def check_config(raw: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def is_full_iteration_graph(impl: str, scope: Any) -> bool:
+    """A full-iteration CUDA graph: ``cuda_graph_impl = "full_iteration"`` (megatron-core 0.19), or ``"local"`` with
+    ``"full_iteration"`` in the scope. Megatron-Bridge 0.6.2 utils/cuda_graph.py L121-L131
+    (is_full_iteration_cuda_graph) treats the two alike, and megatron-core 0.19.2 transformer/cuda_graph_config.py
+    L11 migrates the scope to the implementation. The one test of the question for the payload and the rules
+    (rules/predicates.py)."""
+    return impl == "full_iteration" or (impl == "local" and "full_iteration" in list(scope or ()))
+
+
 def shared_expert_overlap(cfg: dict[str, Any]) -> bool:
     """Megatron's moe_shared_expert_overlap for this run: the config's value, else the recipes' choice (on with the
     all-to-all dispatcher unless a2a overlap replaces it). Only meaningful for a model with a shared expert."""
@@ -402,9 +411,9 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
         # GPTModelProvider.provide asserts TE's RNG tracker for CUDA graphs (gpt_provider.py 0.4.2 L224-L228);
         # ConfigContainer.validate syncs rng.te_rng_tracker to the model (training/config.py 0.4.2 L1077-L1078)
         out["rng.te_rng_tracker"] = True
-    if cfg["cuda_graph_impl"] == "local" and "full_iteration" in cfg["cuda_graph_scope"]:
-        # validate() refuses a full-iteration graph while the rerun state machine checks the loss for NaN
-        # (training/config.py 0.4.2 L1102-L1107, 0.6.2 L1370-L1374)
+    if is_full_iteration_graph(cfg["cuda_graph_impl"], cfg["cuda_graph_scope"]):
+        # validate() refuses a full-iteration graph, either spelling, while the rerun state machine checks the loss
+        # for NaN (training/config.py 0.4.2 L1102-L1107, 0.6.2 L1370-L1374: is_full_iteration_cuda_graph)
         out["rerun_state_machine.check_for_nan_in_loss"] = False
     if cfg["model"]["is_proxy"]:
         out["tokenizer.vocab_size"] = cfg["model"]["vocab_size"]
