@@ -119,29 +119,39 @@ fi
 # the system's x86_64-linux-gnu-g++-13 (libstdc++.so.6 linked dynamically) the same smoke passed (1 x H200,
 # 2026-11-29). So each candidate links a probe library first, and the first whose library exports no libstdc++
 # symbol compiles and links (HYBRIDEP_CXX names one to take as it is).
-cxx_links_libstdcxx_dynamically() {  # <g++>: 0 when a -shared library it links exports no std::ostream symbol
-  local c=$1 d
+so_carries_libstdcxx() {  # <lib.so>: 0 when the library carries a libstdc++ of its own: it exports std::ostream
+  # symbols, or holds libstdc++'s iostream code without loading libstdc++.so.6 (such a copy meets the process's own)
+  nm -D --defined-only "$1" 2>/dev/null | grep -q ' _ZNSo' && return 0
+  grep -q -a 'St9basic_ios' "$1" || return 1
+  ! readelf -d "$1" 2>/dev/null | grep -q 'NEEDED.*libstdc++'
+}
+cxx_links_libstdcxx_dynamically() {  # <g++>: 0 when a -shared library it links carries no libstdc++ of its own
+  local c=$1 d rc
   d=$(mktemp -d) || return 1
   printf '#include <sstream>\n#include <string>\nstd::string probe(long v) { std::ostringstream s; s << v; return s.str(); }\n' > "$d/p.cpp"
   "$c" -shared -fPIC -O1 -o "$d/p.so" "$d/p.cpp" >/dev/null 2>&1 || { rm -rf "$d"; return 1; }
-  ! nm -D --defined-only "$d/p.so" 2>/dev/null | grep -q ' _ZNSo'
-  local rc=$?
+  ! so_carries_libstdcxx "$d/p.so"
+  rc=$?
   rm -rf "$d"
   return $rc
 }
-pick_compiler() {  # export CXX / CC for the build: see above
-  local c CXX_PICK=${HYBRIDEP_CXX:-} CC_PICK
+pick_compiler() {  # [compilers to skip...]: export CXX / CC for the build, one line per candidate refused
+  local c p CXX_PICK=${HYBRIDEP_CXX:-} CC_PICK skip=" $* "
   if [ -z "$CXX_PICK" ]; then
     for c in "${CXX:-}" g++ /usr/bin/g++ /usr/bin/x86_64-linux-gnu-g++ /usr/bin/x86_64-linux-gnu-g++-*; do
-      [ -n "$c" ] && command -v "$c" >/dev/null 2>&1 || continue
-      if cxx_links_libstdcxx_dynamically "$c"; then CXX_PICK=$(command -v "$c"); break; fi
-      echo "MBRIDGE_HYBRIDEP compiler $c links libstdc++ statically into shared libraries: not used"
+      [ -n "$c" ] && p=$(command -v "$c" 2>/dev/null) || continue
+      p=$(readlink -f "$p")
+      case "$skip" in *" $p "*) continue ;; esac
+      skip="$skip$p "
+      if cxx_links_libstdcxx_dynamically "$p"; then CXX_PICK=$p; break; fi
+      echo "MBRIDGE_HYBRIDEP compiler $c ($p) links libstdc++ statically into shared libraries: not used"
     done
   fi
   if [ -n "$CXX_PICK" ]; then
     CC_PICK=$(echo "$CXX_PICK" | sed 's#g++\([^/]*\)$#gcc\1#')
     [ -x "$CC_PICK" ] || CC_PICK=${CC:-gcc}
     export CXX=$CXX_PICK CC=$CC_PICK
+    echo "MBRIDGE_HYBRIDEP compiler CXX=$CXX ($("$CXX" -dumpfullversion 2>/dev/null || echo '?'))${HYBRIDEP_CXX:+ (HYBRIDEP_CXX)}"
   else
     echo "warning: no C++ compiler here links libstdc++ dynamically; building with ${CXX:-c++} (HybridEPBuffer() may crash)"
   fi
@@ -159,11 +169,7 @@ PYEOF
 }
 LOG=$DIR/build.log
 start=$SECONDS
-if [ "${HYBRIDEP_FORCE:-0}" != 1 ] && [ -f "$SITE/.done" ] && check_import | grep -q '^IMPORT_OK'; then
-  how="reused"
-else
-  how="built"
-  pick_compiler
+build_once() {  # one build with the exported CXX / CC into $SITE; exits through result() on a failure
   B=$DIR/build && rm -rf "$B" "$SITE" && mkdir -p "$B/out" "$SITE"
   tar -xzf "$DIR/files/DeepEP-src.tar.gz" -C "$B" || result no 1 reason=untar
   if [ "$NVSHMEM_MODE" = off ] && [ -z "${NVSHMEM_DIR:-}" ]; then
@@ -191,6 +197,28 @@ else
     || result no 1 "reason=pip_install_failed wheel=$whl"
   mkdir -p "$ROOT/wheels" && cp "$whl" "$ROOT/wheels/"
   [ -z "${OUT:-}" ] || cp "$LOG" "$OUT/hybridep_build.log"
+}
+if [ "${HYBRIDEP_FORCE:-0}" != 1 ] && [ -f "$SITE/.done" ] && check_import | grep -q '^IMPORT_OK'; then
+  how="reused"
+else
+  how="built"
+  # The probe can pass a compiler whose real build still bundles libstdc++ (a 2 x H200 host, 2026-11-29: /opt/gcc's
+  # g++ passed the probe, its hybrid_ep_cpp died in HybridEPBuffer()): the built library itself is checked, and
+  # built once more with the next compiler when it carries a libstdc++ of its own (never when HYBRIDEP_CXX is set).
+  refused=""
+  for attempt in 1 2; do
+    pick_compiler $refused
+    build_once
+    so=$(ls "$SITE"/hybrid_ep_cpp*.so 2>/dev/null | head -n 1)
+    if [ -n "$so" ] && so_carries_libstdcxx "$so"; then
+      if [ -z "${HYBRIDEP_CXX:-}" ] && [ "$attempt" = 1 ]; then
+        echo "MBRIDGE_HYBRIDEP compiler $CXX built $(basename "$so") with a libstdc++ of its own (HybridEPBuffer() would crash): building again with the next compiler"
+        refused=$(readlink -f "$CXX"); unset CXX CC; continue
+      fi
+      echo "warning: $(basename "$so") carries a libstdc++ of its own (built with $CXX): HybridEPBuffer() may crash; set HYBRIDEP_CXX to the system g++"
+    fi
+    break
+  done
 fi
 
 # 4. Import check, env.sh, the summary line.
