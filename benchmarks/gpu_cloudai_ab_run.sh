@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The 4-GPU dispatcher A/B as a CloudAI scenario through the plugin's own report, as one command.
+# The dispatcher A/B as a CloudAI scenario through the plugin's own report, as one command, on every GPU of the host
+# (the scenario's ep must equal that count: bridge_ab_2gpu_*.toml on 2 GPUs, bridge_ab_4gpu*.toml on 4; docs/gpu.md).
 # usage (GPU host; runs from the repository root):
 #   bash benchmarks/gpu_cloudai_ab_run.sh [scenario TOML, default conf/test_scenario/bridge_ab_4gpu.toml]
 # Needs the stack bridge-0.6.2 (benchmarks/gpu_setup.sh bridge-0.6.2, or the active Python, docs/gpu.md), NCCL 2.32.3

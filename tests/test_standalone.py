@@ -75,6 +75,48 @@ def test_ab_scenario_dry_runs_to_three_starts_of_six_torchrun_jobs(tmp_path: Pat
     assert by_start["start1"] == by_start["start2"] == by_start["start3"]  # the same points, started again
 
 
+TWO_GPU = CONF / "system" / "standalone_2gpu.toml"
+TWO_GPU_CELLS = sorted((CONF / "test_scenario").glob("bridge_ab_2gpu_*.toml"))
+
+
+def test_every_flex_backend_ships_a_2gpu_cell_for_both_proxies() -> None:
+    assert [p.stem for p in TWO_GPU_CELLS] == [f"bridge_ab_2gpu_{m}_{b}" for m in ("dsv3", "k2")
+                                               for b in ("deepep", "hybridep", "ncclep")]
+
+
+@pytest.mark.parametrize("scenario", TWO_GPU_CELLS, ids=[p.stem for p in TWO_GPU_CELLS])
+def test_a_2gpu_cell_dry_runs_to_three_starts_of_alltoall_and_its_backend_on_two_ranks(scenario: Path,
+                                                                                       tmp_path: Path) -> None:
+    """Issue 43: the cell that ran by hand on 2 x H200 (DSV3 proxy, mbs 1, ep 2, gbs 8, 14 iterations, 3 + 3 starts)
+    ships for every flex backend; nothing it sets goes unused (the dry-run warns of none)."""
+    model = {"dsv3": "deepseek_v3_proxy", "k2": "kimi_k2_proxy"}[scenario.stem.split("_")[3]]
+    backend = scenario.stem.split("_")[4]
+    res = dry_run(TWO_GPU, scenario, tmp_path)
+    assert res.returncode == 0, res.output
+    assert "[WARNING]" not in res.output, res.output
+    arms: dict[str, list[dict]] = {}
+    for script in sorted(res.output_dir.rglob("mbridge_standalone.sh")):
+        assert "--nproc-per-node 2 --log-dir" in script.read_text()
+        cfg = json.loads((script.parent / "mbridge_config.json").read_text())
+        arms.setdefault(cfg["dispatcher"], []).append(cfg)
+    assert sorted(arms) == sorted(["alltoall", backend])
+    for cfgs in arms.values():
+        assert len(cfgs) == 3  # three starts per arm
+        for cfg in cfgs:
+            assert cfg["model"]["name"] == model
+            assert (cfg["world_size"], cfg["ep"], cfg["tp"], cfg["pp"], cfg["mbs"], cfg["gbs"],
+                    cfg["train_iters"]) == (2, 2, 1, 1, 1, 8, 14)
+            assert cfg["deepep_impl"] == ("uccl" if backend == "deepep" else "nvidia")
+            assert cfg.get("moe_expert_rank_capacity_factor") == (1.5 if backend == "ncclep" else None)
+
+
+def test_the_4gpu_cell_is_refused_on_the_2gpu_system_naming_the_rule(tmp_path: Path) -> None:
+    """What a user met on 2 x H200 with the 4-GPU scenario, and why the 2-GPU ones ship."""
+    refused = dry_run(TWO_GPU, CONF / "test_scenario" / "bridge_ab_4gpu_dsv3_ncclep.toml", tmp_path)
+    assert refused.returncode != 0
+    assert "[world-size-expert-parallel] world size 2 is not divisible by etp*ep*pp = 4" in refused.output
+
+
 def test_more_than_one_node_is_refused_at_dry_run_naming_the_field(tmp_path: Path) -> None:
     _, scenario = write_case(tmp_path, TINY_TEST, tiny_scenario(num_nodes=2, starts=1))
     res = dry_run(tiny_system(tmp_path), scenario, tmp_path)

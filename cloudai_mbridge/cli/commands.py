@@ -105,6 +105,8 @@ SYSTEM_FIT_RULES = frozenset({
     "system-gpu", "memory", "node-shape", "dispatcher-gpu", "fp8-recipe-gpu", "hybridep-nvlink-domain",
     "deepep-network", "world-size-expert-parallel", "world-size-model-parallel", "global-batch", "flex-dispatcher-ep",
     "refit-transport-device", "refit-layout", "refit-model-size", "interleaved-microbatches",
+    # expert-dp = world / (etp*ep*pp): a recipe's instances divide it on the recipe's node count, not on a 2-GPU host
+    "distributed-optimizer-instances",
     # a shipped recipe that upstream itself cannot run (conf/test/nvidia062_*: the file's header says why) is refused
     # on its own system too; the scenario's line names the rule
     "pipeline-layout", "standalone-one-node",
