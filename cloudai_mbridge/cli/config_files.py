@@ -155,6 +155,11 @@ def system_file_problems(path: Path | str) -> list[str]:
             problems.append(f"{path}: default_partition = {default!r} is not one of the [[partitions]] "
                             f"({', '.join(map(repr, names)) or 'none defined'}). Fix: add a [[partitions]] table "
                             "with that name, or name one of those")
+        for i, part in enumerate(partitions if isinstance(partitions, list) else []):
+            groups = part.get("groups") if isinstance(part, dict) else None
+            for j, group in enumerate(groups if isinstance(groups, list) else []):
+                if isinstance(group, dict):
+                    problems += _node_list_problems(f"{path}: partitions[{i}].groups[{j}]", group, ("nodes",))
         mpi = data.get("mpi")
         if mpi is not None and not (isinstance(mpi, str) and _MPI.match(mpi)):
             problems.append(f"{path}: mpi = {mpi!r} is not an srun --mpi type. Fix: write e.g. \"pmix\", \"pmi2\" "
@@ -197,6 +202,33 @@ def _time_limit_problem(value: Any) -> str | None:
     return None
 
 
+def _node_list_problems(where: str, table: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """Node lists (launch/hostlist.py): each entry a Slurm hostlist CloudAI and sbatch read alike, or refused."""
+    from ..launch.hostlist import hostlist_fix, hostlist_problem
+
+    problems = []
+    for key in keys:
+        if key not in table:
+            continue
+        value = table[key]
+        if not isinstance(value, list):
+            problems.append(f"{where}: {key} = {_shown(value)} is not a list of node names. Fix: write "
+                            f'{key} = ["gpu[001-032]"]')
+            continue
+        for i, entry in enumerate(value):
+            why = hostlist_problem(entry)
+            if why:
+                problems.append(f"{where}: {key}[{i}] = {_shown(entry)} {why}: sbatch --nodelist would refuse the "
+                                f"job (\"Invalid node name specified\"). Fix: {hostlist_fix()}")
+                break
+    return problems
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
 def scenario_file_problems(path: Path | str) -> list[str]:
     path = Path(path)
     data = _read(path)
@@ -222,6 +254,7 @@ def scenario_file_problems(path: Path | str) -> list[str]:
             if not values or not all(_int(v) and 1 <= v <= MAX_NODES for v in values):
                 problems.append(f"{where}: num_nodes = {nodes!r} is not a whole number of nodes from 1 to "
                                 f"{MAX_NODES}. Fix: write e.g. num_nodes = 32 (no quotes)")
+        problems += _node_list_problems(where, entry, ("nodes", "exclude_nodes"))
         if "iterations" in entry:
             it = entry["iterations"]
             if not _int(it) or it < 1:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .hostlist import hostlist_fix, hostlist_problem
 from .shell import (
     SbatchFieldError,
     argv,
@@ -138,6 +139,15 @@ def results_path_problems(output_dir: Path, scenario_name: str, test_ids: list[s
     return problems
 
 
+def _node(name: str, what: str, problem: str | None) -> str:
+    """A node name or hostlist Slurm resolves (launch/hostlist.py), as one #SBATCH word."""
+    text = sbatch_name(name, what, hostlist_fix())
+    if problem:
+        raise SbatchFieldError(f"{what} {text!r} {problem}: sbatch would refuse the job (\"Invalid node name "
+                               f"specified\"). Fix: {hostlist_fix()}")
+    return text
+
+
 def _directives(spec: SbatchSpec) -> list[str]:
     out = spec.output_dir
     stdout = filename_pattern_path(out / "stdout.txt", "results folder", PATH_FIX)
@@ -150,13 +160,11 @@ def _directives(spec: SbatchSpec) -> list[str]:
         # The allocation must hold the widest step: srun cannot start more tasks per node than the job was given.
         f"#SBATCH --ntasks-per-node={max((s.ntasks_per_node for s in spec.steps), default=1)}",
     ]
-    if spec.nodelist:
-        names = [sbatch_name(n, "scenario nodes entry", "write node names or Slurm ranges (node[1-4])")
-                 for n in spec.nodelist]
+    if spec.nodelist:  # names CloudAI resolved (a hostlist is taken too)
+        names = [_node(n, "scenario nodes entry", hostlist_problem(n)) for n in spec.nodelist]
         lines.append(f"#SBATCH --nodelist={','.join(names)}")
-    elif spec.exclude:
-        names = [sbatch_name(n, "scenario exclude_nodes entry", "write node names or Slurm ranges (node[1-4])")
-                 for n in spec.exclude]
+    elif spec.exclude:  # the scenario's entries as written: hostlists
+        names = [_node(n, "scenario exclude_nodes entry", hostlist_problem(n)) for n in spec.exclude]
         lines.append(f"#SBATCH --exclude={','.join(names)}")
     if spec.partition:
         part = sbatch_name(spec.partition, "system default_partition", "use the partition's name as sinfo shows it")
