@@ -22,6 +22,7 @@ debug.log included) for the rest of the process.
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import math
@@ -226,8 +227,13 @@ class RedactingStream(io.TextIOBase):
     says so once at its end (cli/app.py), instead of a logging traceback per line."""
 
     def __init__(self, inner: Any) -> None:
-        self._inner = inner
+        self._inner = inner if inner is not None else _ClosedStream()  # started with the stream closed (>&-)
         self.error: OSError | None = None
+        if getattr(inner, "errors", None) == "strict":  # PYTHONIOENCODING=ascii: a character it lacks is \xe9
+            import contextlib
+
+            with contextlib.suppress(AttributeError, ValueError, OSError):
+                inner.reconfigure(errors="backslashreplace")
 
     def write(self, s: str) -> int:
         if self.error is None:
@@ -275,7 +281,29 @@ class RedactingStream(io.TextIOBase):
     @property
     def buffer(self) -> Any:
         # binary writes would bypass the redaction: hand out a text-redacting adapter over the real buffer
-        return _RedactingBuffer(self._inner)
+        return _RedactingBuffer(self)  # through write(): a refused or closed stream is noted, not raised
+
+
+class _ClosedStream:
+    """Standard output or error the process started without (``>&-``): the first text written to it is an error
+    (EBADF), said once at the end (cli/app.py); an empty write is none."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, s: str) -> int:
+        if s:
+            raise OSError(errno.EBADF, "the stream was closed when the command started")
+        return 0
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("the stream was closed when the command started")
 
 
 # Terminal control strings a text from a file can carry to the console: OSC (ESC ], e.g. OSC 52 writes the clipboard,
@@ -298,7 +326,7 @@ class _RedactingBuffer(io.RawIOBase):
 
     def write(self, b: Any) -> int:
         data = bytes(b)
-        self._text.write(neutralize(redact(data.decode(getattr(self._text, "encoding", None) or "utf-8", "replace"))))
+        self._text.write(data.decode(getattr(self._text, "encoding", None) or "utf-8", "replace"))
         return len(data)
 
     def flush(self) -> None:

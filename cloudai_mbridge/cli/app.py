@@ -12,6 +12,7 @@ scenario's results, ``--version`` names the plugin (commands.py).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .._cloudai import CloudAIMissingError, require_cloudai
-from .exits import EXIT_INPUT, HELP
+from . import startup
+from .exits import EXIT_ENVIRONMENT, EXIT_INPUT, HELP
 
 _SCENARIO_VERBS = {"run", "dry-run", "preflight", "install", "uninstall", "generate-report"}
 
@@ -172,6 +174,26 @@ def _undecodable_args(args: list[str]) -> list[str]:
     return found
 
 
+def _symlink_loops(args: list[str]) -> list[str]:
+    """An argument that names a symbolic link loop (a link that leads back to itself, directly or through others):
+    one line naming it, never pathlib's RuntimeError from resolving it nor click's "does not exist"."""
+    found = []
+    for i, arg in enumerate(args):
+        if arg.startswith("-") and "=" in arg:
+            option, arg = arg.split("=", 1)
+        else:
+            option = args[i - 1] if i and args[i - 1].startswith("-") else "the argument"
+        try:
+            os.stat(arg)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                found.append(f"{option} {arg}: a symbolic link loop (following the link leads back to itself) "
+                             "[ELOOP]. Fix: point the link at the real file or folder, or name that one instead")
+        except ValueError:
+            continue
+    return found
+
+
 def _log_file_kind_problem(log_file: str) -> str | None:
     """A --log-file that exists and is no regular file: opening a FIFO waits for a reader forever, a device takes or
     refuses the lines unseen (/dev/full). /dev/null is a choice: the user asks for no log."""
@@ -227,6 +249,9 @@ def main(argv: list[str] | None = None) -> None:
         # outside the command's own handling: while starting (a signal, also one Python wrapped into another
         # exception while CloudAI's classes build)
         code = interrupts.stop_code(exc)
+        if code is None and startup.is_memory_error(exc):  # CloudAI's import under ulimit -v, say
+            startup.print_error(startup.memory_problem())
+            code = EXIT_ENVIRONMENT
         if code is None:
             raise
     finally:
@@ -237,10 +262,16 @@ def main(argv: list[str] | None = None) -> None:
 
         for name, error in failed:
             what, _fix = os_reason(error)
-            with contextlib.suppress(OSError, ValueError, AttributeError):  # standard error itself may refuse it
-                print(f"cloudai-mbridge: could not write to {name} ({what}): what the command printed is "
-                      "incomplete. Fix: redirect it to a file on a disk with free space, or do not redirect it",
-                      file=sys.__stderr__, flush=True)
+            if error.errno == errno.EBADF:  # started with it closed (>&-)
+                line = (f"{name} was closed when the command started (>&-): what the command printed to it is lost. "
+                        "Fix: redirect it to a file, or to /dev/null to discard it, instead of closing it")
+            else:
+                line = (f"could not write to {name} ({what}): what the command printed is incomplete. Fix: redirect "
+                        "it to a file on a disk with free space, or do not redirect it")
+            stream = sys.__stderr__ if name != "standard error" else None  # the one that failed says nothing more
+            if stream is not None:
+                with contextlib.suppress(OSError, ValueError, AttributeError):  # standard error may refuse it too
+                    print(f"cloudai-mbridge: {line}", file=stream, flush=True)
         raise SystemExit(code if isinstance(code, int) and code else 1)
     raise SystemExit(code)
 
@@ -305,8 +336,10 @@ def _main(argv: list[str] | None) -> None:
     group.add_command(verify_configs_command(), "verify-configs")
     group.add_command(list_command(), "list")
     group.add_command(preflight_command(cloudai_cli.main.commands["dry-run"]), "preflight")
-    args = _default_tests_dir(sys.argv[1:] if argv is None else argv)
-    problems = _undecodable_args(args) or toml_problems(args)
+    args = sys.argv[1:] if argv is None else argv
+    if not _symlink_loops(args):  # a loop is refused below; resolving it would raise
+        args = _default_tests_dir(args)
+    problems = _undecodable_args(args) or _symlink_loops(args) or toml_problems(args)
     if not problems and "--help" not in args and "-h" not in args:
         from .field_check import typo_problems
         problems = typo_problems(toml_files(args))  # an unknown field or value: "did you mean", in our words
@@ -333,6 +366,9 @@ def _main(argv: list[str] | None) -> None:
     except Exception as exc:  # never a bare traceback on the terminal; debug.log keeps it for a bug report
         from .session import describe_error
 
+        if startup.is_memory_error(exc):
+            print(f"cloudai-mbridge: {startup.memory_problem(_verb(args))}", file=sys.stderr)
+            raise SystemExit(EXIT_ENVIRONMENT) from None
         logging.debug("unexpected error", exc_info=True)
         print(f"cloudai-mbridge: {describe_error(exc)} (unexpected: please report it with debug.log, which holds "
               "the traceback)", file=sys.stderr)
