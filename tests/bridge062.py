@@ -348,6 +348,9 @@ def cmd_args(r: Recipe) -> tuple[dict[str, Any], dict[str, str]]:
         put("delay_wgrad_compute", True, "comm_overlap.delay_wgrad_compute")
     if v.get("model.fine_grained_activation_offloading"):
         put("offload_modules", ",".join(v["model.offload_modules"]), "model.offload_modules")
+        cap = "model.fine_grained_offloading_max_inflight_offloads"
+        if v.get(cap) is not None:
+            put("fine_grained_offloading_max_inflight_offloads", v[cap], cap)
     if flex and v.get("model.moe_expert_rank_capacity_factor") is not None and v.get("model.moe_paged_stash"):
         put("moe_expert_rank_capacity_factor", v["model.moe_expert_rank_capacity_factor"],
             "model.moe_expert_rank_capacity_factor")

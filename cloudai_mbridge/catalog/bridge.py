@@ -98,6 +98,10 @@ class BridgeRelease:
     # it), so Muon (optimizer/muon.py: Float16OptimizerWithFloat16Params) fails there; 0.19.2 (L795-L806) falls back
     # to copying into the model params when the optimizer has no such buffer
     mxfp8_gather_needs_distributed_optimizer: bool = True
+    # Fine-grained activation offloading inside a full-iteration CUDA graph needs a cap on in-flight offloads
+    # (megatron-core 0.19.2 transformer_config.py L2634-L2642: fine_grained_offloading_max_inflight_offloads must be
+    # an integer >= 0); 0.17.1 has neither the field nor any offloading check against CUDA graphs
+    offload_full_iteration_needs_inflight_cap: bool = False
 
     def deepep_allowed(self, gpu: GPUSpec) -> bool:
         name = device_name(gpu)
@@ -131,9 +135,11 @@ BRIDGE_RELEASES = {
                          newer_fields=frozenset({"moe_paged_stash", "use_transformer_engine_op_fuser",
                                                  "fp8_output_proj", "offload_modules", "outer_dp_sharding_strategy",
                                                  "cuda_graph_impl=full_iteration",
-                                                 "offload_modules=fused_group_mlp"}),
+                                                 "offload_modules=fused_group_mlp",
+                                                 "fine_grained_offloading_max_inflight_offloads"}),
                          fsdp_full_iteration_graph=True, a2a_overlap_mtp_needs_pp=False,
-                         a2a_overlap_full_iteration_graph=True, mxfp8_gather_needs_distributed_optimizer=False),
+                         a2a_overlap_full_iteration_graph=True, mxfp8_gather_needs_distributed_optimizer=False,
+                         offload_full_iteration_needs_inflight_cap=True),
 }
 DEFAULT_BRIDGE = "0.4"
 # Container image (without registry tag suffix beyond the release) -> the Megatron-Bridge release it ships.

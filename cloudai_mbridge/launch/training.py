@@ -69,6 +69,7 @@ def training_config(plan: TrainingPlan, *, lr: float | None = None, **job: Any) 
         "fp8_output_proj": plan.fp8_output_proj,
         "delay_wgrad_compute": plan.delay_wgrad_compute,
         "offload_modules": list(plan.offload_modules),
+        "fine_grained_offloading_max_inflight_offloads": plan.fine_grained_offloading_max_inflight_offloads,
         "optimizer_cpu_offload": plan.optimizer_cpu_offload,
         "optimizer_offload_fraction": plan.optimizer_offload_fraction,
         "overlap_cpu_optimizer_d2h_h2d": plan.overlap_cpu_optimizer_d2h_h2d,

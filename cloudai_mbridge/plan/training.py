@@ -99,6 +99,9 @@ class TrainingPlan:
     fp8_dot_product_attention: bool = False  # attention in FP8 (Bridge mixed_precision.fp8_dot_product_attention)
     fp8_output_proj: bool = False  # the attention output projection in MXFP8 (megatron-core 0.19)
     offload_modules: tuple[str, ...] = ()  # fine-grained activation offloading to the host (empty: off)
+    # megatron-core 0.19's cap on a module's offloads not yet joined on the main stream (None: no joins); a
+    # full-iteration CUDA graph with activation offloading needs it set (transformer_config.py L2634-L2642)
+    fine_grained_offloading_max_inflight_offloads: int | None = None
     # Megatron-Core's optimizer CPU offload (OptimizerConfig optimizer_cpu_offload): the HybridDeviceOptimizer keeps
     # optimizer_offload_fraction of the parameters' optimizer states and fp32 copies on the host and steps them there
     optimizer_cpu_offload: bool = False

@@ -781,7 +781,9 @@ def _recipe062_fields(p: TrainingPlan) -> Iterator[Violation]:
             "fp8_output_proj": p.fp8_output_proj, "offload_modules": bool(p.offload_modules),
             "outer_dp_sharding_strategy": p.outer_dp_sharding_strategy != "no_shard",
             "cuda_graph_impl=full_iteration": p.cuda_graph_impl == "full_iteration",
-            "offload_modules=fused_group_mlp": "fused_group_mlp" in p.offload_modules}
+            "offload_modules=fused_group_mlp": "fused_group_mlp" in p.offload_modules,
+            "fine_grained_offloading_max_inflight_offloads":
+                p.fine_grained_offloading_max_inflight_offloads is not None}
     for name, on in used.items():
         if on and name not in release.newer_fields:
             field, _, value = name.partition("=")
@@ -832,6 +834,43 @@ def _recipe062_fields(p: TrainingPlan) -> Iterator[Violation]:
                   "num_distributed_optimizer_instances": p.num_distributed_optimizer_instances},
                  "outer data-parallel sharding (HSDP) needs Megatron FSDP and several optimizer instances",
                  "set use_megatron_fsdp = true and num_distributed_optimizer_instances > 1")
+
+
+# The offload modules that sit inside the MoE layer (megatron-core 0.19.2 transformer_config.py L1875-L1877)
+OFFLOAD_INSIDE_MOE = ("moe_act", "expert_fc1", "fused_group_mlp")
+
+
+@rule("offload-recompute-moe")
+def _offload_recompute_moe(p: TrainingPlan) -> Iterator[Violation]:
+    """megatron-core 0.19.2 transformer_config.py L1874-L1884: with ``moe`` in recompute_modules the whole MoE layer
+    runs in one checkpoint, and offloading an activation inside it (moe_act, expert_fc1, fused_group_mlp) is refused
+    ("Cannot offload ... while recomputing the entire MoE layer ... redundant and will cause errors"). 0.17.1
+    (L1448-L1472) has no such check, but the same offload hooks run inside the same checkpoint there; refused in
+    both (docs/rules_by_release.md)."""
+    inside = [m for m in OFFLOAD_INSIDE_MOE if m in p.offload_modules]
+    if inside and recomputes_moe_layer(p):
+        yield _v({"offload_modules": ",".join(p.offload_modules), "recompute_modules": ",".join(p.recompute_modules)},
+                 f"cannot offload {', '.join(inside)} while recomputing the entire MoE layer ('moe' in "
+                 "recompute_modules wraps the MoE forward in one checkpoint; megatron-core 0.19.2 refuses it)",
+                 f"remove moe from recompute_modules, or {', '.join(inside)} from offload_modules")
+
+
+@rule("offload-cuda-graph")
+def _offload_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
+    """megatron-core 0.19.2 transformer_config.py L2596-L2642, fine-grained activation offloading with CUDA graphs:
+    a full-iteration graph needs ``fine_grained_offloading_max_inflight_offloads`` set (L2634-L2642; the default
+    None is refused), the graph may not capture ``moe`` (L2627-L2629: cuda-graph refuses that scope for these
+    dropless models anyway) and needs warm-up steps (L2630-L2633: the recipes keep Megatron's default 3). A per-layer
+    ``local`` graph (L2598-L2626) is not reachable through Bridge 0.6.2 (cuda-graph). 0.17.1 checks none of it."""
+    release = BRIDGE_RELEASES[p.bridge_version]
+    if (p.offload_modules and full_iteration_graph(p) and release.offload_full_iteration_needs_inflight_cap
+            and p.fine_grained_offloading_max_inflight_offloads is None):
+        yield _v({"offload_modules": ",".join(p.offload_modules), "cuda_graph_impl": p.cuda_graph_impl,
+                  "fine_grained_offloading_max_inflight_offloads": None},
+                 "activation offloading inside a full-iteration CUDA graph needs a cap on in-flight offloads "
+                 "(megatron-core 0.19.2 refuses it unset)",
+                 "set fine_grained_offloading_max_inflight_offloads = 1 (Bridge 0.6.2's GB300 HSDP recipe), or "
+                 "drop offload_modules or the full-iteration graph")
 
 
 @rule("muon-mxfp8-param-gather")

@@ -92,6 +92,7 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
     "log_interval": [({}, 2)],
     "num_distributed_optimizer_instances": [({}, 2)],
     "offload_modules": [({}, "core_attn")],
+    "fine_grained_offloading_max_inflight_offloads": [({"offload_modules": "core_attn"}, 1), ({}, 1)],
     "optimizer_offload_fraction": [({"optimizer_cpu_offload": True}, 0.5), ({}, 0.5)],
     "lr": [({}, 1e-5)],
 }

@@ -84,6 +84,16 @@ CASES = {
                         small_plan(echo=EchoOptions(8, received_token_capacity=2.0), dispatcher="hybridep",
                                    cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))),
     "memory": (seed_plan(mbs=32, gbs=1024), seed_plan(mbs=12, gbs=384)),  # does not fit / tight (runs)
+    # megatron-core 0.19.2 transformer_config.py L1874-L1884 (issue 45)
+    "offload-recompute-moe": (small_plan(recompute="selective", recompute_modules=("moe",),
+                                         offload_modules=("moe_act",), bridge_version="0.6"),
+                              small_plan(recompute="selective", recompute_modules=("moe",),
+                                         offload_modules=("core_attn",), bridge_version="0.6")),
+    # megatron-core 0.19.2 transformer_config.py L2634-L2642
+    "offload-cuda-graph": (small_plan(cuda_graph_impl="full_iteration", offload_modules=("core_attn",),
+                                      bridge_version="0.6"),
+                           small_plan(cuda_graph_impl="full_iteration", offload_modules=("core_attn",),
+                                      fine_grained_offloading_max_inflight_offloads=1, bridge_version="0.6")),
     "explicit-vp": (seed_plan(model="deepseek_v3", pp=8, vp=1, pipeline_layout="Et*4|(t*4|)*14tmL"),
                     seed_plan(model="deepseek_v3", pp=8, vp=2, pipeline_layout="Et*4|(t*4|)*14tmL")),
     "a2a-overlap-bridge-vp": (

@@ -54,6 +54,7 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "fp8_output_proj": False,
     "delay_wgrad_compute": False,
     "offload_modules": [],
+    "fine_grained_offloading_max_inflight_offloads": None,
     # Megatron-Core's optimizer CPU offload (OptimizerConfig); off: nothing is set
     "optimizer_cpu_offload": False,
     "optimizer_offload_fraction": 1.0,
@@ -65,7 +66,7 @@ OPTIONAL_KEYS: dict[str, Any] = {
 BRIDGE_RECIPE_KEYS = ("use_megatron_fsdp", "data_parallel_sharding_strategy", "outer_dp_sharding_strategy",
                       "num_distributed_optimizer_instances", "fp8_param_gather", "moe_paged_stash",
                       "use_transformer_engine_op_fuser", "fp8_dot_product_attention", "fp8_output_proj",
-                      "offload_modules", "optimizer_cpu_offload")
+                      "offload_modules", "optimizer_cpu_offload", "fine_grained_offloading_max_inflight_offloads")
 MODEL_KEYS = (
     "name", "family", "num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_attention_heads",
     "num_experts", "moe_router_topk", "shared_expert_intermediate_size", "first_k_dense", "vocab_size",
@@ -136,6 +137,9 @@ def check_config(raw: dict[str, Any]) -> dict[str, Any]:
     elif cf is None and cfg["dispatcher"] == "ncclep":
         errors.append("dispatcher = 'ncclep' needs moe_expert_rank_capacity_factor (megatron-core's _NCCLEPManager "
                       "sizes the per-rank receive buffer with it and raises without it); set e.g. 1.5")
+    cap = cfg["fine_grained_offloading_max_inflight_offloads"]
+    if cap is not None and (not _is_int(cap) or cap < 0):
+        errors.append(f"fine_grained_offloading_max_inflight_offloads = {cap!r} must be null or an integer >= 0")
     share = cfg["optimizer_offload_fraction"]
     if not isinstance(share, (int, float)) or isinstance(share, bool) or not 0 <= share <= 1:
         errors.append(f"optimizer_offload_fraction = {share!r} must be a number in [0, 1]")
@@ -469,6 +473,9 @@ def recipe062_fields(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["offload_modules"]:
         out.update({"model.fine_grained_activation_offloading": True,
                     "model.offload_modules": list(cfg["offload_modules"])})
+        if cfg["fine_grained_offloading_max_inflight_offloads"] is not None:
+            out["model.fine_grained_offloading_max_inflight_offloads"] = int(
+                cfg["fine_grained_offloading_max_inflight_offloads"])
     if cfg["optimizer_cpu_offload"]:
         out.update({"optimizer.optimizer_cpu_offload": True,
                     "optimizer.optimizer_offload_fraction": float(cfg["optimizer_offload_fraction"]),

@@ -32,11 +32,15 @@ from ...systems.common import (
 )
 from ..base import MBridgeTestDefinition
 from ..fields import (
+    BatchSize,
     Bool,
+    GPUCount,
     LayerCount,
     Parallel,
     PosInt,
     Seed,
+    SeqLength,
+    Steps,
     check_expected_rejections,
     check_hf_model_id,
     check_image,
@@ -136,10 +140,10 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     cp: Parallel | list[Parallel] = 1
     ep: Parallel | list[Parallel] = 1
     etp: Parallel | list[Parallel] = 1
-    mbs: PosInt | list[PosInt] = 1
-    gbs: PosInt | list[PosInt] = 8
-    seq_length: PosInt | list[PosInt] = 4096
-    train_iters: PosInt = 20
+    mbs: BatchSize | list[BatchSize] = 1
+    gbs: BatchSize | list[BatchSize] = 8
+    seq_length: SeqLength | list[SeqLength] = 4096
+    train_iters: Steps = 20
     dispatcher: Dispatcher | list[Dispatcher] = "alltoall"
     deepep_impl: DeepEPImpl | list[DeepEPImpl] = "nvidia"
     # Megatron-Core's moe_expert_rank_capacity_factor: the ncclep backend's per-rank receive budget (tokens per rank x
@@ -165,7 +169,7 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     data_parallel_sharding_strategy: Literal["no_shard", "optim", "optim_grads", "optim_grads_params"] = \
         "optim_grads_params"
     outer_dp_sharding_strategy: Literal["no_shard", "optim"] = "no_shard"
-    num_distributed_optimizer_instances: PosInt = 1
+    num_distributed_optimizer_instances: GPUCount = 1
     fp8_param_gather: Bool | list[Bool] = False
     moe_paged_stash: Bool | list[Bool] = False
     use_transformer_engine_op_fuser: Bool | list[Bool] = False
@@ -175,6 +179,10 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     delay_wgrad_compute: Bool | list[Bool] = False
     # fine-grained activation offloading: comma-separated modules (empty: off)
     offload_modules: str | list[str] = ""
+    # megatron-core 0.19's fine_grained_offloading_max_inflight_offloads: at most this many offloads per module not
+    # yet joined on the main stream (0: join after each); unset: no joins. A full-iteration CUDA graph with
+    # offload_modules needs it (Bridge 0.6.2's GB300 HSDP recipe sets 1)
+    fine_grained_offloading_max_inflight_offloads: Annotated[int, Field(ge=0, strict=True)] | None = None
     # Megatron-Core's optimizer CPU offload (OptimizerConfig; Megatron-LM --optimizer-cpu-offload): the share of the
     # optimizer's parameters whose states and fp32 copies live and step on the host (Megatron-LM's default 1.0), and
     # whether the host step overlaps the copies (--overlap-cpu-optimizer-d2h-h2d)
@@ -194,7 +202,7 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     # (nemo:26.04 -> 0.4), else 0.4. The rules read its allowlists (catalog/bridge.py).
     bridge_version: BridgeVersion | list[BridgeVersion] | None = None
     seed: Seed = 1234
-    log_interval: PosInt = 1
+    log_interval: Steps = 1
     # A constant learning rate, no warmup (optimizer lr = min_lr = this; Bridge's scheduler "constant"); unset: the
     # recipe's schedule (engine bridge) or the loop's 3e-4 (engine mcore). A stable run for a dispatcher A/B.
     lr: LearningRate | None = None
@@ -317,6 +325,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             fp8_output_proj=a.fp8_output_proj,
             delay_wgrad_compute=a.delay_wgrad_compute,
             offload_modules=_split_csv(a.offload_modules, OFFLOAD_MODULES, "offload_modules"),
+            fine_grained_offloading_max_inflight_offloads=a.fine_grained_offloading_max_inflight_offloads,
             optimizer_cpu_offload=a.optimizer_cpu_offload,
             optimizer_offload_fraction=float(a.optimizer_offload_fraction),
             overlap_cpu_optimizer_d2h_h2d=a.overlap_cpu_optimizer_d2h_h2d,
@@ -469,6 +478,11 @@ def _unused(a: MBridgeTrainingCmdArgs) -> list[tuple[str, tuple[str, ...], str]]
                 found.append((name, ("optimizer_cpu_offload",), f"{name} = {getattr(a, name)!r} is not used with "
                               "optimizer_cpu_offload = false: it shapes the optimizer's CPU offload; set "
                               "optimizer_cpu_offload = true"))
+    if a.fine_grained_offloading_max_inflight_offloads is not None and not a.offload_modules.strip():
+        found.append(("fine_grained_offloading_max_inflight_offloads", ("offload_modules",),
+                      "fine_grained_offloading_max_inflight_offloads = "
+                      f"{a.fine_grained_offloading_max_inflight_offloads} is not used with offload_modules = '': it "
+                      "caps activation offloading; set offload_modules"))
     if a.data_parallel_sharding_strategy != "optim_grads_params" and not a.use_megatron_fsdp:
         found.append(("data_parallel_sharding_strategy", ("use_megatron_fsdp",), "data_parallel_sharding_strategy = "
                       f"{a.data_parallel_sharding_strategy!r} is not used with use_megatron_fsdp = false: it is "
