@@ -80,7 +80,7 @@ def explain_failures(kinds: dict[str, list[Path]], tests_dir: Path | None) -> li
     tp = TestParser([], None)  # type: ignore[arg-type]
 
     def load_test(path: Path) -> None:
-        with path.open() as fh:
+        with path.open(encoding="utf-8") as fh:
             tp.current_file = path
             tp.load_test_definition(load_test_toml_file(fh, path))
 

@@ -64,7 +64,7 @@ def payload_sources(root: Path) -> list[str]:
 
 def payload_files(payload_dir: Path) -> dict[str, str]:
     """A staged payload as {path relative to mbridge_payload/: text} (what the Kubernetes ConfigMap carries)."""
-    return {rel: (payload_dir / rel).read_text() for rel in payload_sources(payload_dir)}
+    return {rel: (payload_dir / rel).read_text(encoding="utf-8") for rel in payload_sources(payload_dir)}
 
 
 def stage_payload(output_dir: Path) -> Path:

@@ -40,7 +40,7 @@ class ConvertError(ValueError):
 
 def read_config(path: str | Path) -> dict[str, Any]:
     try:
-        cfg = json.loads(Path(path).read_text())
+        cfg = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise ConvertError(f"cannot read the config {path}: {e}") from None
     secrets = [k for k in SECRET_KEYS if k in cfg]

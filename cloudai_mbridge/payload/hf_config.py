@@ -132,7 +132,7 @@ def cached(cache: Path, repo_id: str) -> bool:
     ref = entry / "refs" / "main"
     if not ref.is_file():
         return False
-    return (entry / "snapshots" / ref.read_text().strip() / "config.json").is_file()
+    return (entry / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json").is_file()
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -57,7 +57,7 @@ def loaded_library(maps: str | None = None) -> str | None:
     """The path of the libnccl.so mapped into this process (``maps``: /proc/self/maps' text, read when None)."""
     if maps is None:
         try:
-            maps = Path("/proc/self/maps").read_text()
+            maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
     for line in maps.splitlines():
@@ -101,7 +101,7 @@ def global_nccl(maps: str | None = None) -> LoadedNccl | None:
         return None
     if maps is None:
         try:
-            maps = Path("/proc/self/maps").read_text()
+            maps = Path("/proc/self/maps").read_text(encoding="utf-8", errors="replace")
         except OSError:
             maps = ""
     path = None
@@ -128,7 +128,7 @@ def loaded(maps: str | None = None) -> LoadedNccl:
 def header_version(include_dir: str | Path) -> Version | None:
     """NCCL_MAJOR / NCCL_MINOR / NCCL_PATCH of ``<include_dir>/nccl.h``; None when absent or unreadable."""
     try:
-        found = dict(_HEADER.findall((Path(include_dir) / "nccl.h").read_text(errors="replace")))
+        found = dict(_HEADER.findall((Path(include_dir) / "nccl.h").read_text(encoding="utf-8", errors="replace")))
     except OSError:
         return None
     try:

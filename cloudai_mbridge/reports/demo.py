@@ -79,13 +79,13 @@ def recorded_cells(root: Path = AB_CELLS) -> list[RecordedCell]:
     why_not = _rule()
     cells = []
     for folder in sorted(p for p in root.iterdir() if (p / "mbridge_ab.csv").is_file()):
-        with (folder / "mbridge_ab.csv").open(newline="") as fh:
+        with (folder / "mbridge_ab.csv").open(newline="", encoding="utf-8") as fh:
             rows = list(csv.DictReader(fh))
         runs = sorted(c.parent for c in folder.rglob("mbridge_config.json") if (c.parent / "logs").is_dir())
         engines = set()
         for run in runs:
             try:
-                engines.add(str(json.loads((run / "mbridge_config.json").read_text()).get("engine")))
+                engines.add(str(json.loads((run / "mbridge_config.json").read_text(encoding="utf-8")).get("engine")))
             except (OSError, ValueError, AttributeError):
                 engines.add("unreadable")
         paired = [r for r in rows if r.get("arm")]
@@ -107,7 +107,7 @@ def cell_provenance(cell: RecordedCell, copies: list[Path], eligible: int) -> tu
     the cell's own files: its runs' configs and logs, CloudAI's log and inputs where it ran through ``cloudai run``."""
     from .provenance import recorded_versions
 
-    configs = [json.loads((run / "mbridge_config.json").read_text()) for run in cell.runs]
+    configs = [json.loads((run / "mbridge_config.json").read_text(encoding="utf-8")) for run in cell.runs]
     versions = [recorded_versions(run) for run in copies]
     gpus = sorted({f"{c.get('world_size')} x {str(c.get('gpu')).upper()}" for c in configs})
     machines = sorted({v["machine"] for v in versions if v.get("machine")})
@@ -118,7 +118,7 @@ def cell_provenance(cell: RecordedCell, copies: list[Path], eligible: int) -> tu
     how = "benchmarks/gpu_dispatcher_ab.py (one process start per run)"
     if cell.via_cloudai and log.is_file():
         seen = {}
-        for line in log.read_text(errors="replace").splitlines()[:40]:
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines()[:40]:
             for key in ("System Name", "Test Scenario Name"):
                 if f"[INFO] {key}: " in line:
                     seen[key] = line.split(f"[INFO] {key}: ", 1)[1].strip()

@@ -84,7 +84,7 @@ def launch(
     """Start `world_size` ranks of the payload on this host with torchrun-style variables and wait for all."""
     with tempfile.TemporaryDirectory(prefix="refit-") as tmp:
         cfg_path = Path(tmp) / "refit.json"
-        cfg_path.write_text(config_text(config))
+        cfg_path.write_text(config_text(config), encoding="utf-8")
         port = free_port()
         procs = []
         for rank in range(world_size):
@@ -97,7 +97,8 @@ def launch(
             }
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", module, "--config", str(cfg_path), *extra_args],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=rank_env, cwd=cwd,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8", errors="replace",
+                env=rank_env, cwd=cwd,
             ))
         outputs = []
         deadline = time.monotonic() + timeout  # one deadline for all ranks: a hung rank cannot wait N timeouts

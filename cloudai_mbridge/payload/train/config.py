@@ -186,7 +186,7 @@ def rank_capacity_factor(cfg: dict[str, Any]) -> float | None:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"cannot read the training config {path}: {e.strerror}") from None
     try:

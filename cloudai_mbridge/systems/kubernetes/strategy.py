@@ -266,4 +266,4 @@ def write_manifests(folder: Path, objects: list[dict[str, Any]]) -> list[Path]:
 
 
 def read_objects(output_dir: Path) -> list[dict[str, Any]]:
-    return json.loads((output_dir / MANIFEST_DIR / OBJECTS_FILE).read_text())["items"]
+    return json.loads((output_dir / MANIFEST_DIR / OBJECTS_FILE).read_text(encoding="utf-8"))["items"]
