@@ -90,7 +90,7 @@ def assert_verified(result: LocalRun, dump: Path) -> dict:
 @pytest.mark.parametrize(
     ("src", "dst", "extra", "adapter"),
     [
-        pytest.param({"tp": 2, "ep": 1}, {"tp": 1, "ep": 1}, {}, "not-needed", id="tp2-to-tp1"),
+        pytest.param({"tp": 2, "ep": 1}, {"tp": 1, "ep": 1, "etp": 1}, {}, "not-needed", id="tp2-to-tp1"),
         pytest.param({"tp": 1, "ep": 4}, {"tp": 1, "ep": 2}, {}, "installed", id="ep4-to-ep2"),
         pytest.param({"tp": 2, "ep": 2, "etp": 1}, {"tp": 1, "ep": 4}, {}, "installed", id="tp2ep2-to-tp1ep4"),
         pytest.param({"tp": 1, "pp": 2, "ep": 2}, {"tp": 2, "pp": 1, "ep": 1, "etp": 1},
@@ -159,6 +159,16 @@ def test_non_collocated_refit_is_bit_exact(tmp_path):
     assert final["layout"]["dst"]["first_rank"] == 2
     # Source and destination live on different ranks: nothing can be a local copy.
     assert final["bytes_local"] == 0 and final["bytes_remote"] > 0
+
+
+def test_non_collocated_refit_with_an_idle_rank_is_bit_exact(tmp_path):
+    """3 of 4 ranks hold a side (src TP2 on 0-1, dst TP1 on 2); rank 3 idles as megatron-core's refit has an idle rank
+    do: no model, but it takes part in the plan's gathers and the barriers (else every rank would hang)."""
+    result = run(config({"tp": 2}, {"tp": 1, "etp": 1}, mode="non-collocated", dump_shards=str(tmp_path)))
+    final = assert_verified(result, tmp_path)
+    assert (final["layout"]["src"]["world"], final["layout"]["dst"]["first_rank"], final["world_size"]) == (2, 2, 4)
+    assert result.parsed["refit_config"]["idle_ranks"] == final["idle_ranks"] == "3"
+    assert "rank 3 idle" in result.stderr[3] and all("idle" not in e for e in result.stderr[:3])
 
 
 def test_profile_adds_one_untimed_refit_and_a_summary_line(tmp_path, monkeypatch):
