@@ -158,6 +158,22 @@ class RefitRunMetrics:
             return ran
         return self.config
 
+    @property
+    def idle_ranks(self) -> str | None:
+        """Ranks that held neither side ("6-7", "none"), from what ran: REFIT_CONFIG's idle_ranks, else its layouts
+        and world size (the rest of a non-collocated world idles); None without a REFIT_CONFIG to read it from."""
+        rec = self.recorded if isinstance(self.recorded, Mapping) else {}
+        if isinstance(rec.get("idle_ranks"), str):
+            return rec["idle_ranks"]
+        layout, world = rec.get("layout"), rec.get("world_size")
+        try:
+            used = max(int(layout[s]["first_rank"]) + int(layout[s]["world"]) for s in ("src", "dst"))
+        except (TypeError, KeyError, ValueError):
+            return None
+        if not isinstance(world, int) or isinstance(world, bool) or world < used:
+            return None
+        return "none" if world == used else str(used) if world == used + 1 else f"{used}-{world - 1}"
+
     def summary(self) -> dict[str, Any]:
         t = self.time_ms
         return {
@@ -230,8 +246,8 @@ def parse_refit_run(
             problems.append("refit_from_job_logs")
 
     by_iter: dict[int, float] = {}
-    time_errors: list[str] = []
-    damaged: list[str] = []
+    time_errors = signals.Capped()  # the first 20 messages and a count: a log of 10^6 bad lines holds no 10^6 strings
+    damaged = signals.Capped()
     printed: dict[str, float] = {}
     printed_text: dict[str, str] = {}
     tensors: dict[str, str] = {}
@@ -253,7 +269,7 @@ def parse_refit_run(
                 ms = float(m.group("ms")) if m.group("ms").isascii() and "_" not in m.group("ms") else math.nan
             except ValueError:
                 ms = math.nan
-            if i in by_iter:
+            if i in by_iter and "duplicate_iterations" not in problems:
                 problems.append("duplicate_iterations")
             why = iteration_time_problem(ms)
             if why is not None:  # a damaged time never enters a statistic; the run is invalid
@@ -326,11 +342,11 @@ def parse_refit_run(
         invalid += why_changed
     if damaged:
         problems.append("damaged_line")
-        invalid += damaged
+        invalid += damaged.done()
     configured = (recorded or {}).get("config", {}) if isinstance((recorded or {}).get("config"), dict) else {}
     wanted = configured.get("iterations")
     if (isinstance(wanted, int) and not isinstance(wanted, bool) and verify is not None and verify.status != "fail"
-            and len(by_iter) + len(time_errors) < wanted):
+            and len(by_iter) + time_errors.total < wanted):
         problems.append("missing_iterations")
         invalid.append(f"{len(by_iter)} timed iterations in the log, the run was configured for {wanted}")
     if verify is not None and verify.status == "skipped":
@@ -377,7 +393,7 @@ def parse_refit_run(
         result=result,
         validity=validity,
         failure=failure,
-        time_errors=tuple(time_errors),
+        time_errors=time_errors.done(),
         recorded=recorded,
         invalid_reasons=tuple(invalid),
         phases=phases,

@@ -56,6 +56,7 @@ HEADERS = {
     "mode": "mode",
     "transport": "transport",
     "ranks": "ranks",
+    "idle_ranks": "idle ranks",
     "layers": "layers",
     "time_ms_median": "median time (ms)",
     "spread": "spread p10-p90 (ms)",
@@ -67,13 +68,16 @@ HEADERS = {
     "status": "status",
     "failure": "failure: class, rank, first error line",
 }
-COLUMNS = ["mapping", "mode", "transport", "ranks", "layers", "time_ms_median", "spread", "range", "n", "vs_fastest",
-           "bandwidth_gbps", "verification", "status", "failure"]
+COLUMNS = ["mapping", "mode", "transport", "ranks", "idle_ranks", "layers", "time_ms_median", "spread", "range", "n",
+           "vs_fastest", "bandwidth_gbps", "verification", "status", "failure"]
 DEFINITIONS = {
     "mapping": "the training (source) layout and the inference (destination) layout the weights were copied between",
     "mode": "collocated (both layouts on the same GPUs) or not",
     "transport": "the library that moved the bytes, and how the copy service ran where it was not the default",
     "ranks": "processes (GPUs) of the run",
+    "idle_ranks": "ranks that held neither layout (non-collocated, more ranks than both layouts take): they built "
+                  "no model and only joined the refit's collectives, as in megatron-core's refit; none: every rank "
+                  "held one",
     "layers": "transformer layers of the model copied",
     "time_ms_median": "median time of one refit over the run's timed refits (after its warm-up refits)",
     "spread": "10th and 90th percentile of the same refits",
@@ -171,6 +175,7 @@ def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str)
         "mode": config["mode"],
         "transport": transport_label(config),
         "ranks": m.world_size,
+        "idle_ranks": getattr(m, "idle_ranks", None),
         "time_ms_min": t.min if verified else None,
         "time_ms_p10": t.p10 if verified else None,
         "time_ms_median": t.median if verified else None,
@@ -326,7 +331,7 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
         "red failed verification or did not finish: they carry no time.</p>"
     )
     classes = ["" if r["verification"] == "pass" and r["status"] == "ok" else "bad" for r in ordered]
-    sections.append(html_table(COLUMNS, ([r[c] for c in COLUMNS] for r in ordered), classes, HEADERS, DEFINITIONS))
+    sections.append(html_table(COLUMNS, ([r.get(c) for c in COLUMNS] for r in ordered), classes, HEADERS, DEFINITIONS))
     if skipped:  # the sweep points a rule rejected, with the rule (after the results, before the provenance)
         sections.append(skipped)
     write_atomic(root / "mbridge_refit.html", redact_report(html_page(title, sections, prov, kind="refit report")))
