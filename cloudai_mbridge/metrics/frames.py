@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -38,17 +38,65 @@ _INT64 = 2**63
 def _column_format(values: Sequence[Any]) -> Any:
     """How pandas writes this column of a frame built from dicts (None, a NaN and a missing key are all empty): a
     function of one present value, or None when the column is of a kind left to pandas itself."""
-    present = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    kinds = {type(v) for v in present}
-    if kinds <= {str} or kinds == {bool}:  # object or bool columns: str() of the value
-        return str
-    if kinds <= {int, float}:
-        if any(abs(v) >= _INT64 for v in present if type(v) is int):
-            return None  # uint64 or object in pandas
-        if kinds == {int} and len(present) == len(values):
-            return str  # int64
-        return lambda v: repr(float(v))  # float64 (an int column with a gap is float64 too)
-    return None
+    column = _Column()
+    for v in values:
+        column.see(v)
+    return column.format(len(values))
+
+
+class _Column:
+    """What :func:`_column_format` needs of a column, gathered a value at a time (the rows are never all held)."""
+
+    __slots__ = ("big", "kinds", "present")
+
+    def __init__(self) -> None:
+        self.kinds: set[type] = set()
+        self.present = 0
+        self.big = False
+
+    def see(self, v: Any) -> None:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return
+        self.present += 1
+        self.kinds.add(type(v))
+        if type(v) is int and abs(v) >= _INT64:
+            self.big = True
+
+    def format(self, n_rows: int) -> Any:
+        kinds = self.kinds
+        if kinds <= {str} or kinds == {bool}:  # object or bool columns: str() of the value
+            return str
+        if kinds <= {int, float}:
+            if self.big:
+                return None  # uint64 or object in pandas
+            if kinds == {int} and self.present == n_rows:
+                return str  # int64
+            return lambda v: repr(float(v))  # float64 (an int column with a gap is float64 too)
+        return None
+
+
+def csv_text_of(rows: Callable[[], Iterable[Mapping[str, Any]]]) -> str:
+    """:func:`csv_text` of the rows ``rows()`` yields, made twice (once to learn the columns and their kinds, once to
+    write them) so that no more than one row is held at a time: a 10^6-iteration run's CSV without 10^6 dicts."""
+    columns: dict[str, _Column] = {}
+    n = 0
+    for row in rows():
+        n += 1
+        for key, v in row.items():
+            column = columns.get(key)
+            if column is None:
+                column = columns[key] = _Column()
+            column.see(v)
+    formats = [c.format(n) for c in columns.values()]
+    if not n or any(f is None for f in formats):
+        return csv_text(list(rows()))  # a kind of column pandas writes itself, or no rows: as csv_text does
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows():
+        writer.writerow(["" if (v := row.get(col)) is None or (isinstance(v, float) and math.isnan(v)) else fmt(v)
+                         for col, fmt in zip(columns, formats, strict=True)])
+    return out.getvalue()
 
 
 def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:

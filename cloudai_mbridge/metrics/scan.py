@@ -73,7 +73,7 @@ class Marker:
     requires_absent: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogLine:
     offset: int
     text: str
@@ -95,6 +95,13 @@ class FileScan:
 
     def lines(self, marker: str) -> tuple[LogLine, ...]:
         return self.hits.get(marker, ())
+
+    def take(self, marker: str) -> list[LogLine]:
+        """The marker's lines, handed over to their one reader: the scan keeps them no longer, so the reader can let
+        each line go once it has read it (a 10^6-iteration log's lines are never all held beside their records)."""
+        hits = self.hits
+        taken = hits.pop(marker, ()) if isinstance(hits, dict) else hits.get(marker, ())
+        return list(taken)
 
 
 def clean_text(raw: bytes) -> tuple[str, int | None]:

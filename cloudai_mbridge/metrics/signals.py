@@ -515,3 +515,27 @@ def order_problems(
         ordered.insert(ordered.index(promote[1]), promote[0])
     details = [p for p in unique if p not in order]
     return (ordered[0] if ordered else "ok"), tuple(ordered + details)
+
+
+class Capped(list):
+    """The messages of a log's damaged or odd lines, the first LISTED of them kept, the rest only counted (``dropped``):
+    a log of 10^6 such lines gives 20 messages and a count, not 10^6 strings. ``done()`` is the tuple to report."""
+
+    LISTED = 20
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = 0
+
+    def append(self, item: str) -> None:  # type: ignore[override]
+        if len(self) < self.LISTED:
+            super().append(item)
+        else:
+            self.dropped += 1
+
+    @property
+    def total(self) -> int:
+        return len(self) + self.dropped
+
+    def done(self) -> tuple[str, ...]:
+        return (*self, f"and {self.dropped:,} more like these") if self.dropped else tuple(self)

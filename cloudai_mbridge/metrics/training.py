@@ -29,13 +29,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import signals
-from .frames import csv_text, frame
+from .frames import csv_text_of, frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
 from .scan import FileScan, LogLine, Marker, RunScan, scan_run
 from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
@@ -108,7 +110,10 @@ STATUS_ORDER = (
 
 
 # --- records ---------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
+# One record per logged iteration (10^6 in a long run): slots, the field names interned and one shared empty mapping
+# where a line has no extra losses or fields keep a record near 0.4 KiB (benchmarks/log_parse_scale.py).
+_NONE: Mapping[str, Any] = MappingProxyType({})
+@dataclass(frozen=True, slots=True)
 class IterationRecord:
     """One ``iteration N/M | ...`` line; a field is None when the line did not carry a complete value for it."""
 
@@ -124,8 +129,8 @@ class IterationRecord:
     consumed_samples: int | None = None
     skipped_iterations: int | None = None
     nan_iterations: int | None = None
-    losses: Mapping[str, float] = field(default_factory=dict)
-    extras: Mapping[str, str] = field(default_factory=dict)
+    losses: Mapping[str, float] = field(default_factory=lambda: _NONE)
+    extras: Mapping[str, str] = field(default_factory=lambda: _NONE)
     timestamp: str | None = None
     complete: bool = True
     source: str = ""
@@ -134,13 +139,13 @@ class IterationRecord:
     damaged: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepTimeRecord:
     step_time_s: float
     tflops_per_gpu: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MemoryReport:
     """Bytes, whatever the unit printed (Megatron-LM: MiB, Megatron-Bridge: 10^9)."""
 
@@ -199,16 +204,16 @@ def parse_iteration_line(line: LogLine | str, source: str = "") -> list[Iteratio
             elif key.endswith("loss"):
                 number = _number(raw)
                 if number is not None:
-                    losses[key] = number
+                    losses[sys.intern(key)] = number
             elif key:
-                extras[key] = raw.strip()
+                extras[sys.intern(key)] = raw.strip()
         tail = segment[segment.rfind("|") + 1 :]
         records.append(
             IterationRecord(
                 iteration=int(head.group("it")),
                 train_iters=int(head.group("total")),
-                losses=losses,
-                extras=extras,
+                losses=losses or _NONE,
+                extras=extras or _NONE,
                 timestamp=stamps[i].group("ts") if stamps[i] else None,
                 complete=line.terminated and i + 1 == len(heads) and tail.strip() == "",
                 source=source,
@@ -449,13 +454,17 @@ def scan_training_run(layout: RunLayout, workers: int = 1) -> RunScan:
 
 def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[list[IterationRecord], str | None]:
     last = run.layout.last_rank
-    candidates: list[tuple[str, list[LogLine]]] = []
+    candidates: list[tuple[str, Any]] = []
     if last is not None and last in run.ranks:
-        candidates.append((run.source(run.ranks[last]), list(run.ranks[last].lines(ITERATION.name))))
-    candidates.append(("job logs", run.labelled(ITERATION.name, (None, last))))
-    for source, lines in candidates:
+        # taken from the scan, each line let go once read: the lines and their records are never all held together
+        candidates.append((run.source(run.ranks[last]), lambda: run.ranks[last].take(ITERATION.name)))
+    candidates.append(("job logs", lambda: run.labelled(ITERATION.name, (None, last))))
+    for source, take in candidates:
         records = []
-        for line in lines:
+        lines: list[LogLine | None] = take()
+        for i, line in enumerate(lines):
+            lines[i] = None
+            assert line is not None
             found = parse_iteration_line(line, source)
             if not found and line.terminated and ("\ufffd" in line.text or "\x00" in line.text):
                 # the line names the iteration time but its head was damaged: an iteration lost, not silently
@@ -501,11 +510,12 @@ def _dedupe(records: list[IterationRecord], problems: list[str], where: str = ""
 
     A value only one copy carries (a line cut short) contradicts nothing."""
     by_iteration: dict[int, IterationRecord] = {}
-    contradictions: list[str] = []
+    contradictions = signals.Capped()  # the first 20 and a count (a log of 10^6 repeated lines)
     for record in records:
         before = by_iteration.get(record.iteration)
         if before is not None:
-            problems.append("duplicate_iterations")
+            if "duplicate_iterations" not in problems:
+                problems.append("duplicate_iterations")
             differ = [(words, getattr(before, name), getattr(record, name)) for name, words in _DUPLICATE_FIELDS
                       if not _same(getattr(before, name), getattr(record, name))]
             if differ:
@@ -517,7 +527,7 @@ def _dedupe(records: list[IterationRecord], problems: list[str], where: str = ""
             if not record.complete and before.complete:
                 continue  # keep the whole line over a copy cut short
         by_iteration[record.iteration] = record
-    return [by_iteration[i] for i in sorted(by_iteration)], contradictions
+    return [by_iteration[i] for i in sorted(by_iteration)], list(contradictions.done())
 
 
 def _shown(value: Any) -> str:
@@ -557,8 +567,10 @@ def warmup_count(iterations: Sequence[int], warmup: int) -> int:
     return sum(1 for i in iterations if i - step + 1 < start + warmup)
 
 
-def _nan_evidence(records: Sequence[IterationRecord]) -> tuple[list[int], list[int], list[str]]:
-    nan_iters, bad_grad, details = [], [], []
+def _nan_evidence(records: Sequence[IterationRecord]) -> tuple[list[int], list[int], signals.Capped]:
+    nan_iters: list[int] = []
+    bad_grad: list[int] = []
+    details = signals.Capped()  # the first 20 and a count: every iteration of a diverged run is NaN evidence
     loss_seen = False
     for r in records:
         reasons = []
@@ -582,7 +594,7 @@ def _drop_bad_times(
     records: list[IterationRecord], step_times: list[StepTimeRecord], problems: list[str]
 ) -> tuple[list[IterationRecord], list[StepTimeRecord], tuple[str, ...]]:
     """A damaged time (negative, zero, nan/inf, absurd) never enters a statistic and makes the run invalid."""
-    errors: list[str] = []
+    errors = signals.Capped()  # the first 20 and a count: a log of 10^6 damaged times holds no 10^6 messages
     kept = []
     for r in records:
         if r.iteration < 0:  # an iteration line whose head was damaged (see _collect_iterations)
@@ -609,7 +621,7 @@ def _drop_bad_times(
         steps.append(s)
     if errors:
         problems.append("bad_iteration_time")
-    return kept, steps, tuple(errors)
+    return kept, steps, errors.done()
 
 
 def tokens_per_s(record: IterationRecord, gbs: int | None, seq: int | None) -> float | None:
@@ -627,17 +639,21 @@ def iterations_frame(metrics: TrainingRunMetrics) -> pd.DataFrame:
 
 
 def iterations_csv(metrics: TrainingRunMetrics) -> str:
-    """``iterations_frame(metrics).to_csv(index=False)``, the per-test report's CSV, without pandas."""
-    return csv_text(iteration_rows(metrics))
+    """``iterations_frame(metrics).to_csv(index=False)``, the per-test report's CSV, without pandas; one row at a
+    time (a 10^6-iteration run's rows are never all held)."""
+    return csv_text_of(lambda: _iteration_rows(metrics))
 
 
 def iteration_rows(metrics: TrainingRunMetrics) -> list[dict[str, Any]]:
     """The rows of :func:`iterations_frame`, one dict per logged iteration."""
+    return list(_iteration_rows(metrics))
+
+
+def _iteration_rows(metrics: TrainingRunMetrics) -> Iterator[dict[str, Any]]:
     gbs, seq = config_int(metrics.config, "gbs"), config_int(metrics.config, "seq_length")
     steady, stalls = set(metrics.steady_iterations), set(metrics.stall_iterations)
-    rows = []
     for r in metrics.iterations:
-        rows.append(
+        yield (
             {
                 "iteration": r.iteration,
                 "train_iters": r.train_iters,
@@ -656,7 +672,6 @@ def iteration_rows(metrics: TrainingRunMetrics) -> list[dict[str, Any]]:
                 **dict(r.losses),
             }
         )
-    return rows
 
 
 def _fingerprint(run_dir: Path) -> tuple | None:
@@ -761,7 +776,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     if nan_details:
         findings.append(
             signals.FailureFinding(
-                "nan", "; ".join(nan_details)[:300], source or "", layout.last_rank, count=len(nan_details)
+                "nan", "; ".join(nan_details)[:300], source or "", layout.last_rank, count=nan_details.total
             )
         )
     if dispatcher.downgraded:

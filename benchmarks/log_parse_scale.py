@@ -1,0 +1,157 @@
+"""How the log parsers that generate-report uses scale with the length of a log (issue 46: a rank log of 10^6
+iterations, about 290 MB, took 97 s and 3.2 GB to report).
+
+Writes into a temporary folder (removed at the end):
+
+- a training run: ``mbridge_config.json`` of tests/fixtures/logs/bridge/sft (world size 1, so rank 0 is the last
+  rank, the one whose log holds the iteration lines) and ``logs/rank-0.log`` of N iteration lines in that fixture's
+  exact Megatron-Bridge format (timestamp, 13 fields, two MoE losses), with a memory report and Bridge's Step Time
+  line every 100 iterations;
+- a refit run: a two-rank ``mbridge_config.json`` and a rank-0 log of N ``REFIT_ITER iter=<i> time_ms=<x>`` lines (the
+  payload's form, metrics/refit.py) with its REFIT_STATS / REFIT_VERIFY / summary lines.
+
+Then each is parsed by the entry point generate-report's reports call (metrics.parse_training_run,
+metrics.parse_refit_run), then turned into the per-test table generate-report writes (metrics.iterations_csv for
+training, refit_frame for refit), each in a fresh child process, once per size (N = 10^4, 10^5, 10^6 by default).
+Wall time: perf_counter around the call in the child. Peak memory: the child's peak resident set size
+(resource.getrusage RUSAGE_SELF ru_maxrss, KiB on Linux) minus its RSS just before the call (the interpreter and the
+imports), so the number is what the parse itself adds. One run per size (a 10^6 parse takes minutes on a loaded
+2-core machine); the growth line compares time and memory per iteration between the smallest and the
+largest size (1.0 = linear).
+
+Usage: .venv/bin/python benchmarks/log_parse_scale.py [--sizes 10000,100000,1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SFT = ROOT / "tests" / "fixtures" / "logs" / "bridge" / "sft"
+
+LINE = ("[2026-11-24 14:52:{s:02d}] iteration {i:8d}/{n:8d} | consumed samples: {c:12d} | elapsed time per iteration "
+        "(ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): 8.9 | learning rate: 1.538462E-05 | global batch size: "
+        "{gbs:5d} | lm loss: {loss:.6E} | seq_load_balancing_loss: 1.223444E+00 | load_balancing_loss: 0.000000E+00 "
+        "| loss scale: 1.0 | grad norm: 42.450 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+MEMORY = ("[Rank 0] (after {i} iterations) memory (GB) | mem-allocated-gigabytes: 31.2 | mem-max-allocated-gigabytes: "
+          "60.1 | mem-reserved-gigabytes: 64.0 | mem-max-reserved-gigabytes: 64.0 | mem-alloc-retires: 0\n")
+STEP = "Step Time : 0.69s GPU utilization: 8.9MODEL_TFLOP/s/GPU\n"
+
+
+def write_training(run: Path, n: int) -> int:
+    (run / "logs").mkdir(parents=True)
+    config = json.loads((SFT / "mbridge_config.json").read_text())
+    config.update(train_iters=n, world_size=1, num_nodes=1, gpus_per_node=1)
+    (run / "mbridge_config.json").write_text(json.dumps(config))
+    gbs = config["gbs"]
+    with open(run / "logs" / "rank-0.log", "w", buffering=1 << 20) as fh:
+        for i in range(1, n + 1):
+            fh.write(LINE.format(s=i % 60, i=i, n=n, c=i * gbs, ms=680.0 + (i * 7919) % 97 / 10, gbs=gbs,
+                                 loss=10.5 - i / (n * 2)))
+            if i % 100 == 0:
+                fh.write(STEP)
+                fh.write(MEMORY.format(i=i))
+    return (run / "logs" / "rank-0.log").stat().st_size
+
+
+def write_refit(run: Path, n: int) -> int:
+    (run / "logs").mkdir(parents=True)
+    (run / "mbridge_config.json").write_text(json.dumps({"workload": "refit", "world_size": 2, "num_nodes": 1,
+                                                         "gpus_per_node": 2, "iterations": n}))
+    times = []
+    with open(run / "logs" / "rank-0.log", "w", buffering=1 << 20) as fh:
+        fh.write("REFIT_CONFIG {}\n")
+        for i in range(n):
+            ms = 45.0 + (i * 7919) % 97 / 100
+            times.append(ms)
+            fh.write(f"REFIT_ITER iter={i} time_ms={ms:.2f}\n")
+        fh.write("REFIT_STATS bytes_remote=1073741824 bytes_local=536870912 send_ops=512 recv_ops=384\n"
+                 "REFIT_VERIFY status=pass params=1234 mismatched=0 detail=bit-exact\n")
+    (run / "logs" / "rank-1.log").write_text("ok\n")
+    return (run / "logs" / "rank-0.log").stat().st_size
+
+
+CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+from cloudai_mbridge.metrics import iterations_csv, parse_refit_run, parse_training_run, refit_frame
+def rss_kib():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+kind, run = sys.argv[1], Path(sys.argv[2])
+before = rss_kib()
+start = time.perf_counter()
+m = (parse_training_run if kind == "training" else parse_refit_run)(run)
+wall = time.perf_counter() - start
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+table = len(iterations_csv(m)) if kind == "training" else len(refit_frame(m))  # what the per-test report writes
+table_s = time.perf_counter() - start
+table_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+n = len(m.iterations)
+print(json.dumps({"wall_s": wall, "peak_mib": (peak - before) / 1024, "base_mib": before / 1024, "status": m.status,
+                  "iterations": n, "table_s": table_s, "table_peak_mib": (table_peak - before) / 1024}))
+"""
+
+
+def measure(kind: str, run: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CHILD, kind, str(run)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=3600)
+    if proc.returncode:
+        raise SystemExit(f"{kind} parse of {run} failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10000,100000,1000000")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"method: each log written to a temp folder, parsed once per size in a fresh child process by "
+          f"metrics.parse_training_run / parse_refit_run (generate-report's entry points); wall by perf_counter, peak "
+          f"memory = ru_maxrss (getrusage RUSAGE_SELF) minus VmRSS before the call (the table's: the child's "
+          f"whole peak, parse included); n=1 per size (no spread); "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    results: dict[str, dict[int, dict]] = {"training": {}, "refit": {}}
+    tmp = Path(tempfile.mkdtemp(prefix="log_parse_scale."))
+    try:
+        for n in sizes:
+            for kind, write in (("training", write_training), ("refit", write_refit)):
+                run = tmp / f"{kind}-{n}"
+                t0 = time.perf_counter()
+                size = write(run, n)
+                r = measure(kind, run)
+                results[kind][n] = r
+                print(f"{kind} {n:,} iterations ({size / 1e6:,.1f} MB log, written in {time.perf_counter() - t0:.1f} "
+                      f"s): parse {r['wall_s']:.2f} s, peak +{r['peak_mib']:.0f} MiB over the {r['base_mib']:.0f} MiB "
+                      f"of the interpreter; status {r['status']}, {r['iterations']:,} iterations read; then its "
+                      f"per-test table ({'mbridge_iterations.csv' if kind == 'training' else 'refit_frame'}) "
+                      f"{r['table_s']:.2f} s, peak +{r['table_peak_mib']:.0f} MiB", flush=True)
+                if r["iterations"] != n:
+                    raise SystemExit(f"{kind}: {r['iterations']} of {n} iterations read: no number")
+                shutil.rmtree(run)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    small, large = min(sizes), max(sizes)
+    for kind, by in results.items():
+        t = (by[large]["wall_s"] / large) / (by[small]["wall_s"] / small)
+        print(f"growth ({kind}): time per iteration at {large:,} is {t:.2f} x that at {small:,}; memory "
+              f"{by[large]['peak_mib']:.0f} MiB at {large:,} vs {by[small]['peak_mib']:.0f} MiB at {small:,}")
+    for kind, by in results.items():
+        print(f"RESULT {kind}_parse_s_{large}_iterations={by[large]['wall_s']:.2f} s")
+        print(f"RESULT {kind}_parse_peak_mib_{large}_iterations={by[large]['peak_mib']:.0f} MiB")
+        print(f"RESULT {kind}_parse_and_table_peak_mib_{large}_iterations={by[large]['table_peak_mib']:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
