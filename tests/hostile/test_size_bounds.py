@@ -142,3 +142,50 @@ def test_a_long_sweep_under_the_limit_shows_progress(caplog, monkeypatch) -> Non
         now[0] += 100
         quiet(50)
     assert not caplog.records
+
+
+# --- logs ---------------------------------------------------------------------------------------------------------
+ITERATIONS = 3000  # tracemalloc makes a parse several times slower: small enough for seconds, large enough to measure
+
+
+def _training_run(root: Path, n: int, ms: str | None = None) -> Path:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import log_parse_scale as bench  # the benchmark's writer: the fixture's exact Megatron-Bridge line
+
+    bench.write_training(root, n)
+    if ms is not None:  # every iteration's time replaced (a damaged log)
+        log = root / "logs" / "rank-0.log"
+        lines = log.read_text().splitlines(keepends=True)
+        import re
+
+        log.write_text("".join(re.sub(r"\(ms\): [0-9.]+", f"(ms): {ms}", line) for line in lines))
+    return root
+
+
+def test_a_long_rank_log_is_parsed_in_bounded_memory_per_iteration(tmp_path: Path) -> None:
+    """The Python objects a parse holds at its peak, per iteration of the log (tracemalloc): 1,721 B before issue 46
+    (the iteration lines and their records held together, a dict per record), 842 B after. The log itself is read
+    into an anonymous mapping tracemalloc does not see; benchmarks/log_parse_scale.py measures the RSS."""
+    import tracemalloc
+
+    from cloudai_mbridge.metrics import parse_training_run
+
+    run = _training_run(tmp_path / "run", ITERATIONS)
+    tracemalloc.start()
+    try:
+        m = parse_training_run(run)
+        _current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert m.status == "ok" and len(m.iterations) == ITERATIONS
+    assert peak / ITERATIONS < 1200, f"{peak / ITERATIONS:.0f} B per iteration"
+
+
+def test_a_log_of_damaged_times_gives_twenty_messages_and_a_count(tmp_path: Path) -> None:
+    from cloudai_mbridge.metrics import parse_training_run
+
+    m = parse_training_run(_training_run(tmp_path / "run", 500, ms="-1.0"))
+    assert m.status == "bad_iteration_time"
+    assert len(m.time_errors) == 21 and m.time_errors[-1] == "and 480 more like these", m.time_errors[-2:]
