@@ -406,6 +406,36 @@ def test_expand_file_list(tmp_path: Path, caplog: pytest.LogCaptureFixture,
         assert handlers.expand_file_list(tmp_path / "other") == (1, [])  # any other folder: CloudAI's answer
 
 
+@surface("cloudai._core.base_reporter.Reporter.load_test_runs")
+def test_load_test_runs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from cloudai._core.base_reporter import Reporter
+    from cloudai.models.scenario import ReportConfig
+
+    member = "cloudai._core.base_reporter.Reporter.load_test_runs"
+    check_signature(Reporter.load_test_runs, "(self)", member, "replace_load_test_runs")
+
+    class Plain(Reporter):
+        def generate(self) -> None:
+            pass
+
+    system, scenario = parse(tmp_path)
+    tr = scenario.test_runs[0]
+    results = tmp_path / "results"
+    for run in ("0", "1"):
+        (results / tr.name / run / ("0" if tr.is_dse_job else "")).mkdir(parents=True)  # a sweep's: <N>/<step>
+    (results / tr.name / "2").symlink_to("0")  # a link to a sibling
+    (results / tr.name / "notes").mkdir()  # a folder not named by a number
+    reporter = Plain(system, scenario, results, ReportConfig(enable=True))
+    with pytest.raises(ValueError):
+        reporter.load_test_runs()
+    # (also, CloudAI's follows the link: run 0 would be counted twice)
+    with replaced(plugin_session.replace_load_test_runs), caplog.at_level(logging.WARNING):
+        reporter = Plain(system, scenario, results, ReportConfig(enable=True))
+        reporter.load_test_runs()
+    assert [t.current_iteration for t in reporter.trs] == [0, 1]
+    assert "2: skipped: a symbolic link" in caplog.text and "notes: skipped: a folder" in caplog.text
+
+
 def test_our_kubernetes_system_files_need_no_dummy_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No replacement: CloudAI's verify-configs writes a dummy kubeconfig (by default in ~/.kube) only around files of
     its own ``scheduler = "kubernetes"``; ours say "mbridge_kubernetes" and parse without any kubeconfig."""

@@ -481,7 +481,7 @@ def guard_generate_report(command: click.Command) -> click.Command:
             logging.error(f"generate-report: nothing written: {problem}")
             raise SystemExit(1)
         from ..atomic import sync_folders
-        from .session import log_report_failures, report_failures
+        from .session import log_report_failures, report_failures, tolerant_reports
 
         failed_names = _FailedReports()
         logging.getLogger().addHandler(failed_names)
@@ -492,7 +492,9 @@ def guard_generate_report(command: click.Command) -> click.Command:
         gc.freeze()
         gc.set_threshold(20_000, 10, 10)
         try:
-            with report_failures(result_dir) as failed:  # CloudAI logs a report that failed as a warning, exits 0
+            # CloudAI logs a report that failed as a warning, exits 0; a link, a file or a folder not named by a
+            # number among the run folders is named and skipped, not the end of every report (issue 46)
+            with report_failures(result_dir) as failed, tolerant_reports():
                 try:
                     original(system_cfg=system_cfg, tests_dir=tests_dir, scenario_cfg=scenario_cfg,
                              hook_dir=hook_dir, result_dir=result_dir)

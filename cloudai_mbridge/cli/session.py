@@ -415,6 +415,34 @@ def replace_generate_reports(p: Patches, s: Session) -> None:
     p.replace(handlers, "generate_reports", no_reports if s.mode == "dry-run" else checked_reports)
 
 
+def replace_load_test_runs(p: Patches) -> None:
+    """Replaces ``Reporter.load_test_runs`` in cloudai/_core/base_reporter.py, which sorts a test's run folders by
+    ``int(name)``: one symbolic link, file or folder not named by a number among them raised ValueError in every
+    report of the scenario (CloudAI logs each as "Error generating report" and writes none). Here each such entry
+    is named on screen with why and skipped (reports/common.run_folders), and the runs are reported as far as they
+    can be; a link is never followed (a link to a sibling counted a run twice). Not an extension point: every
+    CloudAI reporter inherits it, and a scenario report runs for every scenario."""
+    from cloudai._core.base_reporter import Reporter
+
+    from ..reports.common import load_test_runs
+
+    def tolerant(self: Any) -> None:
+        load_test_runs(self)
+
+    p.replace(Reporter, "load_test_runs", tolerant)
+
+
+@contextmanager
+def tolerant_reports() -> Iterator[None]:
+    """generate-report: CloudAI's reports over a results tree with foreign entries among the run folders."""
+    p = Patches()
+    replace_load_test_runs(p)
+    try:
+        yield
+    finally:
+        p.restore()
+
+
 def replace_register_signal_handlers(p: Patches, s: Session, signals: contextlib.ExitStack) -> None:
     """Replaces ``register_signal_handlers`` in cloudai/cli/handlers.py, whose handler sets the runner's shutdown flag
     that CloudAI's DSE loop resets at every point, so Ctrl-C / SIGTERM / SIGHUP never stopped a sweep. Here the first
@@ -467,6 +495,7 @@ REPLACEMENTS = {
     "cloudai.cli.handlers.generate_reports": replace_generate_reports,
     "cloudai.cli.handlers.register_signal_handlers": replace_register_signal_handlers,
     "cloudai.cli.handlers.expand_file_list": replace_expand_file_list,
+    "cloudai._core.base_reporter.Reporter.load_test_runs": replace_load_test_runs,
 }
 
 
@@ -482,6 +511,8 @@ def session(mode: str) -> Iterator[Session]:
     signals = contextlib.ExitStack()
     replace_register_signal_handlers(p, s, signals)
     replace_generate_reports(p, s)
+    if mode == "run":
+        replace_load_test_runs(p)
     noise: list[tuple[logging.Handler, logging.Filter]] = []
     if mode == "dry-run":
         replace_slurm_update(p)

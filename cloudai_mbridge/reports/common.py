@@ -33,11 +33,12 @@ def load_test_runs(reporter: Reporter) -> None:
     import toml
 
     def numbered(folder: Path) -> list[Path]:
-        dirs = [d for d in folder.glob("*") if d.is_dir()] if folder.is_dir() else []
-        runs = [d for d in dirs if d.name.isdecimal() and len(d.name) <= 9]
-        for d in dirs:
-            if d not in runs:
-                logging.warning("%s: skipped (not a numbered run folder of CloudAI's)", d)
+        runs = []
+        for entry, why in run_folders(folder):
+            if why is None:
+                runs.append(entry)
+            else:
+                skipped_entry(entry, why)
         return sorted(runs, key=lambda d: int(d.name))
 
     for scenario_tr in reporter.test_scenario.test_runs:
@@ -62,6 +63,55 @@ def load_test_runs(reporter: Reporter) -> None:
                         logging.warning("%s: unreadable (%s); the scenario's test definition is used", dump,
                                         type(exc).__name__)
                 reporter.trs.append(copy.deepcopy(tr))
+
+
+def _is_run_number(name: str) -> bool:
+    return name.isascii() and name.isdecimal() and len(name) <= 9
+
+
+def run_folders(folder: Path) -> list[tuple[Path, str | None]]:
+    """(entry, why it is skipped or None) for what sits where CloudAI's numbered run folders (``<test>/<N>``, a
+    sweep's ``<test>/<N>/<step>``) belong: a folder named by a number is a run; a symbolic link (reports write into
+    a run's folder, which would then be wherever the link points, and a link to a sibling counts a run twice), a
+    folder not named by a number, or a file or anything else named by one is skipped with why. CloudAI's own files
+    there (a sweep's trajectory.csv) are no run folders and are not named. An unlistable folder is no runs."""
+    import os
+    import stat
+
+    found: list[tuple[Path, str | None]] = []
+    try:
+        with os.scandir(folder) as entries:
+            listed = sorted(entries, key=lambda e: e.name)
+    except OSError:
+        return found
+    for entry in listed:
+        path = Path(entry.path)
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            continue
+        numbered = _is_run_number(entry.name)
+        if stat.S_ISLNK(mode):
+            found.append((path, f"a symbolic link (to {os.readlink(path)!r}), not a run folder: reports never "
+                                "follow one (they write into the run's folder). Fix: replace the link by the "
+                                "folder itself, or move it out of the results folder"))
+        elif stat.S_ISDIR(mode):
+            found.append((path, None if numbered else
+                          "a folder whose name is not a run number (CloudAI names each run's folder 0, 1, 2, ...). "
+                          "Fix: move it out of the results folder to report it no more"))
+        elif numbered:
+            found.append((path, "named as a run but not a folder. Fix: move it out of the results folder"))
+    return found
+
+
+_SAID: set[Path] = set()
+
+
+def skipped_entry(path: Path, why: str) -> None:
+    """A warning on screen, once per entry and command (every report of the scenario looks at the same tree)."""
+    if path not in _SAID:
+        _SAID.add(path)
+        logging.warning("%s: skipped: %s", path, why)
 
 
 def holds(reporter: Reporter, *tdef_types: type) -> bool:
