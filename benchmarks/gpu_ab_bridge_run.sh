@@ -20,6 +20,9 @@
 # metrics and the A/B). AB_WORK (default /tmp/gpu_work/ab_bridge) is the scratch folder, emptied first: two runs of
 # this script in one session each take their own (and their own OUT), e.g. a one-start smoke of a flex arm before the
 # interleaved starts.
+# The verdict (reports/ab.py) needs CloudAI: this interpreter's, else the folder CloudAI's wheels were installed into
+# on this host (MBRIDGE_CLOUDAI_SITE, default /tmp/cloudai_site, where gpu_cloudai_ab_run.sh puts it), for the report
+# step only (gpu_dispatcher_ab.py find_cloudai).
 # Exit status 3, with one line and before anything is written, without a GPU or without the bridge-0.6.2 stack
 # (benchmarks/gpu_common.sh); -h / --help prints this header.
 set -u -o pipefail
@@ -47,7 +50,7 @@ if [ "$want_hep" = 1 ] && [ "$have_hep" = 0 ]; then
 fi
 date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-nvidia-smi topo -m 2>&1 | head -6
+nvidia-smi topo -m 2>&1 | sed -n '1,6p'
 T=$((BUDGET - SECONDS - 12))
 echo "=== gpu_dispatcher_ab --engine bridge (timeout ${T}s, t+${SECONDS}s) LD_PRELOAD=$PRELOAD"
 # A 20-iteration run took 74-104 s on 4 x H100 (2026-11-27): none is started with less than 110 s of budget left.
@@ -56,5 +59,5 @@ LD_PRELOAD=$PRELOAD timeout -k 10 "$T" python3 benchmarks/gpu_dispatcher_ab.py -
   | grep -v -E "UserWarning|warnings.warn|^  return func|^\s*$" | tee "$OUT/ab.log"
 echo "=== gpu_dispatcher_ab: exit ${PIPESTATUS[0]} at t+${SECONDS}s"
 cp "$WORK"/gpu_dispatcher_ab.json "$OUT/" 2>/dev/null
-ls "$NCCL_EP_JIT_CACHE_DIR" 2>/dev/null | head -3 | sed 's/^/nccl_ep_jit_cache: /'
+ls "$NCCL_EP_JIT_CACHE_DIR" 2>/dev/null | sed -n '1,3p' | sed 's/^/nccl_ep_jit_cache: /'
 tar czf "$OUT/ab_runs.tgz" -C "$WORK" --exclude='*.pt' --exclude='hf_cache' . && ls -la "$OUT"

@@ -32,8 +32,42 @@ if [ ! -d "$SITE/cloudai" ] && ! python3 -c "import cloudai" 2>/dev/null; then
   [ -d .whl/cloudai/p0 ] && [ -d .whl/cloudai/p1 ] \
     || gpu_stop "CloudAI is not importable and .whl/cloudai/p0, p1 are missing: make them with" \
       "benchmarks/gpu_cloudai_prepare.sh where PyPI is and copy .whl/cloudai/ into this checkout"
+  # The wheels gpu_cloudai_prepare.sh left out because the image has them: one missing stops here; one at a version
+  # outside CloudAI's stated range is said (pip would call it a conflict) and the import below decides.
+  if [ -f .whl/cloudai/FROM_IMAGE.txt ]; then
+    check=$(python3 - .whl/cloudai/FROM_IMAGE.txt <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+missing, off = [], []
+for line in open(sys.argv[1], encoding="utf-8"):
+    name, _, spec = line.strip().partition(" ")
+    if not name:
+        continue
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        missing.append(name)
+        continue
+    try:
+        from packaging.specifiers import SpecifierSet
+        if spec and have not in SpecifierSet(spec):
+            off.append(f"{name} {have} (CloudAI states {spec})")
+    except ImportError:
+        pass  # no packaging here: presence is all that is checked
+print(", ".join(missing))
+print(", ".join(off))
+PY
+)
+    missing=$(printf '%s\n' "$check" | sed -n 1p); off=$(printf '%s\n' "$check" | sed -n 2p)
+    [ -z "$missing" ] || gpu_stop "this image lacks what the CloudAI bundle left out for it: $missing; make the" \
+      "bundle again with MBRIDGE_IMAGE_PACKAGES=/dev/null (carries every wheel) or a list of this image's packages"
+    [ -z "$off" ] || echo "warning: CloudAI's bundle relies on the image's $off"
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" .whl/cloudai/p*/*.whl \
     || { echo "error: the CloudAI wheels did not install"; exit 2; }
+  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} python3 -c "import cloudai.core" 2>/dev/null \
+    || { echo "error: CloudAI installed into $SITE does not import with this image's packages: make its bundle" \
+      "again with MBRIDGE_IMAGE_PACKAGES=/dev/null (gpu_cloudai_prepare.sh) and remove $SITE"; exit 2; }
 fi
 OUT=${OUT:-/tmp/gpu_out}
 RESULTS=/tmp/gpu_work/cloudai_ab
@@ -69,7 +103,7 @@ date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"; nvidia-smi --query-gpu=name,memory.total
 python3 -m cloudai_mbridge run --system-config "$SYSTEM" --tests-dir conf/test --test-scenario "$SCENARIO" \
   --output-dir "$RESULTS/runs" 2>&1 | tee "$OUT/cloudai_ab.log"
 echo "=== run: exit ${PIPESTATUS[0]} at t+${SECONDS}s"
-ROOT=$(ls -dt "$RESULTS"/runs/*/ | head -1)
+ROOT=$(ls -dt "$RESULTS"/runs/*/ | sed -n 1p)
 python3 -m cloudai_mbridge generate-report --system-config "$SYSTEM" --tests-dir conf/test --test-scenario "$SCENARIO" \
   --result-dir "$ROOT" 2>&1 | tee -a "$OUT/cloudai_ab.log"
 echo "=== generate-report: exit ${PIPESTATUS[0]} at t+${SECONDS}s"

@@ -34,7 +34,7 @@ for d in benchmarks/results/bridge_ab_4gpu/{dsv3_mbs1_w4,dsv3_mbs2_w6,k2_mbs1_w5
 done
 date -u +"date_utc %Y-%m-%dT%H:%M:%SZ"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-nvidia-smi topo -m 2>&1 | head -6
+nvidia-smi topo -m 2>&1 | sed -n '1,6p'
 T=$((BUDGET - SECONDS - 25))
 echo "=== gpu_dispatch_bench (timeout ${T}s, t+${SECONDS}s) LD_PRELOAD=$PRELOAD"
 LD_PRELOAD=$PRELOAD timeout -k 10 "$T" python3 benchmarks/gpu_dispatch_bench.py --out "$WORK" \

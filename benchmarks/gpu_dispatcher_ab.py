@@ -534,11 +534,36 @@ def catalog_gpu_name() -> str | None:
 # --------------------------------------------------------------------------------------------------------------
 
 
+CLOUDAI_SITE_ENV = "MBRIDGE_CLOUDAI_SITE"
+CLOUDAI_SITE_DEFAULT = "/tmp/cloudai_site"  # where gpu_cloudai_ab_run.sh installs CloudAI's wheels on a GPU host
+
+
+def find_cloudai(environ: Mapping[str, str] = os.environ) -> str | None:
+    """Makes CloudAI importable for the A/B report when the host was given it as a folder of installed wheels (the
+    set-up's ``cloudai_site``: $MBRIDGE_CLOUDAI_SITE, else /tmp/cloudai_site) rather than in this interpreter: that
+    folder goes at the END of sys.path of this process only (the stack's own packages keep precedence; the training
+    runs this script starts never see it). Returns where CloudAI comes from, None when it is not found."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("cloudai")
+    if spec is not None:
+        return str(Path(spec.origin or "").parent)
+    site = environ.get(CLOUDAI_SITE_ENV) or CLOUDAI_SITE_DEFAULT
+    if not (Path(site) / "cloudai" / "__init__.py").is_file():
+        return None
+    sys.path.append(site)
+    importlib.invalidate_caches()
+    return f"{site}/cloudai ({CLOUDAI_SITE_ENV if environ.get(CLOUDAI_SITE_ENV) else 'default site'})"
+
+
 def ab_report(run_dirs: list[Path], out: Path, warmup: int, name: str = "gpu_dispatcher_ab") -> list[dict[str, Any]]:
     """reports/ab.py's ``mbridge_ab`` scenario report on run folders made outside a CloudAI scenario
     (cloudai_mbridge/reports/folders.py: a real TestScenario of one real TestRun per folder; everything else, cells,
     baseline alltoall, steady-state means after ``warmup`` iterations, gates, loss equivalence, verdict, CSV/HTML/PNG
-    into ``out``, is ab.py's own code)."""
+    into ``out``, is ab.py's own code). CloudAI comes from this interpreter or the host's CloudAI site
+    (find_cloudai)."""
+    where = find_cloudai()
+    print(f"A/B report: CloudAI from {where or 'nowhere (not importable, no ' + CLOUDAI_SITE_ENV + ' site)'}")
     from cloudai_mbridge.reports.folders import ab_report as folder_ab_report
 
     return folder_ab_report(run_dirs, out, warmup, name)
@@ -647,8 +672,10 @@ def finish(result: dict[str, Any], out: Path, warmup: int, rerun_hint: str) -> t
         print(f"A/B report files in {out}: {', '.join(files) or 'none'}")
     except ImportError as exc:
         result["ab"] = {"error": f"{type(exc).__name__}: {exc}"}
-        print(f"\nA/B report not run here: reports/ab.py needs CloudAI ({type(exc).__name__}: {exc}); run "
-              f"`{rerun_hint}` on a host with CloudAI installed (the run folders and this JSON are all it reads)")
+        print(f"\nA/B report not run here: reports/ab.py needs CloudAI ({type(exc).__name__}: {exc}); set "
+              f"{CLOUDAI_SITE_ENV} to the folder CloudAI's wheels were installed into (default "
+              f"{CLOUDAI_SITE_DEFAULT}), or run `{rerun_hint}` on a host with CloudAI installed (the run folders and "
+              "this JSON are all it reads)")
     ran = [r for r in rows if r["status"] == "ok"]
     for r in ran:
         print(f"RESULT ab_iteration_ms_{r['name']}={r['iteration_ms']['median']:.1f} ms")

@@ -23,7 +23,7 @@ BUDGET=${1:-540}
 shift || true
 cd "$(dirname "$0")/.." || exit 2
 gpu_need 1
-WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | head -1)
+WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | sed -n 1p)
 [ -n "$WHEEL" ] || gpu_stop ".whl/megatron_core-0.17.1-*.whl not found: download it where PyPI is (pip download" \
   "--no-deps megatron-core==0.17.1 -d .whl) and copy .whl/ into this checkout"
 OUT=${OUT:-/tmp/gpu_out}
@@ -36,8 +36,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 rm -rf /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$WHEEL" || exit 2
 UCCL_ARGS=()
-UCCL_WHEEL=$(ls $UCCL_DIR/uccl-*.whl 2>/dev/null | head -1)
-CUDART_WHEEL=$(ls $UCCL_DIR/nvidia_cuda_runtime_cu12-*.whl 2>/dev/null | head -1)
+UCCL_WHEEL=$(ls $UCCL_DIR/uccl-*.whl 2>/dev/null | sed -n 1p)
+CUDART_WHEEL=$(ls $UCCL_DIR/nvidia_cuda_runtime_cu12-*.whl 2>/dev/null | sed -n 1p)
 if [ -n "$UCCL_WHEEL" ] && [ -n "$CUDART_WHEEL" ]; then
   # A refusal (e.g. the wheel's manylinux_2_35 tag on an older glibc) is printed and the run goes on: the probe
   # then reports the import error.
@@ -56,8 +56,8 @@ python3 -m pip list --path /tmp/site 2>/dev/null | grep -i -E "uccl|cuda-runtime
 python3 -c "import sys; print('python', sys.version.split()[0]); import cloudai; print('cloudai importable')" 2>&1 \
   | grep -v Warn | tail -2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-nvidia-smi topo -m 2>&1 | head -8
-ls /sys/class/infiniband 2>/dev/null | head -4 | sed 's/^/ib device: /'
+nvidia-smi topo -m 2>&1 | sed -n '1,8p'
+ls /sys/class/infiniband 2>/dev/null | sed -n '1,4p' | sed 's/^/ib device: /'
 
 T=$((BUDGET - SECONDS - 20))
 echo "=== gpu_dispatcher_ab (timeout ${T}s, t+${SECONDS}s)"

@@ -87,7 +87,7 @@ COMMIT=$(awk '$1 == "commit" {print $2}' "$DIR/files/SOURCE.txt")
 
 # 2. Build environment.
 [ -x "$CUDA_HOME/bin/nvcc" ] || result no 1 "reason=no_nvcc CUDA_HOME=$CUDA_HOME (set CUDA_HOME to the toolkit)"
-ARCH=${HYBRIDEP_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')}
+ARCH=${HYBRIDEP_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sed -n 1p | tr -d ' ')}
 [ -n "$ARCH" ] || ARCH=9.0
 export TORCH_CUDA_ARCH_LIST=$ARCH HYBRID_EP_MULTINODE=0 USE_NIXL=0 MAX_JOBS=${MAX_JOBS:-$(nproc)}
 # torch's BuildExtension compiles in parallel (MAX_JOBS) only through ninja; pip's ninja lives in Python's scripts dir.
@@ -104,7 +104,7 @@ for d in "$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/li
 done
 ALIAS=$DIR/linkalias && rm -rf "$ALIAS" && mkdir -p "$ALIAS"
 if [ -n "$NVTX_LIB" ]; then
-  [ -e "$NVTX_LIB/libnvtx3interop.so" ] || ln -s "$(ls "$NVTX_LIB"/libnvtx3interop.so.* | head -n 1)" "$ALIAS/libnvtx3interop.so"
+  [ -e "$NVTX_LIB/libnvtx3interop.so" ] || ln -s "$(ls "$NVTX_LIB"/libnvtx3interop.so.* | sed -n 1p)" "$ALIAS/libnvtx3interop.so"
   export LIBRARY_PATH=$ALIAS:$NVTX_LIB${LIBRARY_PATH:+:$LIBRARY_PATH}
   export LDFLAGS="${LDFLAGS:-} -L$ALIAS -L$NVTX_LIB -Wl,-rpath,$NVTX_LIB"
 else
@@ -121,9 +121,10 @@ fi
 # symbol compiles and links (HYBRIDEP_CXX names one to take as it is).
 so_carries_libstdcxx() {  # <lib.so>: 0 when the library carries a libstdc++ of its own: it exports std::ostream
   # symbols, or holds libstdc++'s iostream code without loading libstdc++.so.6 (such a copy meets the process's own)
-  nm -D --defined-only "$1" 2>/dev/null | grep -q ' _ZNSo' && return 0
+  # grep reads all of nm's output: `| grep -q` would end nm with SIGPIPE and, under pipefail, turn a match into 141
+  nm -D --defined-only "$1" 2>/dev/null | grep ' _ZNSo' >/dev/null && return 0
   grep -q -a 'St9basic_ios' "$1" || return 1
-  ! readelf -d "$1" 2>/dev/null | grep -q 'NEEDED.*libstdc++'
+  ! readelf -d "$1" 2>/dev/null | grep 'NEEDED.*libstdc++' >/dev/null
 }
 cxx_links_libstdcxx_dynamically() {  # <g++>: 0 when a -shared library it links carries no libstdc++ of its own
   local c=$1 d rc
@@ -182,7 +183,7 @@ build_once() {  # one build with the exported CXX / CC into $SITE; exits through
   (cd "$B/DeepEP" && timeout -k 15 "$TIMEOUT_S" "$PY" -m pip wheel -v --no-build-isolation --no-deps --no-index \
      --disable-pip-version-check -w "$B/out" .) > "$LOG" 2>&1
   rc=$?
-  grep -E '^ > (Arch list|NVSHMEM path|Libraries)' "$LOG" | sed 's/^/  /' | head -6
+  grep -E '^ > (Arch list|NVSHMEM path|Libraries)' "$LOG" | sed 's/^/  /' | sed -n '1,6p'
   if [ "$rc" -ne 0 ]; then
     echo "--- last compiler/linker errors ($LOG):"
     grep -n -E 'error|Error|undefined reference|cannot find|No such file|fatal' "$LOG" | grep -v -E 'Werror|-Wno-|error_|_error\b' | tail -25
@@ -191,14 +192,14 @@ build_once() {  # one build with the exported CXX / CC into $SITE; exits through
     [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && result no 124 "reason=timeout after $((SECONDS - start))s (HYBRIDEP_TIMEOUT_S=$TIMEOUT_S) arch=$ARCH log=$LOG"
     result no 1 "reason=build_failed rc=$rc after $((SECONDS - start))s arch=$ARCH log=$LOG"
   fi
-  whl=$(ls "$B"/out/deep_ep-*.whl 2>/dev/null | head -n 1)
+  whl=$(ls "$B"/out/deep_ep-*.whl 2>/dev/null | sed -n 1p)
   [ -n "$whl" ] || result no 1 "reason=no_wheel log=$LOG"
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check --target "$SITE" "$whl" \
     || result no 1 "reason=pip_install_failed wheel=$whl"
   mkdir -p "$ROOT/wheels" && cp "$whl" "$ROOT/wheels/"
   [ -z "${OUT:-}" ] || cp "$LOG" "$OUT/hybridep_build.log"
 }
-if [ "${HYBRIDEP_FORCE:-0}" != 1 ] && [ -f "$SITE/.done" ] && check_import | grep -q '^IMPORT_OK'; then
+if [ "${HYBRIDEP_FORCE:-0}" != 1 ] && [ -f "$SITE/.done" ] && check_import | grep '^IMPORT_OK' >/dev/null; then
   how="reused"
 else
   how="built"
@@ -209,7 +210,7 @@ else
   for attempt in 1 2; do
     pick_compiler $refused
     build_once
-    so=$(ls "$SITE"/hybrid_ep_cpp*.so 2>/dev/null | head -n 1)
+    so=$(ls "$SITE"/hybrid_ep_cpp*.so 2>/dev/null | sed -n 1p)
     if [ -n "$so" ] && so_carries_libstdcxx "$so"; then
       if [ -z "${HYBRIDEP_CXX:-}" ] && [ "$attempt" = 1 ]; then
         echo "MBRIDGE_HYBRIDEP compiler $CXX built $(basename "$so") with a libstdc++ of its own (HybridEPBuffer() would crash): building again with the next compiler"
@@ -223,7 +224,7 @@ fi
 
 # 4. Import check, env.sh, the summary line.
 imp=$(check_import)
-if ! echo "$imp" | grep -q '^IMPORT_OK'; then
+if ! echo "$imp" | grep '^IMPORT_OK' >/dev/null; then
   echo "--- import failed:"; echo "$imp" | tail -15
   for so in "$SITE"/hybrid_ep_cpp*.so "$SITE"/deep_ep_cpp*.so; do
     [ -f "$so" ] && ldd "$so" | grep 'not found' | grep -v -E 'libc10|libtorch' | sed "s#^#  $(basename "$so"): #"
@@ -321,13 +322,13 @@ CEOF
       echo "MBRIDGE_HYBRIDEP smoke=ok variant=$variant ${line#SMOKE }"
     else
       echo "$sout" | grep -E '^STAGE' | tail -n "$((2 * HYBRIDEP_SMOKE))"
-      echo "$sout" | grep -E -A 14 'NATIVE_FRAMES|Fatal Python error' | head -60
+      echo "$sout" | grep -E -A 14 'NATIVE_FRAMES|Fatal Python error' | sed -n '1,60p'
       # Frames inside DeepEP's own libraries (and HybridEP's JIT modules), resolved to functions where binutils is here.
       if command -v addr2line >/dev/null 2>&1; then
-        echo "$sout" | grep -o -E '/[^ ()]*(hybrid_ep|deep_ep|jit)[^ ()]*\.so\(\+0x[0-9a-f]+\)' | sort -u | head -12 |
+        echo "$sout" | grep -o -E '/[^ ()]*(hybrid_ep|deep_ep|jit)[^ ()]*\.so\(\+0x[0-9a-f]+\)' | sort -u | sed -n '1,12p' |
           while IFS= read -r fr; do
             so=${fr%%(*}; off=${fr##*(+}; off=${off%)}
-            echo "  $(basename "$so")+$off: $(addr2line -C -f -e "$so" "$off" 2>/dev/null | head -n 1)"
+            echo "  $(basename "$so")+$off: $(addr2line -C -f -e "$so" "$off" 2>/dev/null | sed -n 1p)"
           done
       fi
       echo "$sout" | grep -v -i warn | grep -v -E '^STAGE' | tail -12

@@ -35,7 +35,7 @@ git() { command git --git-dir="$GIT_DIR" "$@"; }
 COMMIT=$(git rev-parse --verify "$COMMIT^{commit}")
 git cat-file -e "$COMMIT:deep_ep/hybrid_ep_buffer.py" 2>/dev/null \
   || { echo "error: $COMMIT has no deep_ep/hybrid_ep_buffer.py (not a hybrid-ep commit)" >&2; exit 2; }
-git show "$COMMIT:deep_ep/hybrid_ep_buffer.py" | grep -q '^class HybridEPBuffer' \
+git show "$COMMIT:deep_ep/hybrid_ep_buffer.py" | grep '^class HybridEPBuffer' >/dev/null \
   || { echo "error: $COMMIT: deep_ep/hybrid_ep_buffer.py defines no class HybridEPBuffer" >&2; exit 2; }
 branches=$(git branch --contains "$COMMIT" --format='%(refname:short)' 2>/dev/null | xargs || true)
 

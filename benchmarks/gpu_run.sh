@@ -25,7 +25,7 @@ gpu_usage_if_asked "$0" "$@"
 BUDGET=${1:-540}
 cd "$(dirname "$0")/.." || exit 2
 gpu_need 1
-WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | head -1)
+WHEEL=$(ls .whl/megatron_core-0.17.1-*.whl 2>/dev/null | sed -n 1p)
 [ -n "$WHEEL" ] || gpu_stop ".whl/megatron_core-0.17.1-*.whl not found: download it where PyPI is (pip download" \
   "--no-deps megatron-core==0.17.1 -d .whl) and copy .whl/ into this checkout"
 OUT=${OUT:-/tmp/gpu_out}
@@ -43,7 +43,7 @@ python3 -c "import torch, einops, megatron.core as m; print('torch', torch.__ver
 'nccl', torch.cuda.nccl.version(), 'gpus', torch.cuda.device_count(), [torch.cuda.get_device_name(i) for i in \
 range(torch.cuda.device_count())], 'megatron-core', m.__version__, 'einops', einops.__version__)" 2>&1 | grep -v Warn
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-nvidia-smi topo -m 2>&1 | head -8
+nvidia-smi topo -m 2>&1 | sed -n '1,8p'
 NGPU=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 
 # step <name> <seconds wanted> <command...>: run with timeout min(wanted, left - 15), skip if under 45 s left

@@ -111,15 +111,15 @@ fi
 
 # A library stack (no Megatron in it, e.g. nccl-2.32.3): nothing to build or import-check.
 if [ ! -d "$SITE/megatron" ]; then
-  echo "MBRIDGE_STACK ready stack=$STACK library site=$SITE: $(cd "$SITE" && find . -name '*.so*' | head -5 | xargs)"
+  echo "MBRIDGE_STACK ready stack=$STACK library site=$SITE: $(cd "$SITE" && find . -name '*.so*' | sed -n '1,5p' | xargs)"
   exit 0
 fi
 
 # Transformer Engine's torch extension: reuse or build.
-te_sdist=$(ls "$ROOT"/*/files/transformer_engine_torch-*.tar.gz 2>/dev/null | head -n 1 || true)
+te_sdist=$(ls "$ROOT"/*/files/transformer_engine_torch-*.tar.gz 2>/dev/null | sed -n 1p || true)
 if [ -n "$te_sdist" ] && ! ls "$SITE"/transformer_engine/wheel_lib/transformer_engine_torch*.so >/dev/null 2>&1; then
   te_ver=$(basename "$te_sdist" .tar.gz | sed 's/^transformer_engine_torch-//')
-  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d '.')
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | sed -n 1p | tr -d '.')
   key=$("$PY" -c "import sys, torch; print(f'te{sys.argv[1]}-torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-sm{sys.argv[2]}'.replace('+', '_'))" "$te_ver" "$arch")
   ext=""
   for f in .gpu_stack/te_torch/"$key".whl "$ROOT/te_torch/$key.whl"; do [ -f "$f" ] && ext=$f && break; done

@@ -31,7 +31,7 @@ while read -r line; do
   name=${spec#sdist:}; dist=${name%%==*}; ver=${name##*==}
   norm=$(echo "$dist" | tr '[:upper:]-.' '[:lower:]__')
   if [ "$spec" != "$name" ]; then
-    found=$(ls "$CACHE" | grep -i -E "^${norm//_/[-_.]}-${ver}\.(tar\.gz|zip)$" | head -n 1 || true)
+    found=$(ls "$CACHE" | grep -i -E "^${norm//_/[-_.]}-${ver}\.(tar\.gz|zip)$" | sed -n 1p || true)
     # pip would build the sdist's metadata (TE's needs torch): take the archive from PyPI's JSON API instead.
     [ -n "$found" ] || "$PY" - "$dist" "$ver" "$CACHE" <<'PYEOF'
 import hashlib, json, sys, urllib.parse, urllib.request
@@ -48,16 +48,16 @@ if hashlib.sha256(data).hexdigest() != f["digests"]["sha256"]:
     sys.exit(f"error: {f['filename']}: sha256 differs from PyPI's")
 open(f"{cache}/{f['filename']}", "wb").write(data)
 PYEOF
-    found=$(ls "$CACHE" | grep -i -E "^${norm//_/[-_.]}-${ver}\.(tar\.gz|zip)$" | head -n 1 || true)
+    found=$(ls "$CACHE" | grep -i -E "^${norm//_/[-_.]}-${ver}\.(tar\.gz|zip)$" | sed -n 1p || true)
   else
-    found=$(ls "$CACHE" | grep -i -E "^${norm//_/[-_.]}-${ver}-.*\.whl$" | head -n 1 || true)
+    found=$(ls "$CACHE" | grep -i -E "^${norm//_/[-_.]}-${ver}-.*\.whl$" | sed -n 1p || true)
     if [ -z "$found" ]; then
       plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
             --platform manylinux2014_x86_64 --platform any)
       [ -n "${tag:-}" ] && plat=(--platform "$tag" "${plat[@]}")
       "$PY" -m pip download -q --no-deps --disable-pip-version-check --only-binary=:all: --python-version 3.12 --implementation cp "${plat[@]}" \
         -d "$CACHE" "$name" 2> >(grep -v '^WARNING: Location' >&2)
-      found=$(ls "$CACHE" | grep -i -E "^${norm//_/[-_.]}-${ver}-.*\.whl$" | head -n 1 || true)
+      found=$(ls "$CACHE" | grep -i -E "^${norm//_/[-_.]}-${ver}-.*\.whl$" | sed -n 1p || true)
     fi
   fi
   [ -n "$found" ] || { echo "error: $spec was not downloaded" >&2; exit 1; }

@@ -78,7 +78,7 @@ debs=$(mktemp -d) && trap 'rm -rf "$debs" ${tmp:+"$tmp"}' EXIT
 for d in "$debs"/*.deb; do dpkg -x "$d" "$debs/root"; done
 rm -rf "$DIR/lib" && mkdir -p "$DIR/lib"
 for so in libibverbs.so.1 libnl-3.so.200 libnl-route-3.so.200; do
-  cp -L "$(find "$debs/root" -name "$so" | head -n 1)" "$DIR/lib/$so"
+  cp -L "$(find "$debs/root" -name "$so" | sed -n 1p)" "$DIR/lib/$so"
 done
 DEBS=$(cd "$debs" && ls *.deb | xargs)
 
@@ -91,7 +91,7 @@ for n in $(readelf -d "$ex/w/uccl/ep.abi3.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]
   case "$n" in
     libc10.so|libtorch.so|libtorch_cpu.so) by="torch/lib (loaded by import torch first; no symbols bound)" ;;
     libc.so.6|libstdc++.so.6|libgcc_s.so.1|ld-linux-x86-64.so.2) by="system" ;;
-    *) by=$(ls "$DIR/lib/$n" "$ex/w/uccl.libs/$n" "$ex/c/nvidia/cuda_runtime/lib/$n" 2>/dev/null | head -n 1 \
+    *) by=$(ls "$DIR/lib/$n" "$ex/w/uccl.libs/$n" "$ex/c/nvidia/cuda_runtime/lib/$n" 2>/dev/null | sed -n 1p \
             | sed -e "s#^$ex/w/#uccl wheel: #" -e "s#^$ex/c/#cudart wheel: #" || true) ;;
   esac
   [ -n "$by" ] || { by="MISSING"; missing=1; }

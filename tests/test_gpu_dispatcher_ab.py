@@ -273,3 +273,47 @@ def test_hybridep_env_leaves_uccls_pip_site_and_cuda12_runtime_off_the_path(tmp_
     (uccl / "deep_ep" / "__init__.py").write_text("")
     env, _ = ab.uccl_env(uccl, {"PYTHONPATH": f"{stack}:{uccl_site}:{cuda12}"})
     assert str(uccl_site) in env["PYTHONPATH"].split(":") and str(cuda12) in env["PYTHONPATH"].split(":")
+
+
+# --- issue 43 item 4: the host-side verdict finds the CloudAI the set-up installed into its own folder ---
+def _host_without_cloudai(tmp_path: Path) -> tuple[Path, Path]:
+    """(a site-packages of this venv without CloudAI, a CloudAI site holding only CloudAI): the GPU host's layout,
+    where the bridge stack's interpreter has no CloudAI and gpu_cloudai_ab_run.sh installed it into its own site."""
+    import cloudai
+
+    real = Path(cloudai.__file__).parent.parent
+    stack, site = tmp_path / "stack", tmp_path / "cloudai_site"
+    stack.mkdir()
+    site.mkdir()
+    for entry in real.iterdir():
+        if not entry.name.startswith("cloudai") or entry.name.startswith("cloudai_mbridge"):
+            (stack / entry.name).symlink_to(entry)
+    (site / "cloudai").symlink_to(real / "cloudai")
+    return stack, site
+
+
+@pytest.mark.parametrize("given", [True, False])
+def test_the_ab_verdict_finds_cloudai_in_the_site_it_was_given(tmp_path: Path, given: bool) -> None:
+    import subprocess
+    import sys
+
+    stack, site = _host_without_cloudai(tmp_path)
+    code = ("import sys, importlib.util; import gpu_dispatcher_ab as g\n"
+            "assert importlib.util.find_spec('cloudai') is None, 'cloudai leaked into the stack'\n"
+            "where = g.find_cloudai()\n"
+            "print('WHERE', where)\n"
+            "import cloudai.core; print('CLOUDAI', cloudai.__file__)\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{ROOT / 'benchmarks'}:{stack}", "HOME": str(tmp_path),
+           "PYTHONDONTWRITEBYTECODE": "1", "CLOUDAI_MBRIDGE_AUTOLOAD": "0"}
+    if given:
+        env["MBRIDGE_CLOUDAI_SITE"] = str(site)
+    proc = subprocess.run([sys.executable, "-S", "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    if given:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert f"WHERE {site}/cloudai (MBRIDGE_CLOUDAI_SITE)" in proc.stdout
+        assert f"CLOUDAI {site}/cloudai/__init__.py" in proc.stdout
+    else:  # /tmp/cloudai_site is not this test's to make: without the variable and that folder, nothing is found
+        if Path(ab.CLOUDAI_SITE_DEFAULT, "cloudai").exists():
+            pytest.skip(f"{ab.CLOUDAI_SITE_DEFAULT} exists on this machine")
+        assert "WHERE None" in proc.stdout and "ModuleNotFoundError: No module named 'cloudai'" in proc.stderr

@@ -207,3 +207,88 @@ def test_its_cpu_modes_still_run(script: str, args: list[str], needle: str, sand
     res = _run(script, args, sandbox)
     assert res.returncode == 0, res.stdout
     assert "Traceback" not in res.stdout and needle in res.stdout, res.stdout
+
+
+# --- issue 43 item 4: SIGPIPE under pipefail, and CloudAI's bundle without what the image has ---
+# A reader that stops before the end of its input (head, grep -q / -m, sed Nq) ends the writer with SIGPIPE once the
+# input outgrows a pipe's buffer; under `set -o pipefail` the pipeline then fails (141), which killed
+# gpu_cloudai_prepare.sh after a complete bundle (`ls -S -l ... | head -5`, 2 x H200, 2026-11-29) and turns a found
+# `nm ... | grep -q` match into "not found". Read to the end instead: sed -n '1,Np', awk 'NR <= N', grep ... >/dev/null.
+EARLY_EXIT = re.compile(r"\|\s*(head\b|grep\s+(-[A-Za-z]*[qm]|--quiet|--max-count)|sed\s+(-n\s+)?'?\d+q)")
+
+
+def _shell_sources() -> dict[str, str]:
+    """Every shell script of the checkout (tracked, not a recorded run's copy) and the job scripts the plugin writes
+    (their Python sources), by path."""
+    tracked = subprocess.run(["git", "ls-files", "*.sh", "scripts/*"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    found = {p: (ROOT / p).read_text(errors="replace") for p in tracked
+             if not p.startswith("benchmarks/results/") and (ROOT / p).is_file()}
+    for p in sorted((ROOT / "cloudai_mbridge").rglob("*.py")):
+        text = p.read_text()
+        if "pipefail" in text:
+            found[str(p.relative_to(ROOT))] = text
+    return found
+
+
+def test_no_pipeline_stops_reading_early_under_pipefail() -> None:
+    sources = _shell_sources()
+    assert "benchmarks/gpu_cloudai_prepare.sh" in sources and "cloudai_mbridge/launch/slurm.py" in sources
+    bad = [f"{path}:{n}: {line.strip()}" for path, text in sources.items() if "pipefail" in text
+           for n, line in enumerate(text.splitlines(), 1)
+           if EARLY_EXIT.search(line.split(" # ")[0]) and not line.lstrip().startswith("#")]
+    assert not bad, "a reader that stops early under pipefail (SIGPIPE, 141):\n" + "\n".join(bad)
+
+
+def test_the_early_exit_pattern_is_the_one_that_fails() -> None:
+    """What the check above forbids fails under pipefail, and what it asks for instead does not."""
+    listing = "seq 1 200000"  # far more than a pipe holds
+    for reader, rc in (("head -5", 141), ("grep -q 7", 141), ("sed -n '1,5p'", 0), ("awk 'NR <= 5'", 0),
+                       ("grep 7 >/dev/null", 0)):
+        proc = subprocess.run(["bash", "-c", f"set -o pipefail; {listing} | {reader} >/dev/null; echo $?"],
+                              capture_output=True, text=True, check=True)
+        assert proc.stdout.strip() == str(rc), (reader, proc.stdout)
+        assert bool(EARLY_EXIT.search(f"x | {reader}")) == (rc != 0), reader
+
+
+def test_cloudai_bundle_leaves_out_what_the_image_has_and_exits_0(tmp_path: Path) -> None:
+    """gpu_cloudai_prepare.sh with pip's download replaced by a stand-in that writes what PyPI gave on 2026-11-29 (and
+    enough wheels that its closing listing outgrows a pipe): exit 0, the image's packages left out and named in
+    FROM_IMAGE.txt with CloudAI's own range, the stack's left out, the rest split into p0 / p1."""
+    import zipfile
+
+    root = tmp_path / "checkout"
+    (root / "benchmarks" / "gpu_stack").mkdir(parents=True)
+    for name in ("gpu_cloudai_prepare.sh", "gpu_stack/bridge-0.6.2.txt", "gpu_stack/image-cuda-has.txt"):
+        shutil.copy(BENCH / name, root / "benchmarks" / name)
+    wheel = tmp_path / "cloudai-1.6.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("cloudai-1.6.0.dist-info/METADATA",
+                    "Name: cloudai\nRequires-Dist: bokeh~=3.8\nRequires-Dist: pandas~=2.3\n"
+                    "Requires-Dist: toml~=0.10.2\nRequires-Dist: numpy>=2.4.6; python_version >= \"3.14\"\n"
+                    "Requires-Dist: ruff~=0.15; extra == \"dev\"\n")
+    pip = tmp_path / "fakepython"
+    pip.write_text("#!/bin/bash\n# stands in for `python -m pip download ... -d DEST`; anything else: the real one\n"
+                   f"if [ \"$2\" != pip ]; then exec {sys.executable} \"$@\"; fi\n"
+                   "while [ \"$1\" != -d ]; do shift; done; d=$2\n"
+                   "for w in bokeh-3.9.0 matplotlib-3.10.8 grpcio-1.80.0 pillow-13.0.0 tensorboard-2.21.0 "
+                   "pydantic-2.14.4 numpy-2.3.5 toml-0.10.2 tbparse-0.0.9; do\n"
+                   "  head -c 2000 /dev/zero >\"$d/$w-py3-none-any.whl\"; done\n"
+                   "for i in $(seq 1 400); do : >\"$d/padding_package_with_long_name_$i-1.0-py3-none-any.whl\"; done\n")
+    pip.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(pip), "CLOUDAI_WHEEL": str(wheel)}
+    proc = subprocess.run(["bash", "benchmarks/gpu_cloudai_prepare.sh"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    dest = root / ".whl" / "cloudai"
+    kept = sorted(p.name.split("-")[0] for p in dest.glob("p*/*.whl"))
+    assert {"cloudai", "toml", "tbparse"} <= set(kept)
+    assert not {"bokeh", "matplotlib", "grpcio", "pillow", "tensorboard", "pydantic", "numpy"} & set(kept)
+    image = (dest / "FROM_IMAGE.txt").read_text().splitlines()
+    assert sorted(image) == ["bokeh ~=3.8", "grpcio", "matplotlib >=3.7", "numpy", "pillow", "tensorboard"]
+    assert "left out for the image: 6; largest:" in proc.stdout
+    carry = subprocess.run(["bash", "benchmarks/gpu_cloudai_prepare.sh"], cwd=root, capture_output=True, text=True,
+                           env={**env, "MBRIDGE_IMAGE_PACKAGES": "/dev/null"}, timeout=TIMEOUT_S)
+    assert carry.returncode == 0, carry.stdout[-2000:] + carry.stderr[-2000:]
+    assert {"bokeh", "matplotlib", "grpcio"} <= {p.name.split("-")[0] for p in dest.glob("p*/*.whl")}
+    assert (dest / "FROM_IMAGE.txt").read_text().split() == ["numpy"]  # the host image's, always (datasets imports it)

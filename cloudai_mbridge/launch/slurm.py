@@ -215,7 +215,7 @@ def render_sbatch(spec: SbatchSpec) -> str:
     lines = ["#!/bin/bash", *([spec.header] if spec.header else []), *_directives(spec), ""]
     lines += [
         "set -euo pipefail",
-        'MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+        'MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',  # no head: SIGPIPE under pipefail
         # The node's address as Slurm knows it; emulated nodes (several slurmd on one host) have no DNS name.
         'MASTER_ADDR="$(scontrol show node "$MASTER_NODE" | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\')"',
         'export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"',

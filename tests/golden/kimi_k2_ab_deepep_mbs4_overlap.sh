@@ -10,7 +10,7 @@
 #SBATCH --time=01:00:00
 
 set -euo pipefail
-MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
+MASTER_NODE="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"
 MASTER_ADDR="$(scontrol show node "$MASTER_NODE" | sed -n 's/.*NodeAddr=\([^ ]*\).*/\1/p')"
 export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))

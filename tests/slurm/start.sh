@@ -41,7 +41,7 @@ done
 PKGS=(slurm-wlm slurmdbd munge mariadb-server libpmix-dev)
 missing=()
 for p in "${PKGS[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep 'install ok installed' >/dev/null || missing+=("$p")
 done
 if ((${#missing[@]})); then
     log "installing ${missing[*]} (Debian packages)"
@@ -193,7 +193,7 @@ fi
 ready slurmdbd "$RUN/slurmdbd.pid" slurmdbd port_open "$DBD_PORT"
 
 # --------------------------------------------------------------------------------------------------------- slurmctld
-ctld_up() { scontrol ping | grep -q UP; }
+ctld_up() { scontrol ping | grep UP >/dev/null; }
 if ! alive "$RUN/slurmctld.pid" slurmctld; then
     port_free "$CTLD_PORT" || die "port $CTLD_PORT is taken by another process (not this state dir's slurmctld)"
     log "starting slurmctld on 127.0.0.1:$CTLD_PORT"
