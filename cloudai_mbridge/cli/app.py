@@ -499,11 +499,11 @@ def with_session(command: Any) -> Any:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except session.SweepStopped as stop:  # a signal, or a point the operating system could not write
                 code = session.finish_stopped(s, stop)
-                if mode == "dry-run" and stop.error is not None:
+                if stop.error is not None:  # a run that submitted nothing kept nothing either (finish_stopped)
                     _remove_if_new_and_empty(output_dir, existed)
                 raise SystemExit(code) from None
             except BaseException:
-                if mode == "dry-run":
+                if mode == "dry-run" or session.nothing_ran(s):  # a folder of a run's inputs alone is no result
                     session.discard(s)
                 _remove_if_new_and_empty(output_dir, existed)
                 raise

@@ -655,6 +655,11 @@ def finish_stopped(s: Session, stop: SweepStopped) -> int:
         if s.mode == "dry-run":
             discard(s)
             logging.error(f"{s.mode}: stopped; nothing was kept (the point folders of a failed dry-run are removed)")
+        elif not dirs:  # no job was submitted: a folder with only the run's inputs is no result (as a dry-run)
+            discard(s)
+            logging.error(f"{s.mode}: stopped before any job was submitted"
+                          f"{f' ({total} point(s) not started)' if total is not None else ''}; nothing was kept (the "
+                          "folder held only the run's inputs)")
         else:
             logging.error(f"{s.mode}: stopped: {len(dirs)}{of} point(s) submitted{rest} started; results so far in "
                           f"{root}")
@@ -672,12 +677,19 @@ def finish_stopped(s: Session, stop: SweepStopped) -> int:
 
 
 def discard(s: Session) -> None:
-    """Remove the scenario folders this dry-run created (claimed fresh by this process): a failed dry-run leaves no
-    half-written jobs behind."""
+    """Remove the scenario folders this command created (claimed fresh by this process): a failed dry-run, or a run
+    that failed before it submitted any job (its folder would hold only its inputs), leaves no half-written jobs
+    behind."""
+    why = "nothing is kept from a failed dry-run" if s.mode == "dry-run" else "no job of it was submitted"
     for root in s.scenario_roots:
         shutil.rmtree(root, ignore_errors=True)
-        logging.info(f"dry-run: removed {root} (nothing is kept from a failed dry-run)")
+        logging.info(f"{s.mode}: removed {root} ({why})")
     s.scenario_roots.clear()
+
+
+def nothing_ran(s: Session) -> bool:
+    """No point of this run got as far as its job (every point folder is made before its job is submitted)."""
+    return s.mode == "run" and not s.run_dirs()
 
 
 def skipped(s: Session) -> list[Any]:

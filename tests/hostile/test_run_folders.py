@@ -80,3 +80,31 @@ def test_run_folders_names_each_kind(tmp_path: Path) -> None:
     assert "symbolic link" in found[entries[0]] and "symbolic link" in found[entries[4]]
     assert "not a run number" in found[entries[2]]
     assert "not a folder" in found[entries[3]] and "not a folder" in found[tmp_path / "3"]
+
+
+def test_a_run_that_cannot_write_its_first_job_keeps_nothing(tmp_path: Path) -> None:
+    """ulimit -f: the first job's files fail with EFBIG before anything is submitted. The run folder would hold only
+    the run's inputs: removed, as a dry-run's is; an earlier results folder beside it stays as it was."""
+    import resource
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    earlier = out / "earlier_2026-01-01_00-00-00"
+    earlier.mkdir(parents=True)
+    (earlier / "kept.txt").write_text("an earlier run's results\n")
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cloudai_mbridge", "--log-file", os.devnull, "run", "--system-config",
+         str(CONF / "system" / "standalone_2gpu.toml"), "--test-scenario",
+         str(CONF / "test_scenario" / "bridge_ab_2gpu_dsv3_deepep.toml"), "--output-dir", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, preexec_fn=limit)
+    err = proc.stdout + proc.stderr
+    assert proc.returncode == 1, err
+    assert "[EFBIG]" in err and "Fix:" in err and "Traceback" not in err
+    assert "stopped before any job was submitted" in err
+    assert sorted(p.name for p in out.iterdir()) == [earlier.name]  # nothing new, the earlier folder kept
+    assert (earlier / "kept.txt").read_text() == "an earlier run's results\n"
