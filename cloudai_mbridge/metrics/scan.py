@@ -1,11 +1,12 @@
 """Raw log bytes -> the few lines that matter, without reading every line in Python.
 
-A run's rank logs are mostly noise (NCCL INFO, warnings). Each file is read whole with plain reads into a reused,
-page-aligned anonymous buffer (:class:`_Buffer`) and searched for byte markers at C speed (libc's ``memmem`` on the
-buffer's address, ``mmap.find`` where there is none; a short needle such as ``rror`` first goes through a numpy
-filter that rules out whole blocks, see :class:`_PairFilter`); only the line around each hit is cut out, decoded with
-errors="replace", stripped of ANSI colour codes and of a launcher's rank label, and handed to the regexes of the layer
-above. benchmarks/parse_logs.py measures it against grep.
+A run's rank logs are mostly noise (NCCL INFO, warnings). Each file is read with plain reads into a reused,
+page-aligned anonymous buffer (:class:`_Buffer`): whole up to :data:`WINDOW` (32 MiB), a larger one a window at a time
+that ends at a line's end, so memory does not grow with the log (:func:`_scan_windows`); and searched for byte markers
+at C speed (libc's ``memmem`` on the buffer's address, ``mmap.find`` where there is none; a short needle such as
+``rror`` first goes through a numpy filter that rules out whole blocks, see :class:`_PairFilter`); only the line
+around each hit is cut out, decoded with errors="replace", stripped of ANSI colour codes and of a launcher's rank
+label, and handed to the regexes of the layer above. benchmarks/parse_logs.py measures it against grep.
 
 Why a read and not a memory map of the file: a log can change while it is scanned (a job still writing, a rotated or
 truncated file). A mapped file that shrinks under the reader kills the process with SIGBUS (no message, no cleanup);
@@ -335,11 +336,124 @@ def _open_log(path: Path) -> BinaryIO:
         raise
 
 
+# A log larger than this is read a window at a time, each window ending at a line's end (:func:`_scan_windows`):
+# memory stays WINDOW whatever the log's size (a 10^6-iteration rank log is about 290 MB).
+WINDOW = 32 << 20
+
+
+def _lines_by_needle(data: mmap.mmap, size: int, marker: Marker, find: Callable[[bytes, int], int],
+                     base: int) -> list[list[LogLine]]:
+    """:func:`_find_lines` of one window, by needle, offsets made absolute (``base``: the window's offset)."""
+    found: list[list[LogLine]] = []
+    seen: set[int] = set()
+    for needle in marker.needles:
+        lines: list[LogLine] = []
+        pos = find(needle, 0)
+        while pos != -1:
+            resume, line = _cut(data, size, pos)
+            if line.offset not in seen:
+                seen.add(line.offset)
+                if marker.keep is None or marker.keep.search(line.text):
+                    lines.append(LogLine(line.offset + base, line.text, line.label_rank, line.terminated))
+                    if marker.first_only:
+                        break
+            pos = find(needle, resume) if resume < size else -1
+        found.append(lines)
+    return found
+
+
+def _wanted(marker: Marker, state: Mapping[str, bool]) -> bool:
+    """Whether ``scan_file`` searches ``marker`` given the markers searched so far (``state``: name -> had a line)."""
+    if marker.requires is not None and state.get(marker.requires) is not True:
+        return False
+    return marker.requires_absent is None or state.get(marker.requires_absent) is False
+
+
+def _windows(fh: BinaryIO) -> Iterator[tuple[_Buffer, int, int, bool]]:
+    """(buffer, bytes of whole lines in it, their offset in the file, whether the file ended) per window: every
+    read until a read returns nothing, as :func:`_read`; a line longer than the window is cut at the window's end."""
+    buf: _Buffer | None = getattr(_LOCAL, "window", None)
+    if buf is None or buf.capacity != WINDOW:
+        buf = _LOCAL.window = _Buffer(WINDOW)
+    held = base = 0
+    while True:
+        eof = False
+        while held < buf.capacity:
+            got = fh.readinto(memoryview(buf.map)[held:])
+            if not got:
+                eof = True
+                break
+            held += got
+        if eof:
+            yield buf, held, base, True
+            return
+        cut = buf.map.rfind(b"\n", 0, held) + 1 or held
+        yield buf, cut, base, False
+        buf.map.move(0, cut, held - cut)
+        held, base = held - cut, base + cut
+
+
+def _scan_windows(fh: BinaryIO, plan: Sequence[Marker]) -> tuple[dict[str, tuple[LogLine, ...]], int, bool]:
+    """:func:`scan_file`'s search a window at a time, with the same hits in the same order: each marker's lines by
+    needle, then needle by needle; ``first_only`` keeps the first line of the first needle that has one; a marker
+    that ``requires`` (or ``requires_absent``) another is decided on the other's hits in the whole file, and searched
+    again in a second pass where a window skipped it before the other's first line."""
+    found: dict[str, list[list[LogLine]]] = {}
+    size, truncated = 0, False
+    markers, partial = list(plan), set()
+    for again in (False, True):
+        if again:
+            state: dict[str, bool] = {}
+            rescan = []
+            for m in plan:  # in plan order: each condition on the hits of the whole file
+                if not _wanted(m, state):
+                    found.pop(m.name, None)
+                    continue
+                if m.name in partial:
+                    rescan.append(m)
+                    found[m.name] = [[] for _ in m.needles]
+                state[m.name] = m.name in partial or any(found.get(m.name, ()))
+            if not rescan:
+                break
+            markers, partial = rescan, set()
+            fh.seek(0)
+        for buf, n, base, eof in _windows(fh):
+            if not n:
+                continue
+            data = buf.map
+            if eof and not again:
+                size, truncated = base + n, data[n - 1] != 0x0A
+            find = _finder(buf, n)
+            now = {name: any(lines) for name, lines in found.items()}
+            for m in markers:
+                if not again and not _wanted(m, now):
+                    partial.add(m.name)  # its condition may still come true further on
+                    continue
+                lines = found.setdefault(m.name, [[] for _ in m.needles])
+                if not (m.first_only and lines[0]):  # the first needle's first line is what first_only keeps
+                    for kept, more in zip(lines, _lines_by_needle(data, n, m, find, base), strict=True):
+                        kept += more[: 1 if m.first_only else None]
+                now[m.name] = any(lines)
+    hits = {}
+    for m in plan:
+        if m.name in found:
+            lines = found[m.name]
+            hits[m.name] = (tuple(next((ls[:1] for ls in lines if ls), [])) if m.first_only
+                            else tuple(line for ls in lines for line in ls))
+    return hits, size, truncated
+
+
 def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
     """Search one file for every marker of the plan (in order, honouring ``requires``)."""
     path = Path(path)
     try:
         with _open_log(path) as fh:  # unbuffered: the reads go straight into the buffer
+            if os.fstat(fh.fileno()).st_size > WINDOW:  # a window at a time: memory does not grow with the log
+                hits, size, truncated = _scan_windows(fh, markers)
+                if size == 0:
+                    return FileScan(path=path, size=0, status="empty")
+                return FileScan(path=path, size=size, status="ok", truncated=truncated, hits=hits,
+                                searched=frozenset(hits))
             buf, size = _read(fh)  # what the file holds now, even if it shrinks or grows meanwhile (no SIGBUS)
         if size == 0:
             return FileScan(path=path, size=0, status="empty")

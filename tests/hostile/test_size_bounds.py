@@ -189,3 +189,25 @@ def test_a_log_of_damaged_times_gives_twenty_messages_and_a_count(tmp_path: Path
     m = parse_training_run(_training_run(tmp_path / "run", 500, ms="-1.0"))
     assert m.status == "bad_iteration_time"
     assert len(m.time_errors) == 21 and m.time_errors[-1] == "and 480 more like these", m.time_errors[-2:]
+
+
+def test_a_log_larger_than_the_window_is_read_a_window_at_a_time_with_the_same_lines(monkeypatch) -> None:
+    """Past scan.WINDOW bytes a log is searched a window at a time (memory does not grow with the log): with a
+    4 KiB window every fixture log longer than that gives the lines, offsets, order and end-of-file verdict of the
+    whole-file read, for every plan the parsers use (first_only, requires and requires_absent included)."""
+    from cloudai_mbridge.metrics import refit, scan, training
+
+    plans = [training._rank_plan(0, 0, None, True), training._rank_plan(1, 3, (0,), False), list(training.JOB_PLAN),
+             list(refit.RANK0_PLAN), list(refit.OTHER_RANK_PLAN), list(refit.JOB_PLAN)]
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    files = [p for p in root.rglob("*") if p.is_file() and p.suffix in (".log", ".txt") and p.stat().st_size > 4096]
+    assert len(files) >= 10
+    for path in files:
+        for plan in plans:
+            monkeypatch.setattr(scan, "WINDOW", 1 << 40)
+            whole = scan.scan_file(path, plan)
+            monkeypatch.setattr(scan, "WINDOW", 4096)
+            monkeypatch.setattr(scan._LOCAL, "window", None, raising=False)
+            windows = scan.scan_file(path, plan)
+            assert (windows.size, windows.truncated, windows.searched) == (whole.size, whole.truncated, whole.searched)
+            assert dict(windows.hits) == dict(whole.hits), (path, [m.name for m in plan])
