@@ -209,10 +209,58 @@ def derived_stages(num_layers: int, stages: int, mtp_layers: int) -> tuple[Stage
     return tuple(tuple(r) for r in rows)
 
 
+# The one uneven-split problem Megatron-Core's config does not refuse (rule uneven-pipeline-pp, not differential)
+UNEVEN_PP_TOO_SMALL = "both first and last pipeline stages are given but there is only one pipeline rank"
+
+
+def uneven_stages(num_layers: int, pp: int, vp: int | None, first: int | None, last: int | None,
+                  mtp_layers: int) -> tuple[Stage, ...]:
+    """The stages Megatron-Core builds from ``num_layers_in_first_pipeline_stage`` / ``..._last_...`` (no layout
+    string), checked as megatron-core 0.19.2 transformer_config.py L1988-L2062 checks them (0.17.1 L1539-L1613, the
+    same code): each given count > 0 and divisible by vp; the layers left over split evenly over the middle ranks
+    (the ranks whose count is not given), and each middle rank's share divisible by vp. Each rank's layers are split
+    evenly over its vp virtual stages; the embedding goes first, the MTP layers and the loss last (where Megatron's
+    pre-/post-process run without a layout)."""
+    vps = vp if vp and vp > 1 else None
+    middle_layers, middle_ranks = num_layers, pp
+    for name, count in (("first", first), ("last", last)):
+        if count is None:
+            continue
+        if count <= 0:
+            raise LayoutError(f"num_layers_in_{name}_pipeline_stage must be larger than 0 (got {count})")
+        if vps and count % vps:
+            raise LayoutError(f"num_layers_in_{name}_pipeline_stage = {count} must be divisible by vp = {vps}")
+        middle_layers -= count
+        middle_ranks -= 1
+    if bool(middle_layers) != bool(middle_ranks):
+        raise LayoutError(f"{middle_layers} middle layers remaining but {middle_ranks} middle pipeline stages")
+    if middle_ranks and middle_layers % middle_ranks:
+        raise LayoutError(f"the {middle_layers} middle layers are not divisible by the {middle_ranks} middle pipeline "
+                          "ranks")
+    per_middle = middle_layers // middle_ranks if middle_ranks else 0
+    if middle_ranks and vps and per_middle % vps:
+        raise LayoutError(f"{per_middle} layers on each middle pipeline rank are not divisible by vp = {vps}")
+    # Megatron-Core's config accepts the rest (a negative middle over -1 ranks divides); its layer builder then gives
+    # the one rank of pp = 1 the last count only (transformer_block.py get_num_layers_to_build)
+    if middle_ranks < 0 or per_middle < 0:
+        raise LayoutError(f"{UNEVEN_PP_TOO_SMALL} (pp = {pp}): Megatron-Core would build {last or first} of the "
+                          f"{num_layers} layers")
+    counts = [per_middle] * pp
+    if first is not None:
+        counts[0] = first
+    if last is not None:
+        counts[-1] = last
+    v = vps or 1
+    rows = [[DECODER] * (counts[r] // v) for _ in range(v) for r in range(pp)]  # global stage v * pp + r
+    rows[0].insert(0, EMBEDDING)
+    rows[-1].extend([MTP] * mtp_layers + [LOSS])
+    return tuple(tuple(r) for r in rows)
+
+
 @dataclass(frozen=True)
 class ResolvedLayout:
     """What a plan's pipeline ends up as: the layout (None without pipelining or when none could be built), where
-    it came from ("explicit", "recipe", "derived" or "none") and why it is unusable when it is."""
+    it came from ("explicit", "uneven", "recipe", "derived" or "none") and why it is unusable when it is."""
 
     layout: PipelineLayout | None
     source: str
@@ -221,17 +269,25 @@ class ResolvedLayout:
 
 @lru_cache(maxsize=1024)
 def resolve_layout(
-    model: ModelSpec, pp: int, vp: int | None, explicit: str | None, mtp_num_layers: int | None
+    model: ModelSpec, pp: int, vp: int | None, explicit: str | None, mtp_num_layers: int | None,
+    first: int | None = None, last: int | None = None,
 ) -> ResolvedLayout:
     """The layout the training payload hands to Megatron for this plan, checked the way Megatron-Core checks it.
 
     ``mtp_num_layers`` is the value the model config carries (None = no MTP). ``vp`` of None or 1 both mean "no
     interleaving" (Megatron gets None) and an explicit layout then decides VP itself. Without an explicit layout:
     one stage needs none; full-size models take the recipe table; proxies (in no Bridge recipe) take
-    :func:`derived_stages`.
+    :func:`derived_stages`. ``first`` / ``last``: num_layers_in_first/last_pipeline_stage; without an explicit
+    layout they decide the split (:func:`uneven_stages`; with one, Megatron refuses both: rule uneven-pipeline).
     """
     mtp_layers = recipe_mtp_layers(mtp_num_layers)
     megatron_vp = vp if vp and vp > 1 else None
+    if explicit is None and (first is not None or last is not None):
+        try:
+            return ResolvedLayout(PipelineLayout.from_stages(
+                uneven_stages(model.num_layers, pp, vp, first, last, mtp_layers), pp), "uneven", ())
+        except LayoutError as e:
+            return ResolvedLayout(None, "uneven", (str(e),))
     if explicit is None and pp * (vp or 1) == 1:
         return ResolvedLayout(None, "none", ())
     source = "explicit" if explicit is not None else "derived" if model.is_proxy else "recipe"

@@ -80,6 +80,10 @@ class TrainingPlan:
     force_balanced_routing: bool = False
     echo: EchoOptions | None = None
     pipeline_layout: str | None = None
+    # Megatron's num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage (uneven stages without a
+    # layout string; Megatron-LM --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers)
+    num_layers_in_first_pipeline_stage: int | None = None
+    num_layers_in_last_pipeline_stage: int | None = None
     mtp_num_layers: int | None = field(default=None)
     sequence_parallel: bool = True
     use_distributed_optimizer: bool = True
@@ -165,7 +169,8 @@ class TrainingPlan:
     @_once
     def pipeline(self) -> ResolvedLayout:
         """The pipeline layout Megatron builds for this point (explicit, recipe table, derived for proxies), checked."""
-        return resolve_layout(self.model, self.pp, self.vp, self.pipeline_layout, self.effective_mtp_layers)
+        return resolve_layout(self.model, self.pp, self.vp, self.pipeline_layout, self.effective_mtp_layers,
+                              self.num_layers_in_first_pipeline_stage, self.num_layers_in_last_pipeline_stage)
 
     @_once
     def interleaved_vp(self) -> int:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from ..catalog import GPUSpec
 from ..catalog.bridge import BRIDGE_RELEASES, DEFAULT_BRIDGE, device_name
 from ..plan import TrainingPlan
+from ..plan.layout import UNEVEN_PP_TOO_SMALL
 from ..plan.memory import estimate_memory
 from ..plan.predicates import (
     flex_backend,
@@ -40,7 +41,7 @@ rule = TRAINING_RULES.rule
 # Rules whose verdict comes from TransformerConfig.__post_init__ / the layout parser (see the module docstring).
 DIFFERENTIAL_RULES = frozenset({
     "heads-per-tp", "pipeline-layout", "a2a-overlap", "a2a-overlap-cuda-graph", "delay-wgrad", "cpu-offloading",
-    "cuda-graph", "recompute-modules", "shared-expert-overlap",
+    "cuda-graph", "recompute-modules", "shared-expert-overlap", "uneven-pipeline",
 })
 
 
@@ -229,8 +230,9 @@ def _pipeline_layout_table(p: TrainingPlan) -> Iterator[Violation]:
     """bridge:recipes/kimi/kimi_k2.py L28-L47 _get_kimi_k2_pipeline_layout (v0.4.0) raises ValueError for a
     (PP, VP) pair outside its table; bridge:recipes/deepseek/deepseek_v3.py L29-L50 leaves such a pair without a
     layout and Megatron's even split of 61 layers then fails (transformer_block.py L155-L158); CloudAI constraint
-    18. Proxies are in no Bridge recipe: the payload derives their layout (pipeline-layout checks it)."""
-    if p.pipeline_layout is None and not p.model.is_proxy:
+    18. Proxies are in no Bridge recipe: the payload derives their layout (pipeline-layout checks it). Uneven first /
+    last stages replace the table (uneven-pipeline checks them)."""
+    if p.pipeline_layout is None and not p.model.is_proxy and not uneven_stages_set(p):
         pair = (p.pp, p.vp or 1)
         if pair not in p.model.recipe_pp_vp:
             yield _v({"model": p.model.name, "pp": p.pp, "vp": p.vp},
@@ -249,6 +251,8 @@ def _pipeline_layout(p: TrainingPlan) -> Iterator[Violation]:
     (plan/layout.py)."""
     if p.pipeline_layout is None and not p.model.is_proxy and (p.pp, p.vp or 1) not in p.model.recipe_pp_vp:
         return  # pipeline-layout-table says it
+    if uneven_stages_set(p):
+        return  # uneven-pipeline says it
     resolved = p.pipeline
     if resolved.problems:
         yield _v({"model": p.model.name, "pp": p.pp, "vp": p.vp, "pipeline_layout": p.pipeline_layout,
@@ -256,6 +260,50 @@ def _pipeline_layout(p: TrainingPlan) -> Iterator[Violation]:
                  f"the {resolved.source} pipeline layout is invalid: {'; '.join(resolved.problems)}",
                  "fix the layout string (e.g. 'Et*4|(t*4|)*14,tmL' style, one stage per pp*vp) or use a (pp, vp) "
                  "pair from the recipe table")
+
+
+def uneven_stages_set(p: TrainingPlan) -> bool:
+    return p.num_layers_in_first_pipeline_stage is not None or p.num_layers_in_last_pipeline_stage is not None
+
+
+@rule("uneven-pipeline")
+def _uneven_pipeline(p: TrainingPlan) -> Iterator[Violation]:
+    """*Differential* (tests/rules/test_uneven_pipeline.py). Uneven first / last pipeline stages
+    (num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage, Megatron-LM's
+    --decoder-first/last-pipeline-num-layers): megatron-core 0.19.2 transformer_config.py L1935-L1953 (0.17.1
+    L1486-L1504) refuses them beside a pipeline layout; L1988-L2062 (0.17.1 L1539-L1613): each > 0 and divisible by
+    vp, the layers left split evenly over the middle ranks, each middle rank's share divisible by vp
+    (plan/layout.py uneven_stages)."""
+    if not uneven_stages_set(p):
+        return
+    fields = {"num_layers_in_first_pipeline_stage": p.num_layers_in_first_pipeline_stage,
+              "num_layers_in_last_pipeline_stage": p.num_layers_in_last_pipeline_stage, "pp": p.pp, "vp": p.vp}
+    if p.pipeline_layout is not None:
+        yield _v({**fields, "pipeline_layout": p.pipeline_layout},
+                 "pipeline_layout cannot be set with num_layers_in_first/last_pipeline_stage (Megatron-Core refuses "
+                 "the two ways of splitting the layers together)",
+                 "drop pipeline_layout, or drop num_layers_in_first_pipeline_stage and "
+                 "num_layers_in_last_pipeline_stage")
+        return
+    problems = [m for m in p.pipeline.problems if not m.startswith(UNEVEN_PP_TOO_SMALL)]
+    if problems:
+        yield _v({**fields, "num_layers": p.model.num_layers},
+                 f"the uneven pipeline split is invalid: {'; '.join(problems)}",
+                 f"choose first / last layer counts (multiples of vp) whose remainder of the {p.model.num_layers} "
+                 "layers divides evenly over the other pp ranks (and by vp on each)")
+
+
+@rule("uneven-pipeline-pp")
+def _uneven_pipeline_pp(p: TrainingPlan) -> Iterator[Violation]:
+    """Both first and last stage counts at pp = 1: megatron-core's config accepts it (0.19.2 transformer_config.py
+    L2035-L2047: -1 middle ranks divide any remainder), and transformer_block.py get_num_layers_to_build then builds
+    only the last count on the one rank -- a smaller model than the test names. Not in Megatron: not differential."""
+    if p.pipeline_layout is None and any(m.startswith(UNEVEN_PP_TOO_SMALL) for m in p.pipeline.problems):
+        yield _v({"num_layers_in_first_pipeline_stage": p.num_layers_in_first_pipeline_stage,
+                  "num_layers_in_last_pipeline_stage": p.num_layers_in_last_pipeline_stage, "pp": p.pp},
+                 "first and last pipeline-stage layer counts need two pipeline ranks at least; at pp = 1 Megatron "
+                 "would build only the last count's layers",
+                 "use pp >= 2, or drop num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage")
 
 
 @rule("interleaved-microbatches")

@@ -93,6 +93,8 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
     "num_distributed_optimizer_instances": [({}, 2)],
     "offload_modules": [({}, "core_attn")],
     "fine_grained_offloading_max_inflight_offloads": [({"offload_modules": "core_attn"}, 1), ({}, 1)],
+    "num_layers_in_first_pipeline_stage": [({"pp": 2}, 2), ({}, 2)],
+    "num_layers_in_last_pipeline_stage": [({"pp": 2}, 2), ({}, 2)],
     "optimizer_offload_fraction": [({"optimizer_cpu_offload": True}, 0.5), ({}, 0.5)],
     "lr": [({}, 1e-5)],
 }

@@ -45,8 +45,12 @@ def megatron_config_kwargs(p: TrainingPlan) -> dict[str, Any]:
     m = p.model
     resolved = p.pipeline
     layout: Any = None
+    uneven = {"num_layers_in_first_pipeline_stage": p.num_layers_in_first_pipeline_stage,
+              "num_layers_in_last_pipeline_stage": p.num_layers_in_last_pipeline_stage}
     if p.pipeline_layout is not None:
         layout = p.pipeline_layout
+    elif any(v is not None for v in uneven.values()):
+        layout = None  # Megatron splits the layers itself (the payload hands it the two counts, no layout)
     elif resolved.layout is not None:
         layout = [list(stage) for v in range(resolved.layout.vp) for row in resolved.layout.by_rank
                   for stage in [row[v]]]
@@ -81,7 +85,7 @@ def megatron_config_kwargs(p: TrainingPlan) -> dict[str, Any]:
         "cpu_offloading": p.cpu_offloading, "cpu_offloading_num_layers": p.cpu_offloading_num_layers,
         "hidden_dropout": 0.0, "attention_dropout": 0.0, "normalization": "RMSNorm", "gated_linear_unit": True,
         "activation_func": F.silu, "add_bias_linear": False,
-        **recompute,
+        **recompute, **uneven,
     }
 
 

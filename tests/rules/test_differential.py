@@ -170,6 +170,9 @@ def random_plan(rng: random.Random):
         cpu_offloading_num_layers=rng.choice([0] * 12 + [1, 3, 61]),
         pipeline_layout=explicit,
         mtp_num_layers=rng.choice([None] * 5 + [0, 1, 2]),
+        # uneven first / last stages (ModelZoo's DeepSeek-V3 default: 4 and 1 at pp 16), now and then beside a layout
+        **({"num_layers_in_first_pipeline_stage": rng.choice([None, 1, 2, 4, 4, 6, 8]),
+            "num_layers_in_last_pipeline_stage": rng.choice([None, 1, 2, 5, 3, 7])} if rng.random() < 0.15 else {}),
     )
 
 

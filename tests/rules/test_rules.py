@@ -13,6 +13,8 @@ OVERLAP = {"moe_a2a_overlap": True}
 GB200 = {"gpu": "gb200", "num_nodes": 64, "gpus_per_node": 4}
 # An ncclep arm as it can run: Megatron-Bridge 0.6(.2) with megatron-core 0.19, a capacity factor (H100, 8 GPUs)
 NCCLEP = {"dispatcher": "ncclep", "bridge_version": "0.6", "moe_expert_rank_capacity_factor": 1.5}
+# NVIDIA's Megatron-MoE-ModelZoo DeepSeek-V3 default split: pp 16, 4 layers on the first rank (and 1 on the last)
+UNEVEN = {"model": "deepseek_v3", "tp": 1, "pp": 16, "vp": None, "ep": 16, "num_layers_in_first_pipeline_stage": 4}
 
 # rule id -> (violating point, passing point); the passing one is as close to the violating one as we could make it.
 CASES = {
@@ -84,6 +86,12 @@ CASES = {
                         small_plan(echo=EchoOptions(8, received_token_capacity=2.0), dispatcher="hybridep",
                                    cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))),
     "memory": (seed_plan(mbs=32, gbs=1024), seed_plan(mbs=12, gbs=384)),  # does not fit / tight (runs)
+    # megatron-core 0.19.2 transformer_config.py L1988-L2062; ModelZoo's DeepSeek-V3 default (pp 16, first 4, last 1)
+    "uneven-pipeline": (seed_plan(**UNEVEN, num_layers_in_last_pipeline_stage=2),
+                        seed_plan(**UNEVEN, num_layers_in_last_pipeline_stage=1)),
+    "uneven-pipeline-pp": (small_plan(num_layers_in_first_pipeline_stage=2, num_layers_in_last_pipeline_stage=1),
+                           small_plan(pp=2, ep=4, num_layers_in_first_pipeline_stage=2,
+                                      num_layers_in_last_pipeline_stage=2)),
     # megatron-core 0.19.2 transformer_config.py L1874-L1884 (issue 45)
     "offload-recompute-moe": (small_plan(recompute="selective", recompute_modules=("moe",),
                                          offload_modules=("moe_act",), bridge_version="0.6"),

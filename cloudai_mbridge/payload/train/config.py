@@ -55,6 +55,9 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "delay_wgrad_compute": False,
     "offload_modules": [],
     "fine_grained_offloading_max_inflight_offloads": None,
+    # uneven first / last pipeline stages (no layout string); None: not set
+    "num_layers_in_first_pipeline_stage": None,
+    "num_layers_in_last_pipeline_stage": None,
     # Megatron-Core's optimizer CPU offload (OptimizerConfig); off: nothing is set
     "optimizer_cpu_offload": False,
     "optimizer_offload_fraction": 1.0,
@@ -137,6 +140,9 @@ def check_config(raw: dict[str, Any]) -> dict[str, Any]:
     elif cf is None and cfg["dispatcher"] == "ncclep":
         errors.append("dispatcher = 'ncclep' needs moe_expert_rank_capacity_factor (megatron-core's _NCCLEPManager "
                       "sizes the per-rank receive buffer with it and raises without it); set e.g. 1.5")
+    for key in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"):
+        if cfg[key] is not None and (not _is_int(cfg[key]) or cfg[key] < 1):
+            errors.append(f"{key} = {cfg[key]!r} must be null or a positive integer")
     cap = cfg["fine_grained_offloading_max_inflight_offloads"]
     if cap is not None and (not _is_int(cap) or cap < 0):
         errors.append(f"fine_grained_offloading_max_inflight_offloads = {cap!r} must be null or an integer >= 0")
@@ -266,11 +272,21 @@ def with_mtp_tail(layout: list[list[str]] | None, mtp_layers: int | None) -> lis
     return stages
 
 
+def uneven_stages(cfg: dict[str, Any]) -> dict[str, int]:
+    """The uneven first / last pipeline-stage layer counts the config sets (Megatron's field names)."""
+    return {k: int(cfg[k]) for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
+            if cfg.get(k) is not None}
+
+
 def pipeline_layout(cfg: dict[str, Any]) -> tuple[str, Any]:
-    """Where the pipeline layout comes from: ("explicit", str) from the config, ("none", None) without pipelining,
-    ("derived", layout) for a proxy, or ("recipe", None) for a full model (the recipe's mtp-aware (PP, VP) table)."""
+    """Where the pipeline layout comes from: ("explicit", str) from the config, ("uneven", None) when the config gives
+    first / last stage layer counts (Megatron splits the layers, no layout string: it refuses both together),
+    ("none", None) without pipelining, ("derived", layout) for a proxy, or ("recipe", None) for a full model (the
+    recipe's mtp-aware (PP, VP) table)."""
     if cfg["pipeline_layout"]:
         return "explicit", cfg["pipeline_layout"]
+    if uneven_stages(cfg):
+        return "uneven", None
     stages = cfg["pp"] * (cfg["vp"] or 1)
     if stages == 1:
         return "none", None
@@ -386,6 +402,7 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
         **recompute_fields(cfg),
         **echo_fields(cfg),
     }
+    model.update(uneven_stages(cfg))  # with no layout: _apply_layout leaves pipeline_model_parallel_layout None
     if rank_capacity_factor(cfg) is not None:
         # only where it is meant: the field does not exist before megatron-core 0.19 (set_fields would refuse it)
         model["moe_expert_rank_capacity_factor"] = float(rank_capacity_factor(cfg))

@@ -160,6 +160,11 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     force_balanced_routing: Bool | list[Bool] = False
     echo: EchoArgs | None = None
     pipeline_layout: str | list[str] | None = None
+    # Uneven first / last pipeline stages without a layout string (Megatron's num_layers_in_first_pipeline_stage /
+    # num_layers_in_last_pipeline_stage; Megatron-LM --decoder-first/last-pipeline-num-layers, as NVIDIA's
+    # Megatron-MoE-ModelZoo DeepSeek-V3 default, 4 and 1 at pp 16); the other ranks split the rest evenly
+    num_layers_in_first_pipeline_stage: PosInt | list[PosInt] | None = None
+    num_layers_in_last_pipeline_stage: PosInt | list[PosInt] | None = None
     mtp_num_layers: LayerCount | None = None
     sequence_parallel: Bool | list[Bool] = True
     optimizer: Literal["adam", "muon"] = "adam"
@@ -311,6 +316,8 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             force_balanced_routing=a.force_balanced_routing,
             echo=echo,
             pipeline_layout=a.pipeline_layout,
+            num_layers_in_first_pipeline_stage=a.num_layers_in_first_pipeline_stage,
+            num_layers_in_last_pipeline_stage=a.num_layers_in_last_pipeline_stage,
             mtp_num_layers=a.mtp_num_layers,
             sequence_parallel=a.sequence_parallel,
             optimizer=a.optimizer,
