@@ -54,7 +54,9 @@ FEW = settings(SETTINGS, max_examples=40)
 INT64_MAX = 2**63 - 1  # a seed: torch.manual_seed takes int64
 INT32_MAX = 2**31 - 1  # counts and sizes (workloads/fields.py PosInt / NonNegInt)
 PARALLEL_MAX = 65536  # parallel sizes (workloads/fields.py Parallel)
-LAYERS_MAX = 1024  # mtp_num_layers (workloads/fields.py LayerCount)
+LAYERS_MAX = 1024  # mtp_num_layers, refit num_layers (workloads/fields.py LayerCount, ModelLayers)
+# physical ranges of counts (workloads/fields.py, issue 46)
+STEPS_MAX, REPEATS_MAX, SEQ_MAX, BATCH_MAX, GPUS_MAX, MIB_MAX = 10_000_000, 100_000, 1 << 24, 1 << 22, 1 << 20, 1 << 20
 TRAIN = {"model": "kimi_k2_proxy", "gpu": "h100"}
 REFIT = {"model": "kimi_k2_proxy", "src": {"tp": 1}, "dst": {"tp": 1}}
 BASES = {MBridgeTrainingCmdArgs: TRAIN, MBridgeRefitCmdArgs: REFIT}
@@ -76,25 +78,26 @@ class IntField:
 T, R = MBridgeTrainingCmdArgs, MBridgeRefitCmdArgs
 INT_FIELDS = [
     *(IntField(T, (k,), 1, PARALLEL_MAX, sweep=True) for k in ("tp", "pp", "cp", "ep", "etp")),
-    *(IntField(T, (k,), 1, INT32_MAX, sweep=True) for k in ("mbs", "gbs", "seq_length")),
+    *(IntField(T, (k,), 1, BATCH_MAX, sweep=True) for k in ("mbs", "gbs")),
+    IntField(T, ("seq_length",), 1, SEQ_MAX, sweep=True),
     IntField(T, ("vp",), 1, PARALLEL_MAX, sweep=True, optional=True),
-    IntField(T, ("train_iters",), 1, INT32_MAX),
-    IntField(T, ("log_interval",), 1, INT32_MAX),
-    IntField(T, ("num_distributed_optimizer_instances",), 1, INT32_MAX),
+    IntField(T, ("train_iters",), 1, STEPS_MAX),
+    IntField(T, ("log_interval",), 1, STEPS_MAX),
+    IntField(T, ("num_distributed_optimizer_instances",), 1, GPUS_MAX),
     IntField(T, ("seed",), 0, INT64_MAX),
     IntField(T, ("mtp_num_layers",), 0, LAYERS_MAX, optional=True),
     IntField(T, ("echo", "num_echo_experts"), 1, INT32_MAX, sweep=True),
-    IntField(R, ("num_layers",), 1, INT32_MAX, optional=True),
-    IntField(R, ("seq_length",), 1, INT32_MAX),
-    IntField(R, ("coalesce_mib",), 0, INT32_MAX, sweep=True),
-    IntField(R, ("coalesce_edge_mib",), 0, INT32_MAX, sweep=True),
-    IntField(R, ("warmup",), 1, INT32_MAX),
-    IntField(R, ("iterations",), 1, INT32_MAX),
+    IntField(R, ("num_layers",), 1, LAYERS_MAX, optional=True),
+    IntField(R, ("seq_length",), 1, SEQ_MAX),
+    IntField(R, ("coalesce_mib",), 0, MIB_MAX, sweep=True),
+    IntField(R, ("coalesce_edge_mib",), 0, MIB_MAX, sweep=True),
+    IntField(R, ("warmup",), 1, REPEATS_MAX),
+    IntField(R, ("iterations",), 1, REPEATS_MAX),
     IntField(R, ("timeout_s",), 1, 7 * 24 * 3600),
     IntField(R, ("seed",), 0, INT64_MAX),
     *(IntField(R, (side, k), 1, PARALLEL_MAX, sweep=True) for side in ("src", "dst") for k in ("tp", "pp", "ep")),
     *(IntField(R, (side, "etp"), 1, PARALLEL_MAX, sweep=True, optional=True) for side in ("src", "dst")),
-    *(IntField(R, (side, "world"), 1, INT32_MAX, optional=True) for side in ("src", "dst")),
+    *(IntField(R, (side, "world"), 1, GPUS_MAX, optional=True) for side in ("src", "dst")),
 ]
 
 
@@ -395,6 +398,10 @@ def _one_or_sweep(strategy: st.SearchStrategy[Any], sweep: bool = True) -> st.Se
 
 pos = st.one_of(st.integers(1, 64), st.integers(1, INT32_MAX))
 par = st.one_of(st.integers(1, 64), st.integers(1, PARALLEL_MAX))
+
+
+def upto(hi: int) -> st.SearchStrategy[int]:
+    return st.one_of(st.integers(1, 64), st.integers(1, hi))
 # No control characters in round-tripped strings: the toml package (CloudAI's writer of test-run.toml) raises
 # IndexError in toml.dumps on C0 controls (and writes "ax1fb" for "a\x1fb"), whatever the model accepts.
 printable = st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Cf"))  # Cf: refused like control chars
@@ -414,8 +421,9 @@ def training_args(draw: st.DrawFn) -> dict[str, Any]:
     args: dict[str, Any] = {"model": draw(_one_or_sweep(_literal(T, "model"))), "gpu": draw(_literal(T, "gpu"))}
     optional = {
         **{k: _one_or_sweep(par) for k in ("tp", "pp", "vp", "cp", "ep", "etp")},
-        **{k: _one_or_sweep(pos) for k in ("mbs", "gbs", "seq_length")},
-        **{k: pos for k in ("train_iters", "log_interval")},
+        **{k: _one_or_sweep(upto(BATCH_MAX)) for k in ("mbs", "gbs")},
+        "seq_length": _one_or_sweep(upto(SEQ_MAX)),
+        **{k: upto(STEPS_MAX) for k in ("train_iters", "log_interval")},
         "seed": st.integers(0, INT64_MAX),
         "mtp_num_layers": st.integers(0, 8),
         "moe_expert_rank_capacity_factor": _one_or_sweep(st.floats(min_value=1e-6, max_value=1024)),
@@ -451,7 +459,7 @@ def training_args(draw: st.DrawFn) -> dict[str, Any]:
 
 def refit_side(sweep: bool) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({}, optional={**{k: _one_or_sweep(par, sweep) for k in ("tp", "pp", "ep", "etp")},
-                                               "world": pos})
+                                               "world": upto(GPUS_MAX)})
 
 
 @st.composite
@@ -459,8 +467,10 @@ def refit_args(draw: st.DrawFn, sweep: bool = True) -> dict[str, Any]:
     args: dict[str, Any] = {"model": draw(_one_or_sweep(_literal(R, "model"), sweep)),
                             "src": draw(refit_side(sweep)), "dst": draw(refit_side(sweep))}
     optional = {
-        **{k: pos for k in ("num_layers", "seq_length", "warmup", "iterations")},
-        "coalesce_mib": _one_or_sweep(st.integers(0, INT32_MAX), sweep),
+        "num_layers": upto(LAYERS_MAX),
+        "seq_length": upto(SEQ_MAX),
+        **{k: upto(REPEATS_MAX) for k in ("warmup", "iterations")},
+        "coalesce_mib": _one_or_sweep(st.integers(0, MIB_MAX), sweep),
         "timeout_s": st.integers(1, 7 * 24 * 3600),
         "seed": st.integers(0, INT64_MAX),
         **{k: _one_or_sweep(_literal(R, k), sweep) for k in ("mode", "transport", "executor")},
@@ -544,9 +554,9 @@ def training_point(draw: st.DrawFn) -> tuple[dict[str, Any], int]:
         "gpu": draw(_literal(T, "gpu")),
         **{k: draw(st.sampled_from([1, 2, 4, 8])) for k in ("tp", "pp", "cp", "ep", "etp", "mbs")},
         "vp": draw(st.sampled_from([None, 1, 2, 4])),
-        "gbs": draw(st.sampled_from([8, 64, 256, 1024, 2**30])),
+        "gbs": draw(st.sampled_from([8, 64, 256, 1024, BATCH_MAX])),
         "seq_length": draw(st.sampled_from([1, 1024, 4096, 2**20])),
-        "train_iters": draw(st.integers(1, INT32_MAX)),
+        "train_iters": draw(st.integers(1, STEPS_MAX)),
         "seed": draw(st.integers(0, INT64_MAX)),
         "mtp_num_layers": draw(st.sampled_from([None, 0, 1, 2])),
         **{k: draw(_literal(T, k)) for k in ("dispatcher", "recompute", "precision", "engine", "task",

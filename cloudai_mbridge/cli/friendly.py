@@ -33,7 +33,7 @@ _EXAMPLE = {"a whole number": "8", "a number": "0.5", "a finite number": "0.5", 
 _BOUNDS = {"greater_than": ("gt", "greater than"), "greater_than_equal": ("ge", "at least"),
            "less_than": ("lt", "less than"), "less_than_equal": ("le", "at most"),
            "multiple_of": ("multiple_of", "a multiple of")}
-TYPE_KINDS = frozenset(_EXPECTED) - {"literal_error"} | set(_BOUNDS) | {"too_short", "too_long"}
+TYPE_KINDS = frozenset(_EXPECTED) - {"literal_error"} | set(_BOUNDS) | {"too_short", "too_long", "physical_range"}
 
 
 def toml_value(value: Any, limit: int = 60) -> str:
@@ -101,11 +101,19 @@ def _fix_for(key: str, expected: str, value: Any, sweep: bool) -> str:
 
 def _bound_phrase(err: dict) -> str | None:
     kind = err.get("type")
+    if kind == "physical_range":  # workloads/fields.py physical(): a count's whole range, and why it ends there
+        ctx = err.get("ctx") or {}
+        return f"from {ctx.get('lo')} to {ctx.get('hi')} ({ctx.get('why')})"
     if kind in _BOUNDS:
         key, words = _BOUNDS[kind]
         bound = (err.get("ctx") or {}).get(key)
         return f"{words} {bound}" if bound is not None else None
     return None
+
+
+def _range_only(bound: str) -> str:
+    """A bound phrase without its reason (the reason is said once, before the fix)."""
+    return bound.split(" (", 1)[0]
 
 
 def friendly_lines(errors: list[dict], types_only: bool = False) -> list[str]:
@@ -153,7 +161,8 @@ def _group_line(path: tuple, members: list[tuple[str | None, tuple, dict]], type
                 f"must be {bound}" if bound else f"is refused ({err.get('msg', 'invalid')})")
         more = f" ({len(elements)} elements are wrong)" if len({r[0] for r, _ in elements}) > 1 else ""
         fix = (f"Fix: write every element as {expected}, e.g. {key} = [{_EXAMPLE.get(expected, '...')}, ...]"
-               if expected else f"Fix: make every element {bound}" if bound else "Fix: correct that element")
+               if expected else f"Fix: make every element {_range_only(bound)}" if bound else
+               "Fix: correct that element")
         return f"'{field}' = {shown}: element {pos + 1} ({toml_value(value)}) {what}{more}. {fix}"
     if kinds & {"too_short"} and isinstance(whole, (list, tuple)):
         return f"'{field}' = {shown} is an empty list: no value to use. Fix: give the list at least one value, or a " \
@@ -173,7 +182,7 @@ def _group_line(path: tuple, members: list[tuple[str | None, tuple, dict]], type
     bounds = [b for b in (_bound_phrase(e) for _, _, e in members) if b]
     if bounds:
         return f"'{field}' = {shown} must be {' and '.join(dict.fromkeys(bounds))}. Fix: write {key} = a value " \
-               f"{bounds[0]}"
+               f"{_range_only(bounds[0])}"
     if types_only:
         return None
     msg = "; ".join(dict.fromkeys(str(e.get("msg", "invalid")) for _, _, e in members))

@@ -7,7 +7,8 @@ import unicodedata
 from pathlib import PurePosixPath
 from typing import Annotated
 
-from pydantic import Field, StrictBool, StrictInt
+from pydantic import AfterValidator, Field, StrictBool, StrictInt
+from pydantic_core import PydanticCustomError
 
 INT32_MAX = 2**31 - 1  # Megatron and torch carry these counts in int32 in places (and no run needs more)
 
@@ -21,6 +22,33 @@ LayerCount = Annotated[StrictInt, Field(ge=0, le=1024)]
 # torch.manual_seed takes a 64-bit value; below 2**63 it is also a valid signed int64 everywhere it is passed on.
 Seed = Annotated[StrictInt, Field(ge=0, lt=2**63)]
 Bool = StrictBool  # "yes" / "no" / 1 are refused, not read as true / false
+
+
+def physical(lo: int, hi: int, why: str) -> AfterValidator:
+    """A count's physical range: a value outside it is a typo (10**9 steps, a 10**12-token sequence), refused with
+    the range and why it ends there (cli/friendly.py says it as "must be from lo to hi (why)")."""
+
+    def check(value: int) -> int:
+        if not lo <= value <= hi:
+            raise PydanticCustomError("physical_range", "must be from {lo} to {hi} ({why})",
+                                      {"lo": lo, "hi": hi, "why": why})
+        return value
+
+    return AfterValidator(check)
+
+
+def Count(lo: int, hi: int, why: str) -> object:  # noqa: N802 (a type, spelled as one)
+    return Annotated[StrictInt, physical(lo, hi, why)]
+
+
+# Counts a test definition reads, each in its physical range (issue 46): beyond it no run could be meant.
+Steps = Count(1, 10_000_000, "training steps: the longest pretraining runs take about a million")
+Repeats = Count(1, 100_000, "timed repeats of a benchmark: a day at one second each")
+SeqLength = Count(1, 1 << 24, "tokens per sequence: 16 Mi, 16 times the longest context models train with")
+BatchSize = Count(1, 1 << 22, "sequences per step: the largest published batches are about 16 thousand")
+GPUCount = Count(1, 1 << 20, "GPUs: a million, ten times the largest clusters")
+MiB = Count(0, 1 << 20, "MiB: 1 TiB, more than any GPU's memory")
+ModelLayers = Count(1, 1024, "layers: the largest models have about 100")
 
 _IMAGE = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
 _HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")

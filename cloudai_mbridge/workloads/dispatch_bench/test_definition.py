@@ -21,7 +21,7 @@ from ...rules import Violation
 from ...rules.dispatch_bench import DISPATCH_BENCH_RULES, bench_violations
 from ...systems.common import system_gpus_per_node
 from ..base import MBridgeTestDefinition
-from ..fields import PosInt, Seed, check_expected_rejections, check_image, check_python
+from ..fields import BatchSize, Repeats, Seed, SeqLength, check_expected_rejections, check_image, check_python
 
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 BenchDispatcher = Literal["alltoall", "deepep", "ncclep"]
@@ -42,10 +42,10 @@ class MBridgeDispatchBenchCmdArgs(CmdArgs):
 
     model: ModelName | list[ModelName]
     dispatcher: BenchDispatcher | list[BenchDispatcher]
-    seq_length: PosInt = 4096
-    mbs: PosInt | list[PosInt] = 1
-    warmup: PosInt = 10
-    iterations: PosInt = 200
+    seq_length: SeqLength = 4096
+    mbs: BatchSize | list[BatchSize] = 1
+    warmup: Repeats = 10
+    iterations: Repeats = 200
     dtype: Literal["bf16", "fp32"] = "bf16"
     # NCCL EP's receive capacity per rank, as in training (moe_expert_rank_capacity_factor); ncclep only
     moe_expert_rank_capacity_factor: float | None = Field(default=1.5, gt=0)

@@ -16,10 +16,13 @@ from ...rules.refit import REFIT_RULES
 from ..base import MBridgeTestDefinition
 from ..fields import (
     Bool,
-    NonNegInt,
+    GPUCount,
+    MiB,
+    ModelLayers,
     Parallel,
-    PosInt,
+    Repeats,
     Seed,
+    SeqLength,
     check_expected_rejections,
     check_image,
     check_python,
@@ -51,22 +54,22 @@ class RefitSide(BaseModel):
     pp: Parallel | list[Parallel] | None = None
     ep: Parallel | list[Parallel] | None = None
     etp: Parallel | list[Parallel] | None = None
-    world: PosInt | None = None
+    world: GPUCount | None = None
 
 
 class MBridgeRefitCmdArgs(CmdArgs):
     model_config = ConfigDict(extra="forbid")
 
     model: ModelName | list[ModelName]
-    num_layers: PosInt | None = None  # fewer layers than the model has (the report says so)
+    num_layers: ModelLayers | None = None  # fewer layers than the model has (the report says so)
     # at most the model's max_position_embeddings (rule refit-model-size); None: 4096, or that maximum when smaller
-    seq_length: PosInt | None = None
+    seq_length: SeqLength | None = None
     src: RefitSide
     dst: RefitSide
     mode: Mode | list[Mode] = "collocated"
     transport: Transport | list[Transport] = "nccl"
     # > 0: the plan's slices packed into messages of at most this many MiB per peer (payload/refit/coalesce.py)
-    coalesce_mib: NonNegInt | list[NonNegInt] = 0
+    coalesce_mib: MiB | list[MiB] = 0
     # "replay" (coalesce_mib > 0 only, rule refit-executor-coalesce): refits after the first hand megatron-core's
     # cached plan straight to the coalescing service (payload/refit/replay.py); "megatron": swap_model_weights
     executor: Executor | list[Executor] = "megatron"
@@ -77,11 +80,11 @@ class MBridgeRefitCmdArgs(CmdArgs):
     # coalesce_mib > 0 only, below it (rule refit-edge-coalesce): the first and last message per peer at most this many
     # MiB, so the pack before the first transfer and the unpack after the last one (the copies no transfer hides)
     # are short; 0: those messages are as large as the others
-    coalesce_edge_mib: NonNegInt | list[NonNegInt] = 0
+    coalesce_edge_mib: MiB | list[MiB] = 0
     device: Literal["cuda", "cpu"] = "cuda"
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
-    warmup: PosInt = 2
-    iterations: PosInt = 5
+    warmup: Repeats = 2
+    iterations: Repeats = 5
     verify: Bool = True
     timeout_s: Annotated[StrictInt, Field(ge=1, le=7 * 24 * 3600)] = 1800  # at most a week
     seed: Seed = 1234
