@@ -26,6 +26,9 @@ MiB = 1 << 20
 # Measured (issue 46): preflight of one point starts at 230 MiB with one OpenBLAS thread; below about 100 MiB
 # OpenBLAS ends the process with its own line before Python can say anything.
 MIN_ADDRESS_SPACE = 256 * MiB
+# ulimit -d: dry-run of one point works at 146 MiB; at 117 MiB it runs out while it starts and aborts at exit, at
+# 39 MiB OpenBLAS ends the process with its own line
+MIN_DATA_SEGMENT = 160 * MiB
 _FIX_LOCALE = "LC_ALL=C.UTF-8 (any UTF-8 locale) or PYTHONUTF8=1"
 
 
@@ -106,26 +109,45 @@ def address_space_limit() -> int | None:
     return None if soft in (resource.RLIM_INFINITY, -1) else soft
 
 
+def data_limit() -> int | None:
+    """The soft data-segment limit (ulimit -d) in bytes, None when there is none."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
+    return None if soft in (resource.RLIM_INFINITY, -1) else soft
+
+
 def _limit_text(limit: int | None) -> str:
-    if limit is None:
-        return "no address-space limit is set (ulimit -v unlimited): the machine's memory ran out"
-    return f"the address-space limit (ulimit -v) is {limit // MiB} MiB"
+    data = data_limit()
+    said = [f"the address-space limit (ulimit -v) is {limit // MiB} MiB"] if limit is not None else []
+    said += [f"the data-segment limit (ulimit -d) is {data // MiB} MiB"] if data is not None else []
+    if not said:
+        return "no memory limit is set (ulimit -v and -d unlimited): the machine's memory ran out"
+    return " and ".join(said)
 
 
 def memory_limit_problem() -> str | None:
     """The one-line refusal when ``ulimit -v`` is below what the command needs to start (None otherwise)."""
     limit = address_space_limit()
-    if limit is None or limit >= MIN_ADDRESS_SPACE:
-        return None
-    return (f"{_limit_text(limit)}, below the {MIN_ADDRESS_SPACE // MiB} MiB that Python, CloudAI and pandas need "
-            f"to start. Fix: raise it (ulimit -v unlimited, or at least {MIN_ADDRESS_SPACE // MiB * 1024} KiB)")
+    if limit is not None and limit < MIN_ADDRESS_SPACE:
+        return (f"the address-space limit (ulimit -v) is {limit // MiB} MiB, below the {MIN_ADDRESS_SPACE // MiB} MiB "
+                "that Python, CloudAI and pandas need to start. Fix: raise it (ulimit -v unlimited, or at least "
+                f"{MIN_ADDRESS_SPACE // MiB * 1024} KiB)")
+    data = data_limit()
+    if data is not None and data < MIN_DATA_SEGMENT:
+        return (f"the data-segment limit (ulimit -d) is {data // MiB} MiB, below the {MIN_DATA_SEGMENT // MiB} MiB "
+                "that Python, CloudAI and pandas need to start. Fix: raise it (ulimit -d unlimited, or at least "
+                f"{MIN_DATA_SEGMENT // MiB * 1024} KiB)")
+    return None
 
 
 def load_numeric_libraries() -> None:
     """Under an address-space limit, numpy (OpenBLAS) is loaded here with one BLAS thread: OpenBLAS reserves buffers
     per thread and, when that fails, ends the process with its own line. Its thread count is set for this load only
     (the jobs this command submits keep the environment they had)."""
-    if address_space_limit() is None or "numpy" in sys.modules:
+    if (address_space_limit() is None and data_limit() is None) or "numpy" in sys.modules:
         return
     names = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
     before = {n: os.environ.get(n) for n in names}
@@ -145,12 +167,16 @@ _MEMORY_WORDS = ("cannot allocate memory", "failed to map segment", "out of memo
 
 def is_memory_error(exc: BaseException) -> bool:
     """A MemoryError, or an ImportError / OSError that running out of memory caused (a shared library that could
-    not be mapped), anywhere in the exception's chain."""
+    not be mapped), anywhere in the exception's chain; under a memory limit also a SystemError (a C extension whose
+    allocation failed without saying so, measured under ulimit -d 60 MiB)."""
     seen = set()
+    limited = address_space_limit() is not None or data_limit() is not None
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, MemoryError):
+            return True
+        if isinstance(e, SystemError) and limited:  # "error return without exception set": an allocation in C failed
             return True
         if isinstance(e, (ImportError, OSError)) and (
                 getattr(e, "errno", None) == errno.ENOMEM or any(w in str(e).lower() for w in _MEMORY_WORDS)):
@@ -161,7 +187,8 @@ def is_memory_error(exc: BaseException) -> bool:
 
 def memory_problem(what: str = "the command") -> str:
     limit = address_space_limit()
-    fix = ("raise it (ulimit -v unlimited) or run on a machine with more free memory" if limit is not None
+    fix = ("raise it (ulimit -v unlimited, ulimit -d unlimited) or run on a machine with more free memory"
+           if limit is not None or data_limit() is not None
            else "free memory (close other programs) or run on a machine with more")
     return f"{what} ran out of memory: {_limit_text(limit)}; no file was left half-written. Fix: {fix}"
 

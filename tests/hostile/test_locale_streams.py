@@ -168,6 +168,21 @@ def test_address_space_limit_too_low(conf: Path, tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize("megabytes", [40, 120])
+def test_data_segment_limit(conf: Path, tmp_path: Path, megabytes: int) -> None:
+    """ulimit -d too low to start (40 MiB: OpenBLAS would end the process with its own line; 120 MiB: the
+    libraries run out while they load): one line naming that limit and the fix, exit 3."""
+    def set_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (megabytes << 20, megabytes << 20))
+
+    out = tmp_path / "pf"
+    proc = _run(_args(conf, "preflight", "--output-dir", str(out)), cwd=tmp_path, env=_env(), preexec_fn=set_limit)
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 3
+    assert "ulimit -d" in line and f"{megabytes} MiB" in line and "Fix: raise it" in line
+    assert not out.exists()
+
+
 def test_memory_error_during_the_command(conf: Path, tmp_path: Path) -> None:
     """A MemoryError where the command works (here: while it checks the points) is one line, exit 3."""
     code = ("import sys, cloudai_mbridge.cli.preflight as p\n"
