@@ -113,7 +113,11 @@ def _folder_tomls(folder: Path, recursive: bool) -> list[Path]:
                             f"{' (with its subfolders)' if recursive else ''}; it does not look like a folder of "
                             "CloudAI configs. Fix: name the folder that holds them (conf/ for verify-configs, "
                             "conf/test for --tests-dir)")
-                    if entry.name.endswith(".toml") and not entry.is_dir(follow_symlinks=True):
+                    try:
+                        is_dir = entry.is_dir(follow_symlinks=True)
+                    except OSError:  # a symlink loop: checked as a file, whose reading names the loop
+                        is_dir = False
+                    if entry.name.endswith(".toml") and not is_dir:
                         found.append(Path(entry.path))
                     elif recursive and entry.is_dir(follow_symlinks=False):
                         pending.append(Path(entry.path))

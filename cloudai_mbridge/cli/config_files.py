@@ -9,6 +9,7 @@ naming the file, the field, the value and the fix, before CloudAI reads the file
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 from collections.abc import Iterator
@@ -61,6 +62,9 @@ def toml_file_problem(path: Path) -> str | None:
     except InputFileError as e:  # a FIFO, a device, a huge file: never read (issue 32)
         return str(e)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            return (f"{path}: a symbolic link loop (following the link leads back to itself) [ELOOP]. Fix: point the "
+                    "link at the real file, or remove it")
         return f"{path}: cannot be read ({e.strerror}). Fix: check the file's permissions"
     try:
         parsed = tomllib.loads(data.decode("utf-8"))

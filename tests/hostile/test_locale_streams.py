@@ -211,3 +211,22 @@ def test_symlink_loop(conf: Path, tmp_path: Path, where: str) -> None:
     line = _one_line(proc.stderr)
     assert proc.returncode == 2
     assert "symbolic link loop" in line and str(loop) in line and "Fix:" in line
+
+
+@pytest.mark.parametrize("verb", ["dry-run", "verify-configs"])
+def test_symlink_loop_among_the_test_files(conf: Path, tmp_path: Path, verb: str) -> None:
+    """A loop named *.toml in the tests folder: named in one line (it stopped the listing of that folder before,
+    leaving the files after it unchecked)."""
+    copy = tmp_path / "conf"
+    shutil.copytree(conf, copy)
+    loop = copy / "test" / "loop.toml"
+    loop.symlink_to(loop.name)
+    if verb == "verify-configs":
+        args = [*CLI, "verify-configs", str(copy)]
+    else:
+        args = _args(copy, "dry-run", "--output-dir", str(tmp_path / "out"))
+    proc = _run(args, cwd=tmp_path, env=_env())
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2
+    assert "symbolic link loop" in line and f"{loop}:" in line and "Fix:" in line
+    assert not (tmp_path / "out").exists()
