@@ -29,8 +29,16 @@ def version_message() -> str:
 
 
 def config_kinds(configs: Path) -> dict[str, list[Path]]:
-    """The TOMLs of ``configs`` (a file, or a folder searched recursively) by kind, as CloudAI sorts them."""
-    return handlers.load_tomls_by_type([configs] if configs.is_file() else sorted(configs.rglob("*.toml")))
+    """The TOMLs of ``configs`` (a file, or a folder searched recursively) by kind, as CloudAI sorts them; results
+    folders below it (a dry-run written into conf/) are skipped, each said in one line (config_files.config_tomls;
+    session.py's expand_file_list skips the same for CloudAI's own pass)."""
+    from .config_files import RUN_MARKER, config_tomls
+
+    kept, skipped = config_tomls(configs)
+    for top, runs in skipped.items():
+        logging.info(f"verify-configs: skipped {top}: results of {runs} run(s) (folders that hold "
+                     f"{RUN_MARKER}), not configuration")
+    return handlers.load_tomls_by_type(kept)
 
 
 def sibling_tests_dir(configs: Path, kinds: dict[str, list[Path]]) -> Path | None:

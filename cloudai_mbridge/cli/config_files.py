@@ -128,6 +128,30 @@ def _invisible_field_problems(path: Path, data: dict[str, Any]) -> list[str]:
     return problems
 
 
+# CloudAI writes this into the folder of every run (run and dry-run alike, ours and its own workloads'): a folder that
+# holds one is results, not configuration, wherever it lies (a dry-run with --output-dir conf/results).
+RUN_MARKER = "test-run.toml"
+
+
+def config_tomls(root: Path) -> tuple[list[Path], dict[Path, int]]:
+    """The TOMLs below ``root`` (a folder, searched recursively, or one file) that are configuration, and the results
+    skipped: the folder right below ``root`` that holds them -> how many run folders (RUN_MARKER) it holds."""
+    if not root.is_dir():
+        return [root], {}
+    kept: list[Path] = []
+    skipped: dict[Path, set[Path]] = {}
+    is_run: dict[Path, bool] = {}
+    for path in sorted(root.rglob("*.toml")):
+        folders = [d for d in path.parents if d == root or root in d.parents]
+        run = next((d for d in folders if is_run.setdefault(d, (d / RUN_MARKER).is_file())), None)
+        if run is None:
+            kept.append(path)
+        else:
+            top = root if run == root else next(d for d in [run, *run.parents] if d.parent == root)
+            skipped.setdefault(top, set()).add(run)
+    return kept, {top: len(runs) for top, runs in skipped.items()}
+
+
 def named_test_files(tests_dir: Path | str) -> Iterator[tuple[Any, Path]]:
     """(the ``name`` field, the file) of each test TOML in ``tests_dir``, in file-name order; a file that cannot be
     read is left out (its own error is said where it is parsed)."""

@@ -468,7 +468,8 @@ def replace_register_signal_handlers(p: Patches, s: Session, signals: contextlib
 def replace_expand_file_list(p: Patches) -> None:
     """verify-configs: replaces ``expand_file_list`` in cloudai/cli/handlers.py, which logs ``conf/hook does not
     exist.`` as an error when ``handle_verify_all_configs`` looks for hooks in ``HOOK_ROOT`` (relative to the working
-    folder) and there are none; here a missing ``HOOK_ROOT`` is no hooks, every other folder as CloudAI's.
+    folder) and there are none; here a missing ``HOOK_ROOT`` is no hooks, every other folder as CloudAI's less the
+    results folders in it (a dry-run written into conf/: config_files.config_tomls; commands.py says which).
     Not an extension point: ``HOOK_ROOT`` is a module constant that ``handle_verify_all_configs`` reads itself."""
     from cloudai.cli import handlers
 
@@ -478,7 +479,13 @@ def replace_expand_file_list(p: Patches) -> None:
     def expand_quiet(root: Path, glob: str = "*.toml") -> tuple[int, list[Path]]:
         if root == hook_root and not root.exists():
             return 0, []  # no hooks here: nothing to verify, not an error
-        return expand(root, glob)
+        err, found = expand(root, glob)
+        if root.is_dir() and root != hook_root:  # results folders in the tree are no configuration (config_tomls)
+            from .config_files import config_tomls
+
+            kept = set(config_tomls(root)[0])
+            found = [p for p in found if p in kept]
+        return err, found
 
     p.replace(handlers, "expand_file_list", expand_quiet)
 
