@@ -78,3 +78,31 @@ def test_matches_the_bytes_measured_on_two_h200():
     # gpu_refit_nccl.json: bytes_remote 39159070720, bytes_local 39181377536, 4670 ops (both ranks)
     assert (plan.total("recv_remote"), plan.total("recv_local"), plan.total("ops")) == (
         39159070720, 39181377536, 4670)
+
+
+# --- issue 43 item 7: the Qwen3 refit models of NeMo-RL's published table (catalog/refit_models.py) ---
+@pytest.mark.parametrize(("name", "card_billions"), [("qwen3_4b", 4.0), ("qwen3_30b_a3b", 30.5),
+                                                     ("qwen3_235b_a22b", 235.0)])
+def test_qwen3_refit_models_have_their_model_cards_parameter_count(name, card_billions):
+    """The config.json values written into the catalog give the parameter count each model card states (4.0B, 30.5B,
+    235B): a wrong head count, expert size or tie flag moves it by more than the card's rounding."""
+    from cloudai_mbridge.catalog.refit_models import REFIT_MODELS
+    from cloudai_mbridge.plan.refit_bytes import gqa_tensors
+
+    model = gqa_tensors(REFIT_MODELS[name])
+    assert model.params / 1e9 == pytest.approx(card_billions, abs=0.06 if card_billions < 100 else 0.5)
+    fp8 = gqa_tensors(REFIT_MODELS[name], 1, 2)  # linear weights in FP8, embedding / output / norms bf16
+    assert model.bytes / 2 < fp8.bytes < model.bytes * 0.6
+
+
+def test_a_tied_output_layer_is_not_sent_and_every_byte_still_arrives_once():
+    from cloudai_mbridge.catalog.refit_models import QWEN3_4B, QWEN3_30B_A3B
+    from cloudai_mbridge.plan.refit_bytes import build_plan, gqa_tensors, side
+
+    names = {t.name for t in gqa_tensors(QWEN3_4B).dense}
+    assert "embedding" in names and "output_layer" not in names  # tie_word_embeddings = true
+    assert "output_layer" in {t.name for t in gqa_tensors(QWEN3_30B_A3B).dense}
+    model = gqa_tensors(QWEN3_30B_A3B)
+    plan = build_plan(model, side(1, 2, 8, 16, etp=1), side(4, 1, 1, 16, etp=4, first_rank=16), policy="local-first")
+    assert plan.delivered == _per_tensor_expected(model, plan.dst)  # every vLLM replica gets the whole model
+    assert plan.total("recv_local") == 0  # disaggregated: nothing is already on the generation GPUs

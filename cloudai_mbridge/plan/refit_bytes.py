@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..catalog import ModelSpec
+from ..catalog.refit_models import GQAModelSpec
 from ..payload.refit.coalesce import buckets
 from ..payload.refit.config import SideLayout
 
@@ -147,6 +148,31 @@ def spec_tensors(spec: ModelSpec, bytes_per_param: int = 2) -> ModelTensors:
             dense += _moe(i, h, spec.num_experts, spec.shared_expert_intermediate_size, True)
             expert[i] = _expert(i, h, spec.moe_ffn_hidden_size)
     return ModelTensors(spec.name, spec.num_layers, spec.num_experts, bytes_per_param, tuple(dense), expert)
+
+
+def gqa_tensors(spec: GQAModelSpec, bytes_per_param: int = 2, keep_bytes: int | None = None) -> ModelTensors:
+    """A grouped-query-attention model of catalog/refit_models.py (Qwen3): fused QKV and QK norm, every layer MoE
+    (router, no shared expert, no expert bias) or every layer dense; a tied output layer is not sent (it is the
+    embedding, as NeMo-RL's NCCL-Xfer skips lm_head when tie_word_embeddings is set). ``keep_bytes``: bytes per
+    parameter of the embedding, output layer and norms when the linear weights travel in another width (FP8: 1)."""
+    h, heads, groups, hd = spec.hidden_size, spec.num_attention_heads, spec.num_query_groups, spec.head_dim
+    dense = [t for t in _ends(h, spec.vocab_size) if not (spec.tie_word_embeddings and t.name == "output_layer")]
+    dense = [Tensor(t.name, t.numel, t.kind, t.layer, t.dim, t.stride, keep_bytes) for t in dense]
+    expert = {}
+    for i in range(spec.num_layers):
+        dense += [*_layer_common(i, h, keep_bytes),
+                  Tensor(f"layers.{i}.linear_qkv", (heads + 2 * groups) * hd * h, "tp", i, 0),
+                  Tensor(f"layers.{i}.linear_proj", h * heads * hd, "tp", i, 1)]
+        if spec.qk_norm:
+            dense += [Tensor(f"layers.{i}.q_layernorm", hd, "rep", i, bytes_per_param=keep_bytes),
+                      Tensor(f"layers.{i}.k_layernorm", hd, "rep", i, bytes_per_param=keep_bytes)]
+        if spec.num_experts:
+            dense += _moe(i, h, spec.num_experts, 0, False)
+            expert[i] = _expert(i, h, spec.moe_ffn_hidden_size)
+        else:
+            dense += [Tensor(f"layers.{i}.mlp.linear_fc1", 2 * spec.ffn_hidden_size * h, "tp", i, 0, 2),
+                      Tensor(f"layers.{i}.mlp.linear_fc2", h * spec.ffn_hidden_size, "tp", i, 1)]
+    return ModelTensors(spec.name, spec.num_layers, spec.num_experts or 1, bytes_per_param, tuple(dense), expert)
 
 
 # ----------------------------------------------------------------------------------------------------------------
