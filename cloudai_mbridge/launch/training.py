@@ -85,4 +85,9 @@ def network_env(plan: TrainingPlan) -> dict[str, str]:
     env = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
     if plan.network == "efa":
         env.update(FI_PROVIDER="efa", FI_EFA_USE_DEVICE_RDMA="1", FI_EFA_FORK_SAFE="1")
+    if plan.dispatcher == "deepep" and plan.deepep_impl == "nvidia_efa":
+        # NVIDIA DeepEP over NVSHMEM's libfabric transport on EFA, the runtime settings of AWS's build
+        # (aws-samples/awsome-distributed-training micro-benchmarks/expert-parallelism/deepep-benchmark/README.md)
+        env.update(NVSHMEM_REMOTE_TRANSPORT="libfabric", NVSHMEM_LIBFABRIC_PROVIDER="efa",
+                   NVSHMEM_NETDEVS_POLICY="EXTERNAL_SHARING_PCIE_SWITCH_NIC_EXCLUSIVE")
     return env

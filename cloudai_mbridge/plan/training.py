@@ -15,7 +15,10 @@ from .layout import ResolvedLayout, resolve_layout
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
 FLEX_DISPATCHERS = ("deepep", "hybridep", "ncclep")  # the flex token dispatcher's backends
-DEEPEP_IMPLS = ("uccl", "nvidia")
+# "nvidia_efa": NVIDIA DeepEP built against NVSHMEM's libfabric transport for EFA (AWS's build, NVSHMEM >= 3.7.0 and
+# DeepEP 567632d with deepep_aws_efa.patch: aws-samples/awsome-distributed-training micro-benchmarks/expert-parallelism/
+# deepep-benchmark/README.md at fd3d76d)
+DEEPEP_IMPLS = ("uccl", "nvidia", "nvidia_efa")
 PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")

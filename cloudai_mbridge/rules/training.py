@@ -635,17 +635,22 @@ def _ncclep_a2a_overlap_offload(p: TrainingPlan) -> Iterator[Violation]:
 @rule("deepep-network")
 def _deepep_network(p: TrainingPlan) -> Iterator[Violation]:
     """UCCL-EP is DeepEP's API over EFA (seed 000: UCCL ships a top-level ``deep_ep`` module); NVIDIA DeepEP's
-    internode path needs NVSHMEM over InfiniBand verbs, so it cannot cross nodes on EFA, and UCCL-EP is only built
-    for EFA."""
+    stock internode path needs NVSHMEM's IBGDA over InfiniBand verbs, so it cannot cross nodes on EFA. AWS's build of
+    NVIDIA DeepEP (``deepep_impl = "nvidia_efa"``: NVSHMEM >= 3.7.0 with the libfabric transport, DeepEP 567632d
+    with deepep_aws_efa.patch replacing the IBGDA calls by NVSHMEM host-proxy ones; aws-samples/
+    awsome-distributed-training micro-benchmarks/expert-parallelism/deepep-benchmark/README.md at fd3d76d, "How the
+    EFA support works") does cross nodes on EFA. UCCL-EP and the libfabric build are built for EFA only."""
     if p.dispatcher != "deepep":
         return
     if p.deepep_impl == "nvidia" and p.network == "efa" and p.num_nodes > 1:
         yield _v({"deepep_impl": "nvidia", "network": "efa", "num_nodes": p.num_nodes},
-                 "NVIDIA DeepEP cannot run internode over EFA (it needs NVSHMEM over InfiniBand)",
-                 "set deepep_impl = \"uccl\" on EFA systems")
-    if p.deepep_impl == "uccl" and p.network != "efa" and p.num_nodes > 1:
-        yield _v({"deepep_impl": "uccl", "network": p.network, "num_nodes": p.num_nodes},
-                 "UCCL-EP is built for EFA; this system's network is not EFA",
+                 "NVIDIA DeepEP's stock build cannot run internode over EFA (it needs NVSHMEM IBGDA over InfiniBand)",
+                 "set deepep_impl = \"uccl\" (UCCL-EP) or \"nvidia_efa\" (NVIDIA DeepEP over NVSHMEM's libfabric "
+                 "transport, AWS's build) on EFA systems")
+    if p.deepep_impl in ("uccl", "nvidia_efa") and p.network != "efa" and p.num_nodes > 1:
+        what = "UCCL-EP" if p.deepep_impl == "uccl" else "the libfabric (EFA) build of NVIDIA DeepEP"
+        yield _v({"deepep_impl": p.deepep_impl, "network": p.network, "num_nodes": p.num_nodes},
+                 f"{what} is built for EFA; this system's network is not EFA",
                  "set deepep_impl = \"nvidia\", or run on a system whose network is EFA")
 
 

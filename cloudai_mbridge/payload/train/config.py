@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
-DEEPEP_IMPLS = ("uccl", "nvidia")
+DEEPEP_IMPLS = ("uccl", "nvidia", "nvidia_efa")  # nvidia_efa: NVIDIA DeepEP over NVSHMEM's libfabric transport
 PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
 RECOMPUTE = ("none", "selective", "full")
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")  # full_iteration: megatron-core 0.19

@@ -5,6 +5,7 @@ own MBRIDGE_DISPATCHER / MBRIDGE_DEEP_EP lines that make a dispatcher A/B self-v
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from datetime import datetime
 from types import ModuleType
@@ -111,9 +112,11 @@ def deep_ep_line(module: ModuleType | None) -> str:
     return f"MBRIDGE_DEEP_EP module={path or 'none'} provider={deep_ep_provider(module)}"
 
 
-def check_deep_ep(dispatcher: str, deepep_impl: str | None, module: ModuleType | None, error: str | None) -> None:
+def check_deep_ep(dispatcher: str, deepep_impl: str | None, module: ModuleType | None, error: str | None,
+                  environ: Any = None) -> None:
     """Before building anything: the requested flex backend has the DeepEP it needs, of the kind the plan expects.
-    All-to-all and NCCL EP (Transformer Engine's, payload/train/nccl_ep.py) need none."""
+    All-to-all and NCCL EP (Transformer Engine's, payload/train/nccl_ep.py) need none. ``nvidia_efa`` is NVIDIA's
+    DeepEP (provider "nvidia") whose NVSHMEM must take the libfabric transport (NVSHMEM_REMOTE_TRANSPORT)."""
     if dispatcher in ("alltoall", "ncclep"):
         return
     if module is None:
@@ -127,10 +130,17 @@ def check_deep_ep(dispatcher: str, deepep_impl: str | None, module: ModuleType |
             f"dispatcher = 'hybridep' needs NVIDIA DeepEP's hybrid-ep build (deep_ep.HybridEPBuffer); the deep_ep "
             f"here ({provider}, {module.__file__}) has none"
         )
-    if dispatcher == "deepep" and deepep_impl is not None and provider != deepep_impl:
+    expected = "nvidia" if deepep_impl == "nvidia_efa" else deepep_impl
+    if dispatcher == "deepep" and expected is not None and provider != expected:
         raise DispatcherError(
             f"deepep_impl = {deepep_impl!r} but `import deep_ep` gives the {provider} one ({module.__file__}); "
             "an A/B labelled with the wrong DeepEP is invalid: fix the image or deepep_impl"
+        )
+    transport = (os.environ if environ is None else environ).get("NVSHMEM_REMOTE_TRANSPORT", "")
+    if dispatcher == "deepep" and deepep_impl == "nvidia_efa" and transport != "libfabric":
+        raise DispatcherError(
+            f"deepep_impl = 'nvidia_efa' needs NVSHMEM's libfabric transport, but NVSHMEM_REMOTE_TRANSPORT = "
+            f"{transport!r}; the job sets it (launch/training.py network_env): an image or wrapper overrode it"
         )
 
 

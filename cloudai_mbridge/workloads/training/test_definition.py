@@ -50,7 +50,8 @@ from ..fields import (
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 GPUName = Literal[tuple(GPUS)]  # type: ignore[valid-type]
 Dispatcher = Literal["alltoall", "deepep", "hybridep", "ncclep"]
-DeepEPImpl = Literal["uccl", "nvidia"]
+# nvidia_efa: NVIDIA DeepEP over NVSHMEM's libfabric (EFA) transport, as AWS builds it (plan/training.py DEEPEP_IMPLS)
+DeepEPImpl = Literal["uccl", "nvidia", "nvidia_efa"]
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4"]
 CudaGraphImpl = Literal["none", "local", "transformer_engine", "full_iteration"]
@@ -459,8 +460,10 @@ def _unused(a: MBridgeTrainingCmdArgs) -> list[tuple[str, tuple[str, ...], str]]
                       f"moe_expert_rank_capacity_factor = {a.moe_expert_rank_capacity_factor} is not used with "
                       f"dispatcher = {a.dispatcher!r}: only the ncclep backend and hybridep with moe_paged_stash and "
                       "the TE op fuser read it (Megatron-Core refuses it elsewhere), so this point runs without it"))
-    if a.deepep_impl == "uccl" and a.dispatcher in ("alltoall", "ncclep"):
-        found.append(("deepep_impl", ("dispatcher",), f"deepep_impl = 'uccl' is not used with dispatcher = "
+    # uccl with hybridep is refused (hybridep-uccl); the libfabric build is read by the deepep backend only
+    if (a.deepep_impl == "uccl" and a.dispatcher in ("alltoall", "ncclep")) or (
+            a.deepep_impl == "nvidia_efa" and a.dispatcher != "deepep"):
+        found.append(("deepep_impl", ("dispatcher",), f"deepep_impl = {a.deepep_impl!r} is not used with dispatcher = "
                       f"{a.dispatcher!r}: only deepep points use a DeepEP build"))
     if a.recompute_modules.strip() and a.recompute != "selective":
         found.append(("recompute_modules", ("recompute",), f"recompute_modules = {a.recompute_modules!r} is not "
