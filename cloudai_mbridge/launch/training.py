@@ -73,6 +73,7 @@ def training_config(plan: TrainingPlan, *, lr: float | None = None, **job: Any) 
         "offload_modules": list(plan.offload_modules),
         "fine_grained_offloading_max_inflight_offloads": plan.fine_grained_offloading_max_inflight_offloads,
         "optimizer_cpu_offload": plan.optimizer_cpu_offload,
+        "use_precision_aware_optimizer": plan.use_precision_aware_optimizer,
         "optimizer_offload_fraction": plan.optimizer_offload_fraction,
         "overlap_cpu_optimizer_d2h_h2d": plan.overlap_cpu_optimizer_d2h_h2d,
         **({"lr": lr} if lr is not None else {}),

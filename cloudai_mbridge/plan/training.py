@@ -127,6 +127,9 @@ class TrainingPlan:
     # Megatron's use_precision_aware_optimizer, as Megatron-Bridge's DeepSeek-V3 / Kimi-K2 recipes set it (engine
     # bridge): bf16 exp_avg / exp_avg_sq and bf16 main grads next to an fp32 master copy. Only plan/memory.py reads it.
     precision_aware_optimizer: bool = False
+    # the test's explicit use_precision_aware_optimizer (None: the recipe's, which precision_aware_optimizer holds);
+    # the payload hands only an explicit choice to Megatron
+    use_precision_aware_optimizer: bool | None = None
     # The Megatron-Bridge release series the job runs ("0.4": NGC nemo 26.04); the rules read its allowlists
     # (catalog/bridge.py)
     bridge_version: str = "0.4"

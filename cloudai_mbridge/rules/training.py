@@ -962,7 +962,7 @@ def _optimizer_cpu_offload(p: TrainingPlan) -> Iterator[Violation]:
         yield _v({"optimizer_cpu_offload": True, "precision_aware_optimizer": False},
                  "the optimizer's CPU offload needs the precision-aware optimizer (Megatron-LM asserts it), which "
                  "this point's recipe / engine does not use (engine mcore; the kimi_k2 recipe switches it off)",
-                 "set optimizer_cpu_offload = false, or use the DeepSeek-V3 recipe on engine bridge")
+                 "set use_precision_aware_optimizer = true (engine bridge), or optimizer_cpu_offload = false")
     if p.fp8_param_gather and p.precision != "fp8_delayed":
         yield _v({"optimizer_cpu_offload": True, "fp8_param_gather": True, "precision": p.precision},
                  "with the optimizer's CPU offload an FP8 parameter gather needs the delayed FP8 recipe",

@@ -94,6 +94,7 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
     "offload_modules": [({}, "core_attn")],
     "fine_grained_offloading_max_inflight_offloads": [({"offload_modules": "core_attn"}, 1), ({}, 1)],
     "num_layers_in_first_pipeline_stage": [({"pp": 2}, 2), ({}, 2)],
+    "use_precision_aware_optimizer": [({}, True), ({}, False)],
     "num_layers_in_last_pipeline_stage": [({"pp": 2}, 2), ({}, 2)],
     "optimizer_offload_fraction": [({"optimizer_cpu_offload": True}, 0.5), ({}, 0.5)],
     "lr": [({}, 1e-5)],

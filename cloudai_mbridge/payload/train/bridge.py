@@ -208,6 +208,18 @@ def _apply_layout(cfg: dict[str, Any], model_cfg: Any, recipe: str = "deepseek_v
             )
 
 
+def _precision_aware_dtypes(optimizer: Any) -> None:
+    """The precision-aware optimizer as the DeepSeek-V3 recipe runs it (Bridge 0.6.2 recipes/deepseek/h100/
+    deepseek_v3.py L206-L209) and NVIDIA's Megatron-MoE-ModelZoo passes it (--main-params-dtype fp32 --exp-avg-dtype
+    bf16 --exp-avg-sq-dtype bf16): fp32 master parameters, bf16 Adam moments -- what plan/memory.py counts for it.
+    A Kimi-K2 recipe keeps fp32 moments with it off; a test that turns it on gets these."""
+    import torch
+
+    optimizer.main_params_dtype = torch.float32
+    optimizer.exp_avg_dtype = torch.bfloat16
+    optimizer.exp_avg_sq_dtype = torch.bfloat16
+
+
 def _apply_dispatcher(cfg: dict[str, Any], model_cfg: Any) -> None:
     """Start from all-to-all so that a backend Bridge refuses shows up as a downgrade, not as the recipe's default."""
     model_cfg.moe_token_dispatcher_type = "alltoall"
@@ -311,6 +323,8 @@ def build_container(cfg: dict[str, Any], model_dir: str, report=print):
 
         container.comm_overlap = CommOverlapConfig(tp_comm_overlap=False)
     set_fields(container, bridge_overrides(cfg))
+    if cfg.get("use_precision_aware_optimizer"):
+        _precision_aware_dtypes(container.optimizer)
     _apply_dispatcher(cfg, model_cfg)
     _apply_layout(cfg, model_cfg, recipe)
     _apply_precision(cfg, container, report)

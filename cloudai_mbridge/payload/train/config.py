@@ -60,6 +60,8 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "num_layers_in_last_pipeline_stage": None,
     # Megatron-Core's optimizer CPU offload (OptimizerConfig); off: nothing is set
     "optimizer_cpu_offload": False,
+    # Megatron's use_precision_aware_optimizer; None: the recipe's; true also gets bf16 moments (bridge.py)
+    "use_precision_aware_optimizer": None,
     "optimizer_offload_fraction": 1.0,
     "overlap_cpu_optimizer_d2h_h2d": False,
     # A constant learning rate, no warmup (the dispatcher A/B: a stable run keeps rounding differences between
@@ -69,7 +71,8 @@ OPTIONAL_KEYS: dict[str, Any] = {
 BRIDGE_RECIPE_KEYS = ("use_megatron_fsdp", "data_parallel_sharding_strategy", "outer_dp_sharding_strategy",
                       "num_distributed_optimizer_instances", "fp8_param_gather", "moe_paged_stash",
                       "use_transformer_engine_op_fuser", "fp8_dot_product_attention", "fp8_output_proj",
-                      "offload_modules", "optimizer_cpu_offload", "fine_grained_offloading_max_inflight_offloads")
+                      "offload_modules", "optimizer_cpu_offload", "fine_grained_offloading_max_inflight_offloads",
+                      "use_precision_aware_optimizer")
 MODEL_KEYS = (
     "name", "family", "num_layers", "hidden_size", "ffn_hidden_size", "moe_ffn_hidden_size", "num_attention_heads",
     "num_experts", "moe_router_topk", "shared_expert_intermediate_size", "first_k_dense", "vocab_size",
@@ -493,6 +496,8 @@ def recipe062_fields(cfg: dict[str, Any]) -> dict[str, Any]:
         if cfg["fine_grained_offloading_max_inflight_offloads"] is not None:
             out["model.fine_grained_offloading_max_inflight_offloads"] = int(
                 cfg["fine_grained_offloading_max_inflight_offloads"])
+    if cfg["use_precision_aware_optimizer"] is not None:
+        out["optimizer.use_precision_aware_optimizer"] = bool(cfg["use_precision_aware_optimizer"])
     if cfg["optimizer_cpu_offload"]:
         out.update({"optimizer.optimizer_cpu_offload": True,
                     "optimizer.optimizer_offload_fraction": float(cfg["optimizer_offload_fraction"]),

@@ -193,6 +193,10 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     # optimizer's parameters whose states and fp32 copies live and step on the host (Megatron-LM's default 1.0), and
     # whether the host step overlaps the copies (--overlap-cpu-optimizer-d2h-h2d)
     optimizer_cpu_offload: Bool | list[Bool] = False
+    # Megatron's use_precision_aware_optimizer (--use-precision-aware-optimizer); unset: the recipe's (DeepSeek-V3 on,
+    # Kimi-K2 off). true: fp32 master parameters and bf16 Adam moments, as the DeepSeek-V3 recipe and NVIDIA's
+    # Megatron-MoE-ModelZoo configs run it; the optimizer's CPU offload needs it (Megatron-LM asserts it)
+    use_precision_aware_optimizer: Bool | list[Bool] | None = None
     optimizer_offload_fraction: OffloadFraction | list[OffloadFraction] = 1.0
     overlap_cpu_optimizer_d2h_h2d: Bool = False
     data: str = "mock"
@@ -342,7 +346,9 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             transformer_impl="local" if a.engine == "mcore" else "transformer_engine",
             # the DeepSeek-V3 recipe's Adam is precision-aware (bf16 moments); Kimi-K2's own recipe (model kimi_k2)
             # switches it off (recipes/kimi/kimi_k2.py, 0.4.2 L175: fp32 moments and main grads); mcore's is plain
-            precision_aware_optimizer=a.engine != "mcore" and a.model != "kimi_k2",
+            precision_aware_optimizer=(a.use_precision_aware_optimizer if a.use_precision_aware_optimizer is not None
+                                       else a.engine != "mcore" and a.model != "kimi_k2"),
+            use_precision_aware_optimizer=a.use_precision_aware_optimizer,
             # Kimi-K2's recipe reduces gradients in fp32 under Muon, in bf16 under Adam (0.4.2 L159-L166; 0.6.2's
             # _apply_kimi_k2_optimizer); the DeepSeek-V3 recipe in bf16
             grad_reduce_in_fp32=a.engine != "mcore" and a.model == "kimi_k2" and a.optimizer == "muon",
