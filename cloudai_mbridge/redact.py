@@ -229,6 +229,10 @@ class RedactingStream(io.TextIOBase):
     def __init__(self, inner: Any) -> None:
         self._inner = inner if inner is not None else _ClosedStream()  # started with the stream closed (>&-)
         self.error: OSError | None = None
+        try:
+            self._colours = bool(self._inner.isatty())
+        except (OSError, ValueError, AttributeError):
+            self._colours = False
         if getattr(inner, "errors", None) == "strict":  # PYTHONIOENCODING=ascii: a character it lacks is \xe9
             import contextlib
 
@@ -238,7 +242,7 @@ class RedactingStream(io.TextIOBase):
     def write(self, s: str) -> int:
         if self.error is None:
             try:
-                self._inner.write(neutralize(redact(s)))
+                self._inner.write(neutralize(redact(s), colours=self._colours))
             except OSError as exc:
                 self._failed(exc)
         return len(s)
@@ -306,15 +310,25 @@ class _ClosedStream:
         raise io.UnsupportedOperation("the stream was closed when the command started")
 
 
-# Terminal control strings a text from a file can carry to the console: OSC (ESC ], e.g. OSC 52 writes the clipboard,
-# OSC 0 the window title, OSC 8 a link), DCS, SOS, PM and APC, in their 7-bit and 8-bit forms. Shown as text; CSI
-# sequences (colours, rich's tables) pass unchanged.
-_TERMINAL_STRINGS = re.compile(r"\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]")
+# What a text from a file (a file name, a field, a scenario name, a log line) can carry to the console and the
+# terminal would act on: every escape sequence (ESC [ 2 J clears the screen, OSC 52 writes the clipboard, OSC 0 the
+# window title), every other C0 control but line feed and tab (a CR not before LF rewrites the line, BS erases), DEL
+# and the C1 controls (8-bit CSI, OSC, DCS...). Shown as text (\x1b[2J). On a terminal, colours (SGR: ESC [ ... m,
+# what rich's tables write) pass; into a pipe or a file nothing passes.
+_SGR = r"\x1b\[[0-9;:]*m"
+_CONTROLS = re.compile(rf"({_SGR})|\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
-def neutralize(text: str) -> str:
-    """``text`` with terminal control strings shown as escapes (\\x1b]...) instead of acted on by the terminal."""
-    return _TERMINAL_STRINGS.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+def neutralize(text: str, colours: bool = False) -> str:
+    """``text`` with control characters and escape sequences shown as escapes (\\x1b[2J) instead of acted on by the
+    terminal; ``colours``: SGR colour sequences pass (the console is a terminal)."""
+    if colours:
+        return _CONTROLS.sub(lambda m: m.group(0) if m.group(1) else _escaped(m.group(0)), text)
+    return _CONTROLS.sub(lambda m: _escaped(m.group(0)), text)
+
+
+def _escaped(text: str) -> str:
+    return text.encode("unicode_escape").decode("ascii")
 
 
 class _RedactingBuffer(io.RawIOBase):
@@ -343,12 +357,14 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:
             message = str(record.msg)
-        record.msg, record.args = redact(message), ()
+        # no log line carries a control sequence on purpose: whatever a file put into it is shown as text, in the
+        # console and in debug.log alike
+        record.msg, record.args = neutralize(redact(message)), ()
         if record.exc_info:
             text = logging.Formatter().formatException(record.exc_info)
-            record.exc_info, record.exc_text = None, redact(text)
+            record.exc_info, record.exc_text = None, neutralize(redact(text))
         elif record.exc_text:
-            record.exc_text = redact(record.exc_text)
+            record.exc_text = neutralize(redact(record.exc_text))
         record._mbridge_redacted = True
         return True
 
