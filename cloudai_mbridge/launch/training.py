@@ -53,6 +53,7 @@ def training_config(plan: TrainingPlan, *, lr: float | None = None, **job: Any) 
         "force_balanced_routing": plan.force_balanced_routing,
         "echo": asdict(plan.echo) if plan.echo else None,
         "pipeline_layout": plan.pipeline_layout,
+        "cuda_graph_warmup_steps": plan.cuda_graph_warmup_steps,
         "num_layers_in_first_pipeline_stage": plan.num_layers_in_first_pipeline_stage,
         "num_layers_in_last_pipeline_stage": plan.num_layers_in_last_pipeline_stage,
         "mtp_num_layers": plan.effective_mtp_layers,

@@ -80,6 +80,8 @@ class TrainingPlan:
     precision: str = "bf16"
     cuda_graph_impl: str = "none"
     cuda_graph_scope: tuple[str, ...] = ()
+    cuda_graph_warmup_steps: int | None = None  # None: the recipe's (Megatron's default 3)
+    offload_optimizer_states: bool = False  # Megatron-LM moe_dev's --offload-optimizer-states: refused (no release)
     force_balanced_routing: bool = False
     echo: EchoOptions | None = None
     pipeline_layout: str | None = None

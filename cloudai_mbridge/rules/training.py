@@ -915,6 +915,11 @@ def _offload_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
     None is refused), the graph may not capture ``moe`` (L2627-L2629: cuda-graph refuses that scope for these
     dropless models anyway) and needs warm-up steps (L2630-L2633: the recipes keep Megatron's default 3). A per-layer
     ``local`` graph (L2598-L2626) is not reachable through Bridge 0.6.2 (cuda-graph). 0.17.1 checks none of it."""
+    if p.offload_modules and uses_cuda_graph(p) and p.cuda_graph_warmup_steps == 0:  # 0.19.2 TC L2630-L2633
+        yield _v({"offload_modules": ",".join(p.offload_modules), "cuda_graph_impl": p.cuda_graph_impl,
+                  "cuda_graph_warmup_steps": 0},
+                 "activation offloading with CUDA graphs needs warm-up steps before the capture",
+                 "set cuda_graph_warmup_steps >= 1 (or leave it unset: the recipe's 3)")
     release = BRIDGE_RELEASES[p.bridge_version]
     if (p.offload_modules and full_iteration_graph(p) and release.offload_full_iteration_needs_inflight_cap
             and p.fine_grained_offloading_max_inflight_offloads is None):
@@ -924,6 +929,21 @@ def _offload_cuda_graph(p: TrainingPlan) -> Iterator[Violation]:
                  "(megatron-core 0.19.2 refuses it unset)",
                  "set fine_grained_offloading_max_inflight_offloads = 1 (Bridge 0.6.2's GB300 HSDP recipe), or "
                  "drop offload_modules or the full-iteration graph")
+
+
+@rule("offload-optimizer-states")
+def _offload_optimizer_states(p: TrainingPlan) -> Iterator[Violation]:
+    """NVIDIA's Megatron-MoE-ModelZoo GB200 DeepSeek-V3 config passes ``--offload-optimizer-states``, a flag of
+    Megatron-LM's moe_dev branch ("--offload-optimizer-states requires dev branch", best_practice/deepseek-v3/
+    run_deepseek_v3_gb200.sh at fea5a16 L12). Neither megatron-core 0.17.1 nor 0.19.2 has it (no
+    ``offload_optimizer_states`` in either wheel's OptimizerConfig; Bridge 0.6.2 sets the attribute only in a
+    DeepSeek-V4 recipe, where 0.19.2 ignores it), so no container this project targets can run it."""
+    if p.offload_optimizer_states:
+        yield _v({"offload_optimizer_states": True, "bridge_version": p.bridge_version},
+                 "--offload-optimizer-states is a flag of Megatron-LM's moe_dev branch; no released Megatron-Core "
+                 "(0.17.1, 0.19.2) has it, so the run would train without the offload it asks for",
+                 "set offload_optimizer_states = false; optimizer_cpu_offload = true (with "
+                 "use_precision_aware_optimizer) is the released way to move optimizer state to the host")
 
 
 @rule("muon-mxfp8-param-gather")

@@ -95,6 +95,7 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
     "fine_grained_offloading_max_inflight_offloads": [({"offload_modules": "core_attn"}, 1), ({}, 1)],
     "num_layers_in_first_pipeline_stage": [({"pp": 2}, 2), ({}, 2)],
     "use_precision_aware_optimizer": [({}, True), ({}, False)],
+    "cuda_graph_warmup_steps": [({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "attn"}, 0), ({}, 0)],
     "num_layers_in_last_pipeline_stage": [({"pp": 2}, 2), ({}, 2)],
     "optimizer_offload_fraction": [({"optimizer_cpu_offload": True}, 0.5), ({}, 0.5)],
     "lr": [({}, 1e-5)],
@@ -102,6 +103,8 @@ PROBES: dict[str, list[tuple[Any, ...]]] = {
 # Fields with no value other than the default that any point accepts and that could reach Megatron: their probes can
 # only show the refusal. Every other field needs a probe point that is accepted.
 ONLY_REFUSED = {
+    "offload_optimizer_states": "Megatron-LM moe_dev's flag, in no released Megatron-Core: accepted only to be refused "
+                                "by name (rule offload-optimizer-states)",
     "sequence_parallel": "default true; false with tp > 1 is refused for MoE (moe-tp-sequence-parallel), and at tp = 1 "
                          "there is no sequence parallelism to turn off (the payload hands Megatron false either way: "
                          "model_parallel_config.py __post_init__ raises 'Cannot use sequence parallelism without "

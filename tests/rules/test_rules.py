@@ -92,6 +92,8 @@ CASES = {
     "uneven-pipeline-pp": (small_plan(num_layers_in_first_pipeline_stage=2, num_layers_in_last_pipeline_stage=1),
                            small_plan(pp=2, ep=4, num_layers_in_first_pipeline_stage=2,
                                       num_layers_in_last_pipeline_stage=2)),
+    "offload-optimizer-states": (small_plan(offload_optimizer_states=True), small_plan(optimizer_cpu_offload=True,
+                                                                                     precision_aware_optimizer=True)),
     # megatron-core 0.19.2 transformer_config.py L1874-L1884 (issue 45)
     "offload-recompute-moe": (small_plan(recompute="selective", recompute_modules=("moe",),
                                          offload_modules=("moe_act",), bridge_version="0.6"),

@@ -55,6 +55,7 @@ OPTIONAL_KEYS: dict[str, Any] = {
     "delay_wgrad_compute": False,
     "offload_modules": [],
     "fine_grained_offloading_max_inflight_offloads": None,
+    "cuda_graph_warmup_steps": None,  # None: the recipe's
     # uneven first / last pipeline stages (no layout string); None: not set
     "num_layers_in_first_pipeline_stage": None,
     "num_layers_in_last_pipeline_stage": None,
@@ -146,6 +147,9 @@ def check_config(raw: dict[str, Any]) -> dict[str, Any]:
     for key in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"):
         if cfg[key] is not None and (not _is_int(cfg[key]) or cfg[key] < 1):
             errors.append(f"{key} = {cfg[key]!r} must be null or a positive integer")
+    warmup = cfg["cuda_graph_warmup_steps"]
+    if warmup is not None and (not _is_int(warmup) or warmup < 0):
+        errors.append(f"cuda_graph_warmup_steps = {warmup!r} must be null or an integer >= 0")
     cap = cfg["fine_grained_offloading_max_inflight_offloads"]
     if cap is not None and (not _is_int(cap) or cap < 0):
         errors.append(f"fine_grained_offloading_max_inflight_offloads = {cap!r} must be null or an integer >= 0")
@@ -431,6 +435,8 @@ def bridge_overrides(cfg: dict[str, Any]) -> dict[str, Any]:
     })
     if cfg["use_distributed_optimizer"] is not None:
         out["ddp.use_distributed_optimizer"] = bool(cfg["use_distributed_optimizer"])
+    if cfg["cuda_graph_impl"] != "none" and cfg["cuda_graph_warmup_steps"] is not None:
+        out["model.cuda_graph_warmup_steps"] = int(cfg["cuda_graph_warmup_steps"])
     if cfg["cuda_graph_impl"] != "none":
         # GPTModelProvider.provide asserts TE's RNG tracker for CUDA graphs (gpt_provider.py 0.4.2 L224-L228);
         # ConfigContainer.validate syncs rng.te_rng_tracker to the model (training/config.py 0.4.2 L1077-L1078)

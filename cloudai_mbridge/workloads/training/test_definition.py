@@ -158,6 +158,12 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     precision: Precision | list[Precision] = "bf16"
     cuda_graph_impl: CudaGraphImpl | list[CudaGraphImpl] = "none"
     cuda_graph_scope: str | list[str] = ""
+    # Megatron's cuda_graph_warmup_steps (--cuda-graph-warmup-steps); unset: the recipe's (3). NVIDIA's
+    # Megatron-MoE-ModelZoo GB200/GB300 DeepSeek-V3 configs capture at once (0)
+    cuda_graph_warmup_steps: Annotated[int, Field(ge=0, strict=True)] | None = None
+    # Megatron-LM's --offload-optimizer-states (its moe_dev branch; no released megatron-core has it): accepted only to
+    # be refused by name (rule offload-optimizer-states), so a published config that carries it is not bent silently
+    offload_optimizer_states: Bool = False
     force_balanced_routing: Bool | list[Bool] = False
     echo: EchoArgs | None = None
     pipeline_layout: str | list[str] | None = None
@@ -318,6 +324,8 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             precision=a.precision,
             cuda_graph_impl=a.cuda_graph_impl,
             cuda_graph_scope=_split_csv(a.cuda_graph_scope, CUDA_GRAPH_SCOPES, "cuda_graph_scope"),
+            cuda_graph_warmup_steps=a.cuda_graph_warmup_steps,
+            offload_optimizer_states=a.offload_optimizer_states,
             force_balanced_routing=a.force_balanced_routing,
             echo=echo,
             pipeline_layout=a.pipeline_layout,
@@ -499,6 +507,9 @@ def _unused(a: MBridgeTrainingCmdArgs) -> list[tuple[str, tuple[str, ...], str]]
                       "fine_grained_offloading_max_inflight_offloads = "
                       f"{a.fine_grained_offloading_max_inflight_offloads} is not used with offload_modules = '': it "
                       "caps activation offloading; set offload_modules"))
+    if a.cuda_graph_warmup_steps is not None and a.cuda_graph_impl == "none":
+        found.append(("cuda_graph_warmup_steps", ("cuda_graph_impl",), f"cuda_graph_warmup_steps = "
+                      f"{a.cuda_graph_warmup_steps} is not used with cuda_graph_impl = 'none': set a CUDA graph"))
     if a.data_parallel_sharding_strategy != "optim_grads_params" and not a.use_megatron_fsdp:
         found.append(("data_parallel_sharding_strategy", ("use_megatron_fsdp",), "data_parallel_sharding_strategy = "
                       f"{a.data_parallel_sharding_strategy!r} is not used with use_megatron_fsdp = false: it is "
