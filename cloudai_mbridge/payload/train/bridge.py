@@ -39,6 +39,7 @@ from .config import (
     trust_remote_code,
     with_mtp_tail,
 )
+from .dispatch_timing import DispatcherTimer, timing_fields
 from .log import (
     built_backend,
     check_deep_ep,
@@ -383,14 +384,17 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
 
         def __init__(self) -> None:
             self.hash = RoutingHash()
+            self.timer = DispatcherTimer()  # time inside dispatch / combine (payload/train/dispatch_timing.py)
 
         def on_train_start(self, context) -> None:
             self.hash.attach(list(context.model))
+            self.timer.attach(list(context.model))
 
         def on_train_step_end(self, context) -> None:
             calls, digest = self.hash.take()
+            timing = timing_fields(*self.timer.take())
             # Bridge fires this before it counts the step (training/train.py): the step that ended is step + 1.
-            print(routing_line(dist.rank, context.state.train_state.step + 1, calls, digest), flush=True)
+            print(routing_line(dist.rank, context.state.train_state.step + 1, calls, digest, timing), flush=True)
 
     class MemoryReport(Callback):
         """MBRIDGE_MEMORY_BREAKDOWN after iteration 2 (what the recipe really allocated, by owner and dtype) and

@@ -85,5 +85,6 @@ class RoutingHash:
         self._handles.clear()
 
 
-def routing_line(rank: int, iteration: int, calls: int, digest: str | None) -> str:
-    return f"{TAG} rank={rank} iteration={iteration} calls={calls} hash={digest or 'none'}"
+def routing_line(rank: int, iteration: int, calls: int, digest: str | None, extra: str = "") -> str:
+    """``extra``: optional fields after the hash (payload/train/dispatch_timing.py timing_fields)."""
+    return f"{TAG} rank={rank} iteration={iteration} calls={calls} hash={digest or 'none'}{extra}"
