@@ -61,6 +61,8 @@ _FLOAT = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d{1,18})?"
 # Counts are at most 18 digits (int64): a longer run of digits is damage (and int() refuses more than 4300 digits).
 _COUNT = r"\d{1,18}"
 # Any time_ms token is read (nan/inf included): one that is not a real time makes the run invalid, not unseen.
+# a REFIT_ITER line and nothing else: no failure line (signals.classify_line), so not kept for the failure search
+_PLAIN_ITER_RE = re.compile(r"REFIT_ITER iter=\d{1,18} time_ms=[0-9.]{1,40}")
 _ITER_RE = re.compile(rf"REFIT_ITER\s+iter=(?P<iter>{_COUNT})\s+time_ms=(?P<ms>\S+)(?=\s|$)")
 _STATS_RE = re.compile(
     rf"REFIT_STATS\s+bytes_remote=(?P<remote>-?{_COUNT})\s+bytes_local=(?P<local>-?{_COUNT})"
@@ -239,9 +241,13 @@ def parse_refit_run(
         problems.append("missing_config" if layout.config_status == "missing" else "invalid_config")
 
     rank0 = run.ranks.get(0)
-    lines: list[LogLine] = list(rank0.lines(REFIT.name)) if rank0 else []
+    # taken from the scan and let go as they are read; the failure search below gets back every line but the plain
+    # REFIT_ITER ones (10^6 of them in a long run: none is a failure line)
+    lines: list[LogLine | None] = list(rank0.take(REFIT.name)) if rank0 else []
+    for_findings: list[LogLine] = []
+    from_rank0 = bool(lines)
     if not lines:
-        lines = run.labelled(REFIT.name, (None, 0))
+        lines = list(run.labelled(REFIT.name, (None, 0)))
         if lines:
             problems.append("refit_from_job_logs")
 
@@ -252,7 +258,11 @@ def parse_refit_run(
     printed_text: dict[str, str] = {}
     tensors: dict[str, str] = {}
     bandwidth = stats_match = verify = result = recorded = phases = executor = None
-    for line in lines:
+    for index, line in enumerate(lines):
+        lines[index] = None
+        assert line is not None
+        if from_rank0 and not (_PLAIN_ITER_RE.fullmatch(line.text) and line.terminated):
+            for_findings.append(line)
         if not line.terminated:
             continue
         text = line.text
@@ -354,6 +364,8 @@ def parse_refit_run(
     if result is None:
         problems.append("no_result")
 
+    if rank0 is not None and from_rank0:
+        rank0.give_back(REFIT.name, for_findings)
     files = [*run.ranks.items(), *((None, j) for j in run.jobs)]
     dispatcher = signals.DispatcherReport()
     validity = signals.validity_signals(files, dispatcher, world_size=layout.world_size)

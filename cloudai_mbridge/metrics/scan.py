@@ -104,6 +104,11 @@ class FileScan:
         taken = hits.pop(marker, ()) if isinstance(hits, dict) else hits.get(marker, ())
         return list(taken)
 
+    def give_back(self, marker: str, lines: Sequence[LogLine]) -> None:
+        """After :meth:`take`: the lines a later reader (the failure search) still needs."""
+        if isinstance(self.hits, dict):
+            self.hits[marker] = tuple(lines)
+
 
 def clean_text(raw: bytes) -> tuple[str, int | None]:
     """Decode, strip ANSI codes and a leading rank label; returns (text, label_rank)."""
