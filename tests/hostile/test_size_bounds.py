@@ -102,7 +102,7 @@ def test_preflight_cli_refuses_in_one_line_and_writes_nothing(huge, tmp_path: Pa
     out = tmp_path / "out"
     start = time.perf_counter()
     proc = run_cli("preflight", "--system-config", str(system), "--test-scenario", str(scenario),
-                   "--tests-dir", str(tests), "--output-dir", str(out), cwd=tmp_path, timeout=60)
+                   "--tests-dir", str(tests), "--output-dir", str(out), cwd=tmp_path, timeout=180)
     took = time.perf_counter() - start
     assert proc.returncode == 1, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -110,7 +110,9 @@ def test_preflight_cli_refuses_in_one_line_and_writes_nothing(huge, tmp_path: Pa
     assert "1,000,000,000 points" in lines[0] and sweep.MAX_POINTS_ENV in lines[0]
     assert str(tests / "kimi_k2_sft.toml") in lines[0]
     assert not out.exists()
-    assert took < 30, took  # the CLI's start (CloudAI's import) is most of it
+    # the CLI's start (CloudAI's import) is most of it: 5 s on an idle machine, 34 s on 2 cores at load 20; checking
+    # the points would take weeks (about 2 ms a point)
+    assert took < 120, took
 
 
 def test_verify_configs_says_no_all_passed_before_refusing(huge, tmp_path: Path) -> None:
@@ -118,7 +120,7 @@ def test_verify_configs_says_no_all_passed_before_refusing(huge, tmp_path: Path)
     "all passed"."""
     (system, _scenario, _tests), _sys, _scn = huge
     root = system.parent.parent
-    proc = run_cli("verify-configs", str(root), cwd=tmp_path, timeout=60)
+    proc = run_cli("verify-configs", str(root), cwd=tmp_path, timeout=180)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text
     assert "all passed" not in text
