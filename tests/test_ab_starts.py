@@ -289,3 +289,73 @@ def test_the_payload_names_the_machine_by_its_gpus():
     assert machine_id(Torch(["9c88", "33ef", "9f68", "ef50"])) == one  # order of enumeration does not matter
     assert machine_id(Torch(["ef50", "9f68", "33ef", "0000"])) != one
     assert machine_id(Torch([])) is None and machine_id(Torch(["ef50", ""])) is None
+
+
+# --- issue 43 item 5: where the time went (dispatch, combine, the rest) ---------------------------------------------
+def test_the_split_adds_up_to_the_change_and_finds_which_part_moved():
+    rng = random.Random(3)
+
+    def start(t, d, c, n=16):
+        return [(t + e, d + e / 2, c) for e in (rng.gauss(0.0, 4.0) for _ in range(n))]
+
+    base = [start(600.0, 100.0, 50.0), start(603.0, 100.0, 50.0), start(598.0, 100.0, 50.0)]
+    arm = [start(560.0, 60.0, 50.0), start(561.0, 60.0, 50.0), start(559.0, 60.0, 50.0)]
+    split = ab_starts.bootstrap_split(base, arm)
+    delta = ab_starts.bootstrap_delta([[t for t, _, _ in s] for s in base], [[t for t, _, _ in s] for s in arm])
+    assert sum(split[k][0] for k in ab_starts.SPLIT) == pytest.approx(delta[0])
+    assert split["dispatch"][0] == pytest.approx(-40 / 600.3 * 100, abs=0.5) and split["dispatch"][2] < 0
+    assert split["combine"] == (0.0, 0.0, 0.0)  # the same combine time in every iteration
+    assert split["rest"][1] < 0.0 < split["rest"][2]  # the rest did not move beyond the noise
+    assert ab_starts.bootstrap_split(base, [[]]) is None
+
+
+def _with_dispatcher_times(runs: Path, times: dict[str, tuple[float, float]]) -> None:
+    """Give every MBRIDGE_ROUTING line of the recorded logs the fields the timing payload writes, per arm."""
+    for run in runs.iterdir():
+        arm = next((a for a in times if f"_{a}_" in run.name), None)
+        for log in (run / "logs").glob("rank-*.log") if arm else ():
+            d, c = times[arm]
+            text = log.read_text()
+            new, n = re.subn(r"(MBRIDGE_ROUTING rank=\d+ iteration=\d+ calls=\d+ hash=(?:[0-9a-f]{16}|none))",
+                             rf"\g<1> dispatch_ms={d:.3f} combine_ms={c:.3f} dispatcher_calls=8", text)
+            if n:
+                log.write_text(new)
+
+
+def test_the_ab_page_splits_the_change_into_dispatch_combine_and_the_rest(tmp_path):
+    runs = _copy(tmp_path)
+    _with_dispatcher_times(runs, {"alltoall": (120.0, 70.0), "deepep": (90.0, 70.0)})
+    row = _report(tmp_path, runs)["deepep"]
+    assert row["time_split"] == "recorded"
+    assert (row["base_dispatch_ms"], row["arm_dispatch_ms"]) == (pytest.approx(120.0), pytest.approx(90.0))
+    base_ms = row["base_time_s"] * 1000
+    assert row["dispatch_delta_pct"] == pytest.approx(-30.0 / base_ms * 100)
+    assert row["combine_delta_pct"] == pytest.approx(0.0) and row["combine_ci95_pct"] == "+0.0..+0.0"
+    parts = row["dispatch_delta_pct"] + row["combine_delta_pct"] + row["rest_delta_pct"]
+    assert parts == pytest.approx(row["delta_pct"])  # the three parts are the verdict's change
+    page = (tmp_path / "out" / "mbridge_ab.html").read_text()
+    assert "Where the time went" in page and "1 of 1 comparisons carry dispatcher times" in page
+
+
+def test_runs_without_dispatcher_times_say_not_recorded(tmp_path):
+    row = _report(tmp_path, _copy(tmp_path))["deepep"]
+    assert row["time_split"].startswith("not recorded (8 of 8 starts")
+    assert "dispatch_delta_pct" not in row
+    page = (tmp_path / "out" / "mbridge_ab.html").read_text()
+    assert "Where the time went" in page and "0 of 1 comparisons carry dispatcher times" in page
+
+
+def test_the_routing_line_parses_with_and_without_dispatcher_times():
+    from cloudai_mbridge.metrics import signals
+    from cloudai_mbridge.metrics.scan import LogLine
+
+    old = "MBRIDGE_ROUTING rank=0 iteration=5 calls=8 hash=00ff00ff00ff00ff"
+    new = "MBRIDGE_ROUTING rank=3 iteration=5 calls=8 hash=00ff00ff00ff00ff dispatch_ms=12.346 combine_ms=7.500 " \
+          "dispatcher_calls=8"
+    lines = [LogLine(0, old), LogLine(1, new), LogLine(2, new.replace("12.346", "1.0").replace("rank=3", "rank=4")),
+             LogLine(3, new.replace("rank=3", "rank=4")), LogLine(4, new.replace("rank=3", "rank=5"), terminated=False)]
+    assert signals.routing_hashes(lines) == {(0, 5): "00ff00ff00ff00ff", (3, 5): "00ff00ff00ff00ff",
+                                             (4, 5): "00ff00ff00ff00ff"}
+    # rank 4 logged two different times for one iteration: neither kept; a line cut off mid-write is not read
+    assert signals.dispatcher_times(lines) == {(3, 5): (12.346, 7.5)}
+    assert signals.dispatcher_times(lines[:1]) == {}

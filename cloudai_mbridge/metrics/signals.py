@@ -353,9 +353,12 @@ def engine_line(contract_lines: Iterable[LogLine]) -> dict[str, str]:
     return {}
 
 
+_MS = r"\d{1,9}(?:\.\d{1,6})?"
 _ROUTING_RE = re.compile(
     r"MBRIDGE_ROUTING rank=(?P<rank>\d{1,6}) iteration=(?P<it>\d{1,9}) calls=\d{1,9} "
-    r"hash=(?P<hash>[0-9a-f]{16}|none)\s*$"
+    r"hash=(?P<hash>[0-9a-f]{16}|none)"
+    # optional (payload/train/dispatch_timing.py): time inside the token dispatcher this step; older logs lack them
+    rf"(?: dispatch_ms=(?P<dispatch>{_MS}) combine_ms=(?P<combine>{_MS}) dispatcher_calls=\d{{1,9}})?\s*$"
 )
 _GC_RE = re.compile(r"MBRIDGE_GC manual_gc=(?P<on>True|False) interval=(?P<interval>\d{1,9})\s*$")
 
@@ -374,6 +377,24 @@ def routing_hashes(contract_lines: Iterable[LogLine]) -> dict[tuple[int, int], s
         if key in out and out[key] != match.group("hash"):
             bad.add(key)
         out[key] = match.group("hash")
+    return {k: v for k, v in out.items() if k not in bad}
+
+
+def dispatcher_times(contract_lines: Iterable[LogLine]) -> dict[tuple[int, int], tuple[float, float]]:
+    """(dispatch ms, combine ms) inside the MoE token dispatcher by (rank, iteration), from the optional fields of
+    ``MBRIDGE_ROUTING`` (payload/train/dispatch_timing.py). Empty for a log without them (an older payload: "not
+    recorded"). A rank/iteration seen twice with two values keeps neither, as routing_hashes does."""
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    bad: set[tuple[int, int]] = set()
+    for line in contract_lines:
+        match = _ROUTING_RE.search(line.text)
+        if not match or not line.terminated or match.group("dispatch") is None:
+            continue
+        key = (int(match.group("rank")), int(match.group("it")))
+        value = (float(match.group("dispatch")), float(match.group("combine")))
+        if key in out and out[key] != value:
+            bad.add(key)
+        out[key] = value
     return {k: v for k, v in out.items() if k not in bad}
 
 

@@ -293,6 +293,9 @@ class TrainingRunMetrics:
     inconsistencies: tuple[str, ...] = ()
     # The payload's MBRIDGE_ROUTING hashes of rank 0 and the last rank, by (rank, iteration): the A/B's routing gate.
     routing: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    # Time inside the MoE token dispatcher, (dispatch ms, combine ms) by (rank, iteration), from the optional fields of
+    # the same line; empty for a log that does not carry them (reports/ab.py then says "not recorded").
+    dispatcher_ms: Mapping[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     # Bridge's manual GC period (MBRIDGE_GC; None: not said) and the steady iterations whose time carries a collection
     # (gc.collect() runs after every step that is a multiple of the period, inside the next iteration's time).
     gc_interval: int | None = None
@@ -757,6 +760,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     dispatcher = signals.dispatcher_report(contract_lines, bridge_lines, signals.config_str(config, "dispatcher"))
     engine = signals.engine_line(contract_lines)
     routing = signals.routing_hashes(contract_lines)
+    dispatcher_ms = signals.dispatcher_times(contract_lines)
     gc_every = signals.gc_interval(contract_lines)
 
     nan_iters, bad_grad, nan_details = _nan_evidence(records)
@@ -847,6 +851,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         time_errors=time_errors,
         inconsistencies=tuple(inconsistencies),
         routing=routing,
+        dispatcher_ms=dispatcher_ms,
         gc_interval=gc_every,
         gc_iterations=gc_its,
         iteration_time_ms_no_gc=no_gc,

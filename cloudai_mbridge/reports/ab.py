@@ -547,6 +547,7 @@ class MBridgeABReport(TolerantLoading, Reporter):
                     "arm_deep_ep_provider": a.validity.dispatcher.deep_ep_provider,
                     "base_run": str(base.run_dir),
                     "arm_run": str(arm.run_dir),
+                    **split_fields([b], [a]),
                 }
             )
         return rows
@@ -621,6 +622,7 @@ class MBridgeABReport(TolerantLoading, Reporter):
                 "arm_deep_ep_provider": runs[0].metrics.validity.dispatcher.deep_ep_provider,
                 "base_run": str(base_runs[0].run_dir),
                 "arm_run": str(runs[0].run_dir),
+                **split_fields([a.metrics for a in base_runs], [a.metrics for a in runs]),
             })
         return rows
 
@@ -673,6 +675,8 @@ class MBridgeABReport(TolerantLoading, Reporter):
                       for r in rows)
         sections.append(html_table(columns, ([r.get(c) for c in columns] for r in shown_rows), classes, HEADERS,
                                    definitions(cfg.warmup, cfg.loss_first_k, cfg.loss_rtol, methods, gc_out)))
+        if paired:
+            sections.append(split_section(paired))
         micro = getattr(self, "_micro", [])
         if micro:
             attach_training(micro, self._training_by_arm(rows, cells))
@@ -925,6 +929,46 @@ class MBridgeABReport(TolerantLoading, Reporter):
         ]
 
 
+SPLIT_HEADERS = {
+    "cell": "cell", "arm": "arm", "time_split": "dispatcher times",
+    "base_dispatch_ms": "baseline dispatch (ms)", "arm_dispatch_ms": "arm dispatch (ms)",
+    "base_combine_ms": "baseline combine (ms)", "arm_combine_ms": "arm combine (ms)",
+    "dispatch_delta_pct": "dispatch change (%)", "dispatch_ci95_pct": "dispatch 95 % interval (%)",
+    "combine_delta_pct": "combine change (%)", "combine_ci95_pct": "combine 95 % interval (%)",
+    "rest_delta_pct": "rest change (%)", "rest_ci95_pct": "rest 95 % interval (%)",
+}
+SPLIT_DEFINITIONS = {
+    "time_split": "\"recorded\" when every start of both arms logged the time inside the MoE token dispatcher per "
+                  "iteration (payload/train/dispatch_timing.py); \"not recorded\" for runs of a payload without it",
+    "base_dispatch_ms": "time inside dispatch per iteration, summed over the MoE layers: the forward "
+                        "dispatch_preprocess, token_dispatch and dispatch_postprocess and the backward of "
+                        "token_dispatch, the mean over starts of each start's steady-state mean (rank 0 and the last "
+                        "rank averaged)",
+    "base_combine_ms": "the same for combine_preprocess, token_combine, combine_postprocess and token_combine's "
+                       "backward",
+    "dispatch_delta_pct": "the arm's dispatch time minus the baseline's, as % of the baseline's iteration time: "
+                          "dispatch + combine + rest add up to the A/B's change",
+    "dispatch_ci95_pct": "95 % interval of that change, the bootstrap over starts then iterations of the verdict "
+                         "(an iteration's numbers drawn together)",
+    "rest_delta_pct": "the change of everything else in the iteration (iteration - dispatch - combine): experts, "
+                      "attention, the optimizer, the backward of the permutations",
+}
+
+
+def split_section(rows: list[dict[str, Any]]) -> str:
+    """Where each arm's change went: dispatch, combine and the rest, each with its interval, or "not recorded"."""
+    columns = list(SPLIT_HEADERS)
+    recorded = sum(r.get("time_split") == "recorded" for r in rows)
+    note = ("<p class='note'>Each arm's change split into the time inside the token dispatcher's dispatch and combine "
+            "and the rest of the iteration, each as a share of the baseline's iteration time. "
+            f"{recorded} of {len(rows)} comparisons carry dispatcher times; the others read "
+            f"\"{NOT_RECORDED}\" (their runs' payload did not time the dispatcher).</p>")
+    return ("<h2>Where the time went</h2>" + note
+            + html_table(columns, ([r.get(c, "" if c in SPLIT_HEADERS and r.get("time_split") != "recorded"
+                                          else None) for c in columns] for r in rows),
+                         None, SPLIT_HEADERS, SPLIT_DEFINITIONS))
+
+
 def _t975(df: float) -> float:
     """Student's t 97.5 % quantile (Cornish-Fisher expansion around the normal; 1.7 % low at df 4, < 0.2 % from
     df 10)."""
@@ -954,6 +998,55 @@ def _series(m: TrainingRunMetrics) -> list[float]:
         return []
     return ab_starts.start_times([(r.iteration, r.elapsed_ms) for r in m.iterations], set(m.steady_iterations),
                                  set(m.gc_iterations))
+
+
+def _split_series(m: TrainingRunMetrics) -> list[tuple[float, float, float]] | None:
+    """A start's steady iterations (as :func:`_series` picks them) as (iteration ms, dispatch ms, combine ms), the
+    dispatcher's times the mean over the ranks that logged them (rank 0 and the last rank); None when the log does
+    not carry them for every one of those iterations (a payload before the timer: "not recorded")."""
+    if no_numbers(m) or not m.dispatcher_ms:
+        return None
+    by_it: dict[int, list[tuple[float, float]]] = {}
+    for (_, it), value in m.dispatcher_ms.items():
+        by_it.setdefault(it, []).append(value)
+    steady, gc = set(m.steady_iterations), set(m.gc_iterations)
+    out = []
+    for r in m.iterations:
+        if r.iteration not in steady or r.iteration in gc or r.elapsed_ms is None or not math.isfinite(r.elapsed_ms):
+            continue
+        values = by_it.get(r.iteration)
+        if not values:
+            return None
+        out.append((r.elapsed_ms, sum(v[0] for v in values) / len(values), sum(v[1] for v in values) / len(values)))
+    return out or None
+
+
+NOT_RECORDED = "not recorded"
+
+
+def split_fields(base: list[TrainingRunMetrics], arm: list[TrainingRunMetrics]) -> dict[str, Any]:
+    """Where the arm's change went: dispatch, combine and the rest of the iteration, each as % of the baseline's
+    iteration time with its 95 % interval (ab_starts.bootstrap_split: the bootstrap over starts of the verdict); "not
+    recorded" when a start of either side has no dispatcher times."""
+    series = [_split_series(m) for m in (*base, *arm)]
+    if any(s is None for s in series):
+        missing = sum(s is None for s in series)
+        return {"time_split": f"{NOT_RECORDED} ({missing} of {len(series)} starts without dispatcher times)"}
+    base_s, arm_s = series[:len(base)], series[len(base):]
+    split = ab_starts.bootstrap_split(base_s, arm_s)  # type: ignore[arg-type]
+    if split is None:
+        return {"time_split": f"{NOT_RECORDED} (no steady-state iteration)"}
+
+    def mean_of(starts: list[Any], k: int) -> float:
+        return sum(sum(it[k] for it in s) / len(s) for s in starts) / len(starts)
+
+    out: dict[str, Any] = {"time_split": "recorded",
+                           "base_dispatch_ms": mean_of(base_s, 1), "arm_dispatch_ms": mean_of(arm_s, 1),
+                           "base_combine_ms": mean_of(base_s, 2), "arm_combine_ms": mean_of(arm_s, 2)}
+    for name, (point, lo, hi) in split.items():
+        out[f"{name}_delta_pct"] = point
+        out[f"{name}_ci95_pct"] = f"{lo:+.1f}..{hi:+.1f}"
+    return out
 
 
 def _sec(ms: float | None) -> float | None:

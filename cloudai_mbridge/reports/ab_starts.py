@@ -75,6 +75,51 @@ def bootstrap_delta(base: Sequence[Sequence[float]], arm: Sequence[Sequence[floa
     return (a - b) / b * 100.0, lo, hi
 
 
+SPLIT = ("dispatch", "combine", "rest")
+
+
+def bootstrap_split(base: Sequence[Sequence[tuple[float, float, float]]],
+                    arm: Sequence[Sequence[tuple[float, float, float]]], resamples: int = RESAMPLES,
+                    seed: int = SEED) -> dict[str, tuple[float, float, float]] | None:
+    """Where an arm's change in iteration time went: each start a list of per-iteration (iteration ms, dispatch ms,
+    combine ms); the rest = iteration - dispatch - combine. For each of dispatch, combine and the rest: (change as %
+    of the baseline's iteration time, 2.5th, 97.5th percentile) under the two-level bootstrap of
+    :func:`bootstrap_delta` (starts with replacement, then iterations with replacement within each start; an
+    iteration's three numbers are drawn together). The three changes add up to the arm's delta. None when a side has
+    no iteration."""
+    def rows(starts: Sequence[Sequence[tuple[float, float, float]]]) -> list[list[tuple[float, ...]]]:
+        return [[(t, d, c, t - d - c) for t, d, c in s] for s in starts if s]
+
+    base_rows, arm_rows = rows(base), rows(arm)
+    if not base_rows or not arm_rows:
+        return None
+
+    def mean_vec(starts: list[list[tuple[float, ...]]]) -> list[float]:
+        per_start = [[_mean([it[k] for it in s]) for k in range(4)] for s in starts]
+        return [_mean([v[k] for v in per_start]) for k in range(4)]
+
+    b, a = mean_vec(base_rows), mean_vec(arm_rows)
+    if b[0] == 0.0:
+        return None
+    rng = random.Random(seed)
+
+    def draw(starts: list[list[tuple[float, ...]]]) -> list[float]:
+        picked = [starts[rng.randrange(len(starts))] for _ in starts]
+        return mean_vec([[s[rng.randrange(len(s))] for _ in s] for s in picked])
+
+    draws: list[list[float]] = [[], [], []]
+    for _ in range(resamples):
+        bb, aa = draw(base_rows), draw(arm_rows)
+        for k in range(3):
+            draws[k].append((aa[k + 1] - bb[k + 1]) / bb[0] * 100.0)
+    out = {}
+    for k, name in enumerate(SPLIT):
+        d = sorted(draws[k])
+        out[name] = ((a[k + 1] - b[k + 1]) / b[0] * 100.0, d[int(0.025 * (resamples - 1))],
+                     d[math.ceil(0.975 * (resamples - 1))])
+    return out
+
+
 def bootstrap_mean(starts: Sequence[Sequence[float]], resamples: int = RESAMPLES,
                    seed: int = SEED) -> tuple[float, float] | None:
     """95 % percentile interval of an arm's time (mean of start means) under the same two-level bootstrap."""
