@@ -351,7 +351,9 @@ def validate(cfg: RefitConfig) -> None:
         tp, etp = side.tp, side.expert_tp()
         fix = f"change {side_name}.tp (or the model size)"
         _divides(tp, m.num_attention_heads, f"model.num_attention_heads vs {side_name}.tp={tp}", fix)
-        _divides(tp, groups, f"model.num_query_groups ({groups}) vs {side_name}.tp={tp}", fix)
+        if groups % tp and tp % groups:  # megatron/core/transformer/transformer_config.py (0.16.1 L936-946)
+            raise ConfigError(f"model.num_query_groups ({groups}) vs {side_name}.tp={tp}: num_query_groups must be a "
+                              f"multiple or a divisor of tp; {fix}")
         _divides(tp, m.ffn_hidden_size, f"model.ffn_hidden_size vs {side_name}.tp={tp}", fix)
         if m.moe_shared_expert_intermediate_size:
             _divides(tp, m.moe_shared_expert_intermediate_size,
