@@ -6,7 +6,9 @@ seed 1234) gives one mbridge_config.json; each of ``--starts`` starts runs every
 process, the order rotated by one arm per start (each arm takes each place in turn) so that a drift of the host falls
 on all. Arms: ``payload`` (the training payload as a job runs it), ``plain`` (Bridge's pretrain(), the reference) and
 ``payload_nohash`` (the payload with MBRIDGE_ROUTING_HASH=0: without the routing-hash callback, whose ``.item()``
-synchronises the host with the GPU after every step). Each run is a run folder (``<out>/runs/<arm>_s<k>/``) read
+synchronises the host with the GPU after every step) and ``payload_notiming`` (MBRIDGE_DISPATCH_TIMING=0: without
+the dispatcher timer of payload/train/dispatch_timing.py; payload minus payload_notiming is the timer's own cost,
+issue 43 item 5). Each run is a run folder (``<out>/runs/<arm>_s<k>/``) read
 back with parse_training_run: Bridge's own iteration lines, the first ``--warmup`` iterations dropped. Two views: the
 manual-GC iterations kept in every arm (the recipe collects in all alike), and left out of every arm (the iterations
 the payload's ``MBRIDGE_GC`` line names; plain Bridge prints no such line but runs the same recipe). Overhead of an
@@ -18,7 +20,8 @@ starts beside the old ones, numbered on: several device calls on one warm host a
 another machine or point is refused.
 
 Run (GPU host with the bridge stack, benchmarks/gpu_setup.sh):
-    python3 benchmarks/payload_overhead.py --out /tmp/overhead [--starts 3] [--arms payload plain payload_nohash]
+    python3 benchmarks/payload_overhead.py --out /tmp/overhead [--starts 3]
+        [--arms payload plain payload_nohash payload_notiming]
         [--iters 20] [--budget-s 540]
     python3 benchmarks/payload_overhead.py --dry-run           the plan and the config; no GPU
     python3 benchmarks/payload_overhead.py --report <out> [--plot]   the numbers again from the run folders (and a
@@ -47,8 +50,8 @@ from cloudai_mbridge.launch.training import training_config  # noqa: E402
 from cloudai_mbridge.plan import TrainingPlan  # noqa: E402
 
 ARMS = {"payload": "cloudai_mbridge.payload.train", "plain": "benchmarks.plain_bridge",
-        "payload_nohash": "cloudai_mbridge.payload.train"}
-ARM_ENV = {"payload_nohash": {"MBRIDGE_ROUTING_HASH": "0"}}
+        "payload_nohash": "cloudai_mbridge.payload.train", "payload_notiming": "cloudai_mbridge.payload.train"}
+ARM_ENV = {"payload_nohash": {"MBRIDGE_ROUTING_HASH": "0"}, "payload_notiming": {"MBRIDGE_DISPATCH_TIMING": "0"}}
 BASE = "plain"
 SAME_POINT = ("model", "gpu", "seq", "iters")  # settings an added start must share with the record it joins
 

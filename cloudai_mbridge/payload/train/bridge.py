@@ -384,15 +384,18 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
 
         def __init__(self) -> None:
             self.hash = RoutingHash()
-            self.timer = DispatcherTimer()  # time inside dispatch / combine (payload/train/dispatch_timing.py)
+            # time inside dispatch / combine (payload/train/dispatch_timing.py); MBRIDGE_DISPATCH_TIMING=0 turns it
+            # off, so that benchmarks/payload_overhead.py can measure what it costs (arm payload_notiming)
+            self.timer = DispatcherTimer() if os.environ.get("MBRIDGE_DISPATCH_TIMING", "1") != "0" else None
 
         def on_train_start(self, context) -> None:
             self.hash.attach(list(context.model))
-            self.timer.attach(list(context.model))
+            if self.timer is not None:
+                self.timer.attach(list(context.model))
 
         def on_train_step_end(self, context) -> None:
             calls, digest = self.hash.take()
-            timing = timing_fields(*self.timer.take())
+            timing = "" if self.timer is None else timing_fields(*self.timer.take())
             # Bridge fires this before it counts the step (training/train.py): the step that ended is step + 1.
             print(routing_line(dist.rank, context.state.train_state.step + 1, calls, digest, timing), flush=True)
 
