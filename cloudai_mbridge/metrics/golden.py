@@ -210,8 +210,14 @@ def read_golden_file(path: Path | str) -> dict[str, Any]:
             raise GoldenFileError(f"is not in Megatron-Bridge's golden-values format: {key[:40]!r} holds a list")
     if steps > MAX_GOLDEN_STEPS:
         raise GoldenFileError(f"holds {steps:,} steps; at most {MAX_GOLDEN_STEPS:,}")
-    if not step_values(data, LOSS_KEY):
+    losses = step_values(data, LOSS_KEY)
+    if not losses:
         raise GoldenFileError(f"has no per-step '{LOSS_KEY}'")
+    from .loss import loss_problem
+
+    absurd = next(((s, why) for s, v in sorted(losses.items()) for why in [loss_problem(v, None)] if why), None)
+    if absurd:  # a reference no run could meet or should: a damaged or edited file (metrics/loss.py)
+        raise GoldenFileError(f"step {absurd[0]}: {absurd[1]}")
     return data
 
 

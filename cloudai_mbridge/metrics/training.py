@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from . import signals
 from .frames import csv_text_of, frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
+from .loss import loss_problem, vocab_of
 from .scan import FileScan, LogLine, Marker, RunScan, scan_run
 from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
 
@@ -541,8 +542,9 @@ def _shown(value: Any) -> str:
 
 def _contradictions(records: Sequence[IterationRecord], config: Mapping[str, Any]) -> list[str]:
     """What the iteration lines say that cannot be true of one run of this config: an iteration past the total, two
-    totals, a global batch size other than the config's. Such a log was edited, mixed with another run's
-    or damaged; its times are no measurement of this config."""
+    totals, a global batch size other than the config's, a loss no language model can have (below 0 or far above
+    ln(vocab): metrics/loss.py). Such a log was edited, mixed with another run's or damaged; its times are no
+    measurement of this config."""
     found = []
     totals = {r.train_iters for r in records}
     if len(totals) > 1:
@@ -553,6 +555,12 @@ def _contradictions(records: Sequence[IterationRecord], config: Mapping[str, Any
     logged_gbs = {r.global_batch_size for r in records if r.global_batch_size is not None}
     if gbs is not None and logged_gbs and logged_gbs != {gbs}:
         found.append(f"global batch size {sorted(logged_gbs)} where the config says gbs {gbs}")
+    vocab = vocab_of(config)
+    absurd = [(r, why) for r in records if r.lm_loss is not None for why in [loss_problem(r.lm_loss, vocab)] if why]
+    if absurd:  # a finite loss no language model can have (metrics/loss.py): no verdict rests on this log
+        r, why = absurd[0]
+        more = f" ({len(absurd)} iterations like it)" if len(absurd) > 1 else ""
+        found.append(f"iteration {r.iteration}: {why}{more}")
     return found
 
 
