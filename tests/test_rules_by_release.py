@@ -62,3 +62,24 @@ def test_muon_mxfp8_param_gather_follows_release() -> None:
     assert "muon-mxfp8-param-gather" not in _rules(small_plan(**kw, bridge_version="0.4"))
     adam = {**kw, "optimizer": "adam"}
     assert "muon-mxfp8-param-gather" not in _rules(small_plan(**adam, fp8_param_gather=True, bridge_version="0.4"))
+
+
+def test_offload_checks_follow_release() -> None:
+    """issue 45 item 4: megatron-core 0.19.2 refuses offloading inside a recomputed MoE layer (TC L1874-L1884; refused
+    under 0.4 too) and an activation offload inside a full-iteration graph without an in-flight cap (TC L2634-L2642,
+    0.6 only: 0.17.1 has neither the field nor the check), and offloading with CUDA graphs but no warm-up."""
+    moe = {"recompute": "selective", "recompute_modules": ("moe",), "memory_check": "off"}
+    for version in ("0.4", "0.6"):
+        assert "offload-recompute-moe" in _rules(small_plan(**moe, offload_modules=("expert_fc1",),
+                                                            bridge_version=version))
+        assert "offload-recompute-moe" not in _rules(small_plan(**moe, offload_modules=("core_attn",),
+                                                                bridge_version=version))
+    graph = {"offload_modules": ("core_attn",), "cuda_graph_impl": "local", "cuda_graph_scope": ("full_iteration",),
+             "memory_check": "off"}
+    assert "offload-cuda-graph" in _rules(small_plan(**graph, bridge_version="0.6"))
+    assert "offload-cuda-graph" not in _rules(small_plan(**graph, bridge_version="0.4"))
+    assert "offload-cuda-graph" not in _rules(small_plan(**graph, bridge_version="0.6",
+                                                         fine_grained_offloading_max_inflight_offloads=0))
+    te = {**graph, "cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ("attn",), "bridge_version": "0.6"}
+    assert "offload-cuda-graph" in _rules(small_plan(**te, cuda_graph_warmup_steps=0))
+    assert "offload-cuda-graph" not in _rules(small_plan(**te))
