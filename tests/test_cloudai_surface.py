@@ -436,6 +436,27 @@ def test_load_test_runs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Non
     assert "2: skipped: a symbolic link" in caplog.text and "notes: skipped: a folder" in caplog.text
 
 
+@surface("cloudai.reporter.jinja2")
+def test_report_templates() -> None:
+    from cloudai import reporter
+
+    assert calls_by_name(reporter.StatusReporter.generate_scenario_report, "jinja2") and calls_by_name(
+        reporter.DSEReporter.generate, "jinja2"), (
+        "cloudai.reporter's scenario pages no longer build their jinja2 Environment from the module's jinja2: look at "
+        "how they render and adapt session.replace_report_templates")
+
+    def page() -> str:  # as StatusReporter.generate_scenario_report renders it
+        util = Path(reporter.__file__).parent / "util"
+        env = reporter.jinja2.Environment(loader=reporter.jinja2.FileSystemLoader(util))
+        return env.get_template("general-report.jinja2").render(name="<script>x()</script>", report_items=[])
+
+    assert "<title><script>x()</script></title>" in page(), (
+        "CloudAI's scenario page now escapes its input: session.replace_report_templates may be unnecessary")
+    with replaced(plugin_session.replace_report_templates):
+        assert "<title>&lt;script&gt;x()&lt;/script&gt;</title>" in page()
+    assert "<script>x()</script>" in page(), "restored"
+
+
 def test_our_kubernetes_system_files_need_no_dummy_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No replacement: CloudAI's verify-configs writes a dummy kubeconfig (by default in ~/.kube) only around files of
     its own ``scheduler = "kubernetes"``; ours say "mbridge_kubernetes" and parse without any kubeconfig."""

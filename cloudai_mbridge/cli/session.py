@@ -432,11 +432,35 @@ def replace_load_test_runs(p: Patches) -> None:
     p.replace(Reporter, "load_test_runs", tolerant)
 
 
+def replace_report_templates(p: Patches) -> None:
+    """Replaces the ``jinja2`` that cloudai/reporter.py renders its scenario pages with (StatusReporter's
+    <scenario>.html, DSEReporter's <scenario>-dse-report.html): its ``jinja2.Environment(loader=...)`` escapes
+    nothing, so markup in a scenario name or a test's name or description stayed live in the page (a <script> ran
+    when it was opened; issue 46). Here the same jinja2 whose Environment escapes HTML, as CloudAI's own comparison
+    report sets it (select_autoescape). Not an extension point: the reporters build their Environment inline."""
+    import types
+
+    import jinja2
+    from cloudai import reporter
+
+    class EscapingEnvironment(jinja2.Environment):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("autoescape", jinja2.select_autoescape(
+                enabled_extensions=("html", "htm", "xml", "jinja2"), default_for_string=True))
+            super().__init__(*args, **kwargs)
+
+    shim = types.SimpleNamespace(**{k: getattr(jinja2, k) for k in dir(jinja2) if not k.startswith("__")})
+    shim.Environment = EscapingEnvironment
+    p.replace(reporter, "jinja2", shim)
+
+
 @contextmanager
 def tolerant_reports() -> Iterator[None]:
-    """generate-report: CloudAI's reports over a results tree with foreign entries among the run folders."""
+    """generate-report: CloudAI's reports over a results tree with foreign entries among the run folders, its scenario
+    pages with what came from the input escaped."""
     p = Patches()
     replace_load_test_runs(p)
+    replace_report_templates(p)
     try:
         yield
     finally:
@@ -502,6 +526,7 @@ REPLACEMENTS = {
     "cloudai.cli.handlers.generate_reports": replace_generate_reports,
     "cloudai.cli.handlers.register_signal_handlers": replace_register_signal_handlers,
     "cloudai.cli.handlers.expand_file_list": replace_expand_file_list,
+    "cloudai.reporter.jinja2": replace_report_templates,
     "cloudai._core.base_reporter.Reporter.load_test_runs": replace_load_test_runs,
 }
 
@@ -520,6 +545,7 @@ def session(mode: str) -> Iterator[Session]:
     replace_generate_reports(p, s)
     if mode == "run":
         replace_load_test_runs(p)
+        replace_report_templates(p)  # its scenario pages, as generate-report's (tolerant_reports)
     noise: list[tuple[logging.Handler, logging.Filter]] = []
     if mode == "dry-run":
         replace_slurm_update(p)
