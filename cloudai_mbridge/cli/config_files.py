@@ -98,7 +98,6 @@ def _read(path: Path) -> dict[str, Any] | None:
 
 
 _MPI = re.compile(r"^[a-z0-9_]+$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 # the system's text fields that reach an #SBATCH line, the srun line or a Kubernetes name (the namespace: below)
@@ -194,7 +193,10 @@ def system_file_problems(path: Path | str) -> list[str]:
                             "or \"none\" (`srun --mpi=list` shows the cluster's)")
     if scheduler in ("kubernetes", K8S_SCHEDULER):
         ns = data.get("default_namespace")
-        if ns is not None and not (isinstance(ns, str) and _DNS_LABEL.match(ns)):
+        from ..launch.kubernetes.apirules import problems_of
+
+        # GN 69 ValidateNamespaceName (apirules.py): the regex here took "mbridge\n" ('$' matches before a newline)
+        if ns is not None and problems_of("dns1123-label", ns):
             from ..launch.invisible import describe_invisible
 
             chars = describe_invisible(ns) if isinstance(ns, str) else ""

@@ -134,3 +134,18 @@ def _unchecked(settings: K8sSettings) -> list[dict]:
 
     with mock.patch("cloudai_mbridge.launch.kubernetes.objects.check_manifest"):
         return render_objects(spec(settings=settings))
+
+
+def test_a_namespace_with_a_trailing_line_break_is_refused_where_the_system_file_is_read(tmp_path: Path) -> None:
+    """The file check's own pattern ended in '$', which also matches before a final newline."""
+    from helpers import CONF
+
+    from cloudai_mbridge.cli.config_files import system_file_problems
+
+    text = (CONF / "system" / "k8s_generic.toml").read_text()
+    system = tmp_path / "system.toml"
+    system.write_text(text.replace('default_namespace = "default"', 'default_namespace = "mbridge\\n"'))
+    (problem,) = system_file_problems(system)
+    assert "default_namespace = 'mbridge\\n' is not a Kubernetes namespace name" in problem and "Fix: " in problem
+    system.write_text(text)
+    assert system_file_problems(system) == []
