@@ -130,12 +130,14 @@ def test_refit_world_size_mismatch_is_rejected(tmp_path: Path) -> None:
         tmp_path,
         'name = "case"\ndescription = "d"\ntest_template_name = "MBridgeRefit"\n[cmd_args]\nmodel = "kimi_k2"\n'
         'mode = "non-collocated"\ntransport = "nccl"\nsrc = { tp = 8, ep = [8, 4] }\ndst = { tp = 8, ep = 4 }\n',
-        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 12\n',
+        'name = "case"\n[[Tests]]\nid = "case"\ntest_name = "case"\nnum_nodes = 8\n',
     )
     res = dry_run(CONF / "system" / "slurm_b300_efa.toml", scenario, tmp_path)
     assert res.returncode == 0, res.output
+    # 64 GPUs: EP4 (32 + 32) fits exactly, EP8 (64 + 32) does not; a world larger than both would leave the rest idle
     assert len(sbatch_scripts(res.output_dir)) == 1
-    assert "[refit-layout] WORLD_SIZE=96: non-collocated mode needs src.world + dst.world = 32 + 32" in res.output
+    assert "[refit-layout] WORLD_SIZE=64: non-collocated mode needs at least src.world + dst.world = 64 + 32" in \
+        res.output
 
 
 def test_mcore_engine_limits_are_checked_at_dry_run(tmp_path: Path) -> None:

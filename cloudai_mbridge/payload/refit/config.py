@@ -96,9 +96,9 @@ class RefitConfig:
     # The generator tags every payload config with its workload (the metrics parsers read it back).
     workload: str = "refit"
     mode: str = "collocated"
-    transport: str = "gloo"
-    warmup: int = 1
-    iterations: int = 5
+    transport: str = "gloo"  # Megatron-LM --refit-method default (training/arguments.py:2698, 0.19.2)
+    warmup: int = 2  # Megatron-LM examples/rl/benchmark_refit.py --num-benchmark-warmup
+    iterations: int = 10  # ... --num-benchmark-iterations
     seed: int = 1234
     verify: bool = True
     timeout_s: int = 600
