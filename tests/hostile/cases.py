@@ -497,6 +497,20 @@ NODE_LISTS = [
     Case("scn-nodes-hash", "sft", {S0 + "nodes": ["node#1"]}, ("nodes",)),
     Case("scn-exclude-injected-option", "sft", {S0 + "exclude_nodes": ["node1 --chdir=/etc"]}, ("exclude_nodes",)),
     Case("scn-exclude-quote", "sft", {S0 + "exclude_nodes": ['node"1']}, ("exclude_nodes",)),
+    # issue 46: names sbatch would refuse ("Invalid node name specified"), refused as hostlists before they reach it
+    Case("scn-nodes-at-sign", "sft", {S0 + "nodes": ["gpu@1"]}, ("nodes[0]", "'@'")),
+    Case("scn-nodes-open-range", "sft", {S0 + "nodes": ["gpu[1-"]}, ("nodes[0]", "prefix[ranges]")),
+    Case("scn-nodes-huge-range", "sft", {S0 + "nodes": ["gpu[0-999999999999]"]}, ("nodes[0]", "100000 nodes")),
+    Case("scn-exclude-non-ascii", "sft", {S0 + "exclude_nodes": ["gpü1"]}, ("exclude_nodes[0]", "'ü'")),
+]
+
+# Issue 46: counts far outside their physical range, refused naming the range
+PHYSICAL_RANGES = [
+    Case("train-train_iters-1e9", "sft", {T + "train_iters": 10**9}, ("train_iters", "from 1 to 10000000")),
+    Case("train-seq_length-1e12", "sft", {T + "seq_length": 10**12}, ("seq_length", "from 1 to 16777216")),
+    Case("train-gbs-1e9", "sft", {T + "gbs": 10**9}, ("gbs", "from 1 to 4194304")),
+    Case("refit-iterations-1e7", "refit", {T + "iterations": 10**7}, ("iterations", "from 1 to 100000")),
+    Case("refit-coalesce_mib-1e9", "refit", {T + "coalesce_mib": 10**9}, ("coalesce_mib", "from 0 to 1048576")),
 ]
 
 # Issue 32: values beyond what the Kubernetes API server (or the container's execve) takes, refused at dry-run in one
@@ -517,6 +531,13 @@ K8S_LIMITS = [
     Case("k8s-env-values-over-etcd", "k8s", {ENV + f"V{i}": "x" * 120_000 for i in range(13)},
          ("Job", "etcd", "global_env_vars")),
     Case("k8s-env-name-dotdot", "k8s", {"test.extra_env_vars": {"..x": "1"}}, ("..x", "environment variable name")),
+    # issue 46: Secret keys and label keys the API server refuses (apirules.py)
+    Case("k8s-secret-key-dotdot", "k8s", {KT + "CREDENTIALS": '{"HF_TOKEN": "hf-token:..data"}'},
+         ("CREDENTIALS", "not a valid Secret key", "'..'")),
+    Case("k8s-secret-key-dot", "k8s", {KT + "CREDENTIALS": '{"HF_TOKEN": "hf-token:."}'},
+         ("CREDENTIALS", "not a valid Secret key")),
+    Case("k8s-node-selector-empty-prefix", "k8s", {KT + "NODE_SELECTOR": '{"/zone": "a"}'},
+         ("NODE_SELECTOR", "prefix part must be non-empty")),
     Case("k8s-toleration-seconds-2pow63", "k8s", {_TOL: _tol_seconds(2**63)},
          ("tolerationSeconds", "9223372036854775808", "int64")),
     Case("k8s-toleration-seconds-below-int64", "k8s", {_TOL: _tol_seconds(-(2**63) - 1)},
@@ -706,5 +727,6 @@ CLASSES: dict[str, list[Case]] = {
     "sbatch directives": _also_run(SBATCH_DIRECTIVES), "filename patterns": FILENAME_PATTERNS,
     "control characters": CONTROL_CHARACTERS, "node lists": NODE_LISTS, "kubernetes API limits": K8S_LIMITS,
     "reserved env names": RESERVED_ENV_NAMES, "invisible characters": INVISIBLE_CHARACTERS,
+    "physical ranges (issue 46)": PHYSICAL_RANGES,
 }
 CASES = [c for rows in CLASSES.values() for c in rows]
