@@ -16,6 +16,7 @@ SLOW = {
     "hostile/test_damaged_refit.py", "hostile/test_damaged_results.py", "hostile/test_hostile_inputs.py",
     "hostile/test_issue32.py", "hostile/test_reliability.py", "hostile/test_size_bounds.py", "k8s/test_k8s_dry_run.py",
     "k8s/test_k8s_hostile_and_secrets.py", "metrics/test_benchmark.py", "metrics/test_frames.py",
+    "hostile/test_node_names.py", "hostile/test_results_in_conf.py", "hostile/test_terminal_controls.py",
     "payload/test_refit_coalesce.py", "payload/test_refit_coalesce_edges.py", "payload/test_refit_coalesce_pairwise.py",
     "payload/test_refit_payload.py", "slurm/test_cluster.py", "slurm/test_e2e.py", "test_ab_starts.py",
     "test_bridge062_recipes.py", "test_dispatch_bench.py", "test_dry_run.py", "test_first_hour.py",
