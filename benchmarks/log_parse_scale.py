@@ -115,18 +115,22 @@ def measure(kind: str, run: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--kinds", default="training,refit", help="which logs (training, refit or both)")
     args = ap.parse_args()
+    kinds = args.kinds.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"method: each log written to a temp folder, parsed once per size in a fresh child process by "
           f"metrics.parse_training_run / parse_refit_run (generate-report's entry points); wall by perf_counter, peak "
           f"memory = ru_maxrss (getrusage RUSAGE_SELF) minus VmRSS before the call (the table's: the child's "
           f"whole peak, parse included); n=1 per size (no spread); "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    results: dict[str, dict[int, dict]] = {"training": {}, "refit": {}}
+    results: dict[str, dict[int, dict]] = {kind: {} for kind in kinds}
     tmp = Path(tempfile.mkdtemp(prefix="log_parse_scale."))
     try:
         for n in sizes:
             for kind, write in (("training", write_training), ("refit", write_refit)):
+                if kind not in kinds:
+                    continue
                 run = tmp / f"{kind}-{n}"
                 t0 = time.perf_counter()
                 size = write(run, n)
