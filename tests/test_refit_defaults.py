@@ -82,3 +82,23 @@ def test_the_layout_that_runs_is_upstreams_for_a_kimi_k2_swap() -> None:
                                          "mode": "non-collocated", "model": {"num_experts": 8}}), 96)
     assert (src.world, dst.world, dst.tp, dst.etp, dst.rank_offset) == (64, 32, 8, 1, 64)
     assert RefitConfig().dst.etp == 1
+
+
+# Training sizes left unset (MBridgeTrainingCmdArgs): the value Megatron-Core gives them. etp is not here: ours is 1,
+# the value Bridge's DeepSeek-V3 / Kimi-K2 recipes set, where Megatron-Core's own is tp (model_parallel_config.py
+# L506-507); the refit side above follows Megatron-Core, the training side the recipes it runs.
+TRAINING = [
+    ("tp", 1, "core/model_parallel_config.py:55 tensor_model_parallel_size = 1"),
+    ("pp", 1, "core/model_parallel_config.py:83 pipeline_model_parallel_size = 1"),
+    ("vp", None, "core/model_parallel_config.py:86 virtual_pipeline_model_parallel_size = None"),
+    ("cp", 1, "core/model_parallel_config.py:100 context_parallel_size = 1"),
+    ("ep", 1, "core/model_parallel_config.py:127 expert_model_parallel_size = 1"),
+]
+
+
+@pytest.mark.parametrize(("field", "upstream", "line"), TRAINING, ids=[row[0] for row in TRAINING])
+def test_an_unset_training_size_is_megatron_cores(field, upstream, line) -> None:
+    from cloudai_mbridge.workloads.training.test_definition import MBridgeTrainingCmdArgs
+
+    args = MBridgeTrainingCmdArgs.model_validate({"model": "tiny_moe"})
+    assert getattr(args, field) == upstream, line
