@@ -359,3 +359,17 @@ def test_the_routing_line_parses_with_and_without_dispatcher_times():
     # rank 4 logged two different times for one iteration: neither kept; a line cut off mid-write is not read
     assert signals.dispatcher_times(lines) == {(3, 5): (12.346, 7.5)}
     assert signals.dispatcher_times(lines[:1]) == {}
+
+
+def test_a_cell_run_once_splits_by_welch_as_its_verdict():
+    pytest.importorskip("cloudai")
+    from cloudai_mbridge.reports.ab import _welch_split
+
+    rng = random.Random(5)
+    base = [(600.0 + e, 100.0 + e / 2, 50.0) for e in (rng.gauss(0, 4) for _ in range(16))]
+    arm = [(570.0 + e, 70.0 + e / 2, 50.0) for e in (rng.gauss(0, 4) for _ in range(16))]
+    split = _welch_split(base, arm)
+    mean = lambda rows, k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
+    assert sum(v[0] for v in split.values()) == pytest.approx((mean(arm, 0) - mean(base, 0)) / mean(base, 0) * 100)
+    assert split["dispatch"][2] < 0 and split["combine"] == (0.0, 0.0, 0.0) and abs(split["rest"][0]) < 1.0
+    assert _welch_split(base[:1], arm) is None

@@ -547,7 +547,7 @@ class MBridgeABReport(TolerantLoading, Reporter):
                     "arm_deep_ep_provider": a.validity.dispatcher.deep_ep_provider,
                     "base_run": str(base.run_dir),
                     "arm_run": str(arm.run_dir),
-                    **split_fields([b], [a]),
+                    **split_fields([b], [a], WELCH),
                 }
             )
         return rows
@@ -676,7 +676,7 @@ class MBridgeABReport(TolerantLoading, Reporter):
         sections.append(html_table(columns, ([r.get(c) for c in columns] for r in shown_rows), classes, HEADERS,
                                    definitions(cfg.warmup, cfg.loss_first_k, cfg.loss_rtol, methods, gc_out)))
         if paired:
-            sections.append(split_section(paired))
+            sections.append(split_section(paired, methods))
         micro = getattr(self, "_micro", [])
         if micro:
             attach_training(micro, self._training_by_arm(rows, cells))
@@ -937,25 +937,40 @@ SPLIT_HEADERS = {
     "combine_delta_pct": "combine change (%)", "combine_ci95_pct": "combine 95 % interval (%)",
     "rest_delta_pct": "rest change (%)", "rest_ci95_pct": "rest 95 % interval (%)",
 }
-SPLIT_DEFINITIONS = {
-    "time_split": "\"recorded\" when every start of both arms logged the time inside the MoE token dispatcher per "
-                  "iteration (payload/train/dispatch_timing.py); \"not recorded\" for runs of a payload without it",
-    "base_dispatch_ms": "time inside dispatch per iteration, summed over the MoE layers: the forward "
-                        "dispatch_preprocess, token_dispatch and dispatch_postprocess and the backward of "
-                        "token_dispatch, the mean over starts of each start's steady-state mean (rank 0 and the last "
-                        "rank averaged)",
-    "base_combine_ms": "the same for combine_preprocess, token_combine, combine_postprocess and token_combine's "
-                       "backward",
-    "dispatch_delta_pct": "the arm's dispatch time minus the baseline's, as % of the baseline's iteration time: "
-                          "dispatch + combine + rest add up to the A/B's change",
-    "dispatch_ci95_pct": "95 % interval of that change, the bootstrap over starts then iterations of the verdict "
-                         "(an iteration's numbers drawn together)",
-    "rest_delta_pct": "the change of everything else in the iteration (iteration - dispatch - combine): experts, "
-                      "attention, the optimizer, the backward of the permutations",
-}
+def split_definitions(methods: frozenset[str]) -> dict[str, str]:
+    """What every column of "Where the time went" holds; the interval's words name only the methods of the rows."""
+    how = {BOOTSTRAP: "for a cell run more than once the bootstrap over starts then iterations of its verdict (an "
+                      "iteration's three numbers drawn together)",
+           BOOTSTRAP_ONE: "for a cell with one start on a side the same bootstrap as its verdict",
+           WELCH: "for a cell run once per arm Welch's interval over the iterations, as its verdict"}
+    interval = "95 % interval of that change: " + "; ".join(how[m] for m in sorted(methods) if m in how)
+    part = ("the arm's {0} time minus the baseline's, as % of the baseline's iteration time (dispatch + combine + "
+            "rest add up to the A/B's change)")
+    return {
+        "cell": "the settings both arms share (the A/B table's cell)",
+        "arm": "the compared arm; its baseline is the A/B table's",
+        "time_split": "\"recorded\" when every start of both arms logged the time inside the MoE token dispatcher per "
+                      "iteration (payload/train/dispatch_timing.py); \"not recorded\" for runs of a payload without "
+                      "it, with how many starts lack it",
+        "base_dispatch_ms": "the baseline's time inside dispatch per iteration, summed over the MoE layers: the "
+                            "forward dispatch_preprocess, token_dispatch and dispatch_postprocess and the backward of "
+                            "token_dispatch; the mean over starts of each start's steady-state mean (rank 0 and the "
+                            "last rank averaged)",
+        "arm_dispatch_ms": "the same for the arm",
+        "base_combine_ms": "the baseline's time inside combine per iteration: combine_preprocess, token_combine, "
+                           "combine_postprocess and token_combine's backward, as dispatch",
+        "arm_combine_ms": "the same for the arm",
+        "dispatch_delta_pct": part.format("dispatch"),
+        "dispatch_ci95_pct": interval,
+        "combine_delta_pct": part.format("combine"),
+        "combine_ci95_pct": interval,
+        "rest_delta_pct": part.format("rest-of-iteration") + "; the rest is everything else in the iteration: "
+                          "experts, attention, the optimizer, the backward of the permutations",
+        "rest_ci95_pct": interval,
+    }
 
 
-def split_section(rows: list[dict[str, Any]]) -> str:
+def split_section(rows: list[dict[str, Any]], methods: frozenset[str]) -> str:
     """Where each arm's change went: dispatch, combine and the rest, each with its interval, or "not recorded"."""
     columns = list(SPLIT_HEADERS)
     recorded = sum(r.get("time_split") == "recorded" for r in rows)
@@ -966,7 +981,7 @@ def split_section(rows: list[dict[str, Any]]) -> str:
     return ("<h2>Where the time went</h2>" + note
             + html_table(columns, ([r.get(c, "" if c in SPLIT_HEADERS and r.get("time_split") != "recorded"
                                           else None) for c in columns] for r in rows),
-                         None, SPLIT_HEADERS, SPLIT_DEFINITIONS))
+                         None, SPLIT_HEADERS, split_definitions(methods)))
 
 
 def _t975(df: float) -> float:
@@ -1000,16 +1015,17 @@ def _series(m: TrainingRunMetrics) -> list[float]:
                                  set(m.gc_iterations))
 
 
-def _split_series(m: TrainingRunMetrics) -> list[tuple[float, float, float]] | None:
-    """A start's steady iterations (as :func:`_series` picks them) as (iteration ms, dispatch ms, combine ms), the
-    dispatcher's times the mean over the ranks that logged them (rank 0 and the last rank); None when the log does
-    not carry them for every one of those iterations (a payload before the timer: "not recorded")."""
+def _split_series(m: TrainingRunMetrics, gc_out: bool = True) -> list[tuple[float, float, float]] | None:
+    """A start's steady iterations (as the verdict picks them: manual-GC iterations out where starts repeat, kept in
+    a cell run once) as (iteration ms, dispatch ms, combine ms), the dispatcher's times the mean over the ranks that
+    logged them (rank 0 and the last rank); None when the log does not carry them for every one of those iterations
+    (a payload before the timer: "not recorded")."""
     if no_numbers(m) or not m.dispatcher_ms:
         return None
     by_it: dict[int, list[tuple[float, float]]] = {}
     for (_, it), value in m.dispatcher_ms.items():
         by_it.setdefault(it, []).append(value)
-    steady, gc = set(m.steady_iterations), set(m.gc_iterations)
+    steady, gc = set(m.steady_iterations), set(m.gc_iterations) if gc_out else set()
     out = []
     for r in m.iterations:
         if r.iteration not in steady or r.iteration in gc or r.elapsed_ms is None or not math.isfinite(r.elapsed_ms):
@@ -1024,16 +1040,44 @@ def _split_series(m: TrainingRunMetrics) -> list[tuple[float, float, float]] | N
 NOT_RECORDED = "not recorded"
 
 
-def split_fields(base: list[TrainingRunMetrics], arm: list[TrainingRunMetrics]) -> dict[str, Any]:
+def _welch_split(base: list[tuple[float, float, float]], arm: list[tuple[float, float, float]]
+                 ) -> dict[str, tuple[float, float, float]] | None:
+    """The split of a cell run once per arm, by the verdict's own method there: Welch's 95 % interval of each part's
+    difference of means over the iterations, as % of the baseline's mean iteration time."""
+    def part(rows: list[tuple[float, float, float]], k: int) -> list[float]:
+        return [r[0] - r[1] - r[2] if k == 3 else r[k] for r in rows]
+
+    base_t = sum(r[0] for r in base) / len(base)
+    if len(base) < 2 or len(arm) < 2 or base_t == 0.0:
+        return None
+    out = {}
+    for k, name in enumerate(ab_starts.SPLIT, 1):
+        b, a = part(base, k), part(arm, k)
+        mb, ma = sum(b) / len(b), sum(a) / len(a)
+        vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+        va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+        se = math.sqrt(vb + va)
+        df = (vb + va) ** 2 / ((vb ** 2 / (len(b) - 1)) + (va ** 2 / (len(a) - 1))) if se > 0 else 1.0
+        half = _t975(df) * se
+        diff = ma - mb
+        out[name] = (diff / base_t * 100.0, (diff - half) / base_t * 100.0, (diff + half) / base_t * 100.0)
+    return out
+
+
+def split_fields(base: list[TrainingRunMetrics], arm: list[TrainingRunMetrics], method: str = BOOTSTRAP
+                 ) -> dict[str, Any]:
     """Where the arm's change went: dispatch, combine and the rest of the iteration, each as % of the baseline's
-    iteration time with its 95 % interval (ab_starts.bootstrap_split: the bootstrap over starts of the verdict); "not
-    recorded" when a start of either side has no dispatcher times."""
-    series = [_split_series(m) for m in (*base, *arm)]
+    iteration time with its 95 % interval by the verdict's own method (``method``: the bootstrap over starts,
+    ab_starts.bootstrap_split, or Welch's over iterations for a cell run once); "not recorded" when a start of
+    either side has no dispatcher times."""
+    welch = method == WELCH
+    series = [_split_series(m, gc_out=not welch) for m in (*base, *arm)]
     if any(s is None for s in series):
         missing = sum(s is None for s in series)
         return {"time_split": f"{NOT_RECORDED} ({missing} of {len(series)} starts without dispatcher times)"}
     base_s, arm_s = series[:len(base)], series[len(base):]
-    split = ab_starts.bootstrap_split(base_s, arm_s)  # type: ignore[arg-type]
+    split = (_welch_split(base_s[0], arm_s[0]) if welch  # type: ignore[index]
+             else ab_starts.bootstrap_split(base_s, arm_s))  # type: ignore[arg-type]
     if split is None:
         return {"time_split": f"{NOT_RECORDED} (no steady-state iteration)"}
 
