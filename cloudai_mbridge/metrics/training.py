@@ -27,14 +27,17 @@ so a line cut by a kill, or spliced with another rank's output, never yields a s
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import operator
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from . import signals
 from .frames import csv_text_of, frame
@@ -138,6 +141,169 @@ class IterationRecord:
     # (field, raw text) of the numbers the line carried but that do not read as one (damaged bytes): such a value is
     # never silently treated as absent
     damaged: tuple[tuple[str, str], ...] = ()
+
+
+# One logged iteration as columns: 10^6 records as objects held ~0.9 KiB each (a 10^6-iteration log parsed in +945 MiB),
+# as columns ~0.15 KiB. A record is built again, equal field for field, each time one is read.
+_FLOAT_COLUMNS = ("elapsed_ms", "tflops_per_gpu", "lm_loss", "grad_norm", "learning_rate", "loss_scale")
+_INT_COLUMNS = ("global_batch_size", "consumed_samples", "skipped_iterations", "nan_iterations")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class IterationRecords(Sequence[IterationRecord]):
+    """A read-only sequence of :class:`IterationRecord`, stored as ``array`` columns.
+
+    Numbers sit in ``array('d')`` / ``array('q')`` columns (a field's absence in a per-record shape, so a NaN that was
+    logged stays a NaN); the field names, source and completeness in a small table of shapes shared by the records;
+    the timestamp and extra fields' text in one byte buffer. A record that does not fit (damaged bytes, a number
+    outside int64, text with ``|``) is kept whole. Indexing and iteration build each record on demand."""
+
+    __slots__ = ("_floats", "_ints", "_it", "_num", "_num_at", "_shape", "_shape_ids", "_shapes", "_text", "_text_at",
+                 "_total", "_whole")
+
+    def __init__(self, records: Iterable[IterationRecord] = ()) -> None:
+        self._it, self._total = array("q"), array("q")
+        self._floats = tuple(array("d") for _ in _FLOAT_COLUMNS)
+        self._ints = tuple(array("q") for _ in _INT_COLUMNS)
+        self._shape = array("I")
+        self._shapes: list[tuple[int, tuple[str, ...], tuple[str, ...], str, bool, bool]] = []
+        self._shape_ids: dict[tuple, int] = {}
+        self._num, self._num_at = array("d"), array("q", [0])
+        self._text, self._text_at = bytearray(), array("q", [0])
+        self._whole: dict[int, IterationRecord] = {}
+        self.extend(records)
+
+    def extend(self, records: Iterable[IterationRecord]) -> None:
+        for record in records:
+            self.append(record)
+
+    def append(self, r: IterationRecord) -> None:
+        compact = self._compact(r)
+        n = len(self._it)
+        if compact is None:
+            self._whole[n] = r
+            shape, floats, ints, nums, text = 0, (0.0,) * len(_FLOAT_COLUMNS), (0,) * len(_INT_COLUMNS), (), b""
+            it, total = (r.iteration, r.train_iters) if self._fits(r.iteration, r.train_iters) else (-1, -1)
+        else:
+            shape, floats, ints, nums, text = compact
+            it, total = r.iteration, r.train_iters
+        self._it.append(it)
+        self._total.append(total)
+        for column, value in zip(self._floats, floats, strict=True):
+            column.append(value)
+        for column, value in zip(self._ints, ints, strict=True):
+            column.append(value)
+        self._shape.append(shape)
+        self._num.extend(nums)
+        self._num_at.append(len(self._num))
+        self._text += text
+        self._text_at.append(len(self._text))
+
+    @staticmethod
+    def _fits(*ints: Any) -> bool:
+        return all(type(v) is int and _INT64[0] <= v <= _INT64[1] for v in ints)
+
+    def _compact(self, r: IterationRecord) -> tuple | None:
+        if r.damaged or not self._fits(r.iteration, r.train_iters) or type(r.source) is not str:
+            return None
+        mask, floats, ints = 0, [], []
+        for bit, name in enumerate(_FLOAT_COLUMNS):
+            value = getattr(r, name)
+            if value is not None and type(value) is not float:
+                return None
+            mask |= (value is not None) << bit
+            floats.append(0.0 if value is None else value)
+        for bit, name in enumerate(_INT_COLUMNS, start=len(_FLOAT_COLUMNS)):
+            value = getattr(r, name)
+            if value is not None and not self._fits(value):
+                return None
+            mask |= (value is not None) << bit
+            ints.append(0 if value is None else value)
+        texts = []
+        for mapping, kind in ((r.losses, float), (r.extras, str)):
+            if mapping is not _NONE and not (type(mapping) is dict and mapping):
+                return None
+            if any(type(k) is not str or type(v) is not kind for k, v in mapping.items()):
+                return None
+        if r.timestamp is not None:
+            texts.append(r.timestamp)
+        texts += r.extras.values()
+        if any(type(t) is not str or "|" in t for t in texts) or type(r.complete) is not bool:
+            return None
+        key = (mask, tuple(r.losses), tuple(r.extras), r.source, r.complete, r.timestamp is not None)
+        shape = self._shape_ids.get(key)
+        if shape is None:
+            shape = self._shape_ids[key] = len(self._shapes)
+            self._shapes.append(key)
+        text = "|".join(texts).encode("utf-8", "surrogatepass") if texts else b""
+        return shape, floats, ints, tuple(r.losses.values()), text
+
+    def __len__(self) -> int:
+        return len(self._it)
+
+    @overload
+    def __getitem__(self, index: int) -> IterationRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> IterationRecords: ...
+    def __getitem__(self, index: int | slice) -> IterationRecord | IterationRecords:
+        if isinstance(index, slice):
+            return IterationRecords(self[i] for i in range(*index.indices(len(self))))
+        n = len(self._it)
+        i = operator.index(index)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("iteration record index out of range")
+        whole = self._whole.get(i) if self._whole else None
+        if whole is not None:
+            return whole
+        mask, loss_keys, extra_keys, source, complete, has_timestamp = self._shapes[self._shape[i]]
+        values: dict[str, Any] = {}
+        for bit, (name, column) in enumerate(zip(_FLOAT_COLUMNS, self._floats, strict=True)):
+            if mask >> bit & 1:
+                values[name] = column[i]
+        for bit, (name, column) in enumerate(zip(_INT_COLUMNS, self._ints, strict=True), start=len(_FLOAT_COLUMNS)):
+            if mask >> bit & 1:
+                values[name] = column[i]
+        losses: Mapping[str, float] = _NONE
+        if loss_keys:
+            losses = dict(zip(loss_keys, self._num[self._num_at[i] : self._num_at[i + 1]], strict=True))
+        texts = self._text[self._text_at[i] : self._text_at[i + 1]].decode("utf-8", "surrogatepass").split("|")
+        timestamp = texts.pop(0) if has_timestamp else None
+        extras: Mapping[str, str] = dict(zip(extra_keys, texts, strict=True)) if extra_keys else _NONE
+        return IterationRecord(self._it[i], self._total[i], losses=losses, extras=extras, timestamp=timestamp,
+                               complete=complete, source=source, **values)
+
+    def __iter__(self) -> Iterator[IterationRecord]:
+        for i in range(len(self._it)):
+            yield self[i]
+
+    def column(self, name: str) -> list[Any]:
+        """One field of every record, in order (None where absent), without building the records."""
+        if name in ("iteration", "train_iters"):
+            values: list[Any] = list(self._it if name == "iteration" else self._total)
+        elif name in _FLOAT_COLUMNS or name in _INT_COLUMNS:
+            floats = name in _FLOAT_COLUMNS
+            bit = _FLOAT_COLUMNS.index(name) if floats else len(_FLOAT_COLUMNS) + _INT_COLUMNS.index(name)
+            data = (self._floats[_FLOAT_COLUMNS.index(name)] if floats else self._ints[_INT_COLUMNS.index(name)])
+            present = [shape[0] >> bit & 1 for shape in self._shapes] or [0]
+            values = [v if present[s] else None for v, s in zip(data, self._shape, strict=True)]
+        else:
+            return [getattr(r, name) for r in self]
+        for i, whole in self._whole.items():
+            values[i] = getattr(whole, name)
+        return values
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IterationRecords | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"IterationRecords({list(self)!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +439,7 @@ class TrainingRunMetrics:
     missing_ranks: tuple[int, ...]
     truncated_files: tuple[str, ...]
     iteration_source: str | None
-    iterations: tuple[IterationRecord, ...]
+    iterations: Sequence[IterationRecord]  # an IterationRecords: columns, each record built when read
     step_times: tuple[StepTimeRecord, ...]
     memory: tuple[MemoryReport, ...]
     warmup: int
@@ -456,7 +622,7 @@ def scan_training_run(layout: RunLayout, workers: int = 1) -> RunScan:
     return scan_run(layout, lambda rank: _rank_plan(rank, last, dp0, uccl_everywhere), JOB_PLAN, workers)
 
 
-def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[list[IterationRecord], str | None]:
+def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[IterationRecords, str | None]:
     last = run.layout.last_rank
     candidates: list[tuple[str, Any]] = []
     if last is not None and last in run.ranks:
@@ -464,7 +630,7 @@ def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[list[Iterati
         candidates.append((run.source(run.ranks[last]), lambda: run.ranks[last].take(ITERATION.name)))
     candidates.append(("job logs", lambda: run.labelled(ITERATION.name, (None, last))))
     for source, take in candidates:
-        records = []
+        records = IterationRecords()
         lines: list[LogLine | None] = take()
         for i, line in enumerate(lines):
             lines[i] = None
@@ -473,12 +639,12 @@ def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[list[Iterati
             if not found and line.terminated and ("\ufffd" in line.text or "\x00" in line.text):
                 # the line names the iteration time but its head was damaged: an iteration lost, not silently
                 records.append(IterationRecord(-1, -1, source=source, damaged=(("iteration line", line.text[:120]),)))
-            records += found
-        if any(r.iteration >= 0 for r in records):
+            records.extend(found)
+        if any(i >= 0 for i in records.column("iteration")):
             if source == "job logs":
                 problems.append("iterations_from_job_logs")
             return records, source
-    return [], None
+    return IterationRecords(), None
 
 
 # what a duplicated iteration line may not disagree on (field, words): its numbers, not its timestamp
@@ -499,8 +665,7 @@ def _same(a: Any, b: Any) -> bool:
     return a is None or b is None or a == b  # a value the line did not carry (cut short) contradicts nothing
 
 
-def _dedupe(records: list[IterationRecord], problems: list[str], where: str = "") -> tuple[list[IterationRecord],
-                                                                                            list[str]]:
+def _dedupe(records: IterationRecords, problems: list[str], where: str = "") -> tuple[IterationRecords, list[str]]:
     """The records by iteration, sorted, and what their duplicates contradict.
 
     An iteration logged more than once (a restarted rank, logs concatenated, a line printed twice):
@@ -512,12 +677,19 @@ def _dedupe(records: list[IterationRecord], problems: list[str], where: str = ""
       values; the caller makes the run ``inconsistent_log`` (no number comes out of it). Which copy is kept does not
       matter then; the last one is.
 
-    A value only one copy carries (a line cut short) contradicts nothing."""
-    by_iteration: dict[int, IterationRecord] = {}
+    A value only one copy carries (a line cut short) contradicts nothing. Records with a negative iteration (lines
+    too damaged to read) are left out."""
+    iterations = records.column("iteration")
+    if all(a < b for a, b in itertools.pairwise(iterations)) and (not iterations or iterations[0] >= 0):
+        return records, []  # each iteration once, in order: the records as they are
+    by_iteration: dict[int, int] = {}  # iteration -> position of the record kept
     contradictions = signals.Capped()  # the first 20 and a count (a log of 10^6 repeated lines)
-    for record in records:
-        before = by_iteration.get(record.iteration)
-        if before is not None:
+    for position, iteration in enumerate(iterations):
+        if iteration < 0:
+            continue
+        kept = by_iteration.get(iteration)
+        if kept is not None:
+            before, record = records[kept], records[position]
             if "duplicate_iterations" not in problems:
                 problems.append("duplicate_iterations")
             differ = [(words, getattr(before, name), getattr(record, name)) for name, words in _DUPLICATE_FIELDS
@@ -530,8 +702,8 @@ def _dedupe(records: list[IterationRecord], problems: list[str], where: str = ""
                                       f"({values})")
             if not record.complete and before.complete:
                 continue  # keep the whole line over a copy cut short
-        by_iteration[record.iteration] = record
-    return [by_iteration[i] for i in sorted(by_iteration)], list(contradictions.done())
+        by_iteration[iteration] = position
+    return IterationRecords(records[by_iteration[i]] for i in sorted(by_iteration)), list(contradictions.done())
 
 
 def _shown(value: Any) -> str:
@@ -602,11 +774,11 @@ def _nan_evidence(records: Sequence[IterationRecord]) -> tuple[list[int], list[i
 
 
 def _drop_bad_times(
-    records: list[IterationRecord], step_times: list[StepTimeRecord], problems: list[str]
-) -> tuple[list[IterationRecord], list[StepTimeRecord], tuple[str, ...]]:
+    records: Iterable[IterationRecord], step_times: list[StepTimeRecord], problems: list[str]
+) -> tuple[IterationRecords, list[StepTimeRecord], tuple[str, ...]]:
     """A damaged time (negative, zero, nan/inf, absurd) never enters a statistic and makes the run invalid."""
     errors = signals.Capped()  # the first 20 and a count: a log of 10^6 damaged times holds no 10^6 messages
-    kept = []
+    kept = IterationRecords()
     for r in records:
         if r.iteration < 0:  # an iteration line whose head was damaged (see _collect_iterations)
             shown = r.damaged[0][1].replace("\ufffd", "?").replace("\x00", "?")
@@ -739,8 +911,10 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         problems.append("missing_config" if layout.config_status == "missing" else "invalid_config")
 
     raw, source = _collect_iterations(run, problems)
-    lost = [r for r in raw if r.iteration < 0]  # iteration lines too damaged to read: counted below
-    records, inconsistencies = _dedupe([r for r in raw if r.iteration >= 0], problems, str(layout.run_dir))
+    # iteration lines too damaged to read: counted below
+    lost = [raw[i] for i, iteration in enumerate(raw.column("iteration")) if iteration < 0]
+    records, inconsistencies = _dedupe(raw, problems, str(layout.run_dir))
+    del raw
     contradictions = _contradictions(records, config)
     if contradictions:
         where = f"{layout.run_dir}/{source}" if source and source != "job logs" else str(layout.run_dir)
@@ -753,7 +927,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     rank0 = run.ranks.get(0)
     step_lines = list(rank0.lines(STEP_TIME.name)) if rank0 else run.labelled(STEP_TIME.name, (None, 0))
     step_times = [s for line in step_lines for s in parse_step_time_line(line.text)]
-    records, step_times, time_errors = _drop_bad_times([*lost, *records], step_times, problems)
+    records, step_times, time_errors = _drop_bad_times(itertools.chain(lost, records), step_times, problems)
     memory_lines = [line for s in (*run.ranks.values(), *run.jobs) for line in s.lines(MEMORY.name)]
     memory = sorted(
         {(m.rank, m.after_iterations): m for line in memory_lines for m in parse_memory_line(line)}.values(),
@@ -814,15 +988,19 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     if any(s.status == "empty" for s in run.ranks.values()):
         problems.append("empty_rank_log")
 
-    n_warm = warmup_count([r.iteration for r in records], warmup)
-    steady = records[n_warm:]
-    iteration_time = steady_state([r.elapsed_ms for r in records], n_warm, stall_factor)
+    iterations = records.column("iteration")
+    elapsed = records.column("elapsed_ms")
+    n_warm = warmup_count(iterations, warmup)
+    steady = iterations[n_warm:]  # the steady iterations' numbers (the columns, not 10^6 records)
+    iteration_time = steady_state(elapsed, n_warm, stall_factor)
     if iteration_time.n == 0 and "no_iterations" not in problems:
         problems.append("no_steady_state")
-    timed = [r for r in steady if r.elapsed_ms is not None and math.isfinite(r.elapsed_ms)]
-    stalls = tuple(timed[p].iteration for p in iteration_time.stall_positions)
-    gc_its = tuple(r.iteration for r in steady if gc_every and r.iteration > 1 and (r.iteration - 1) % gc_every == 0)
-    no_gc = steady_state([r.elapsed_ms for r in steady if r.iteration not in gc_its], 0, stall_factor)
+    timed = [i for i, ms in zip(steady, elapsed[n_warm:], strict=True) if ms is not None and math.isfinite(ms)]
+    stalls = tuple(timed[p] for p in iteration_time.stall_positions)
+    gc_its = tuple(i for i in steady if gc_every and i > 1 and (i - 1) % gc_every == 0)
+    gc_set = set(gc_its)
+    no_gc = steady_state([ms for i, ms in zip(steady, elapsed[n_warm:], strict=True) if i not in gc_set], 0,
+                         stall_factor)
     gbs, seq = config_int(config, "gbs"), config_int(config, "seq_length")
     if records and seq is None:
         problems.append("missing_seq_length")
@@ -841,14 +1019,14 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         missing_ranks=layout.missing_ranks,
         truncated_files=truncated,
         iteration_source=source,
-        iterations=tuple(records),
+        iterations=records,
         step_times=tuple(step_times),
         memory=tuple(memory),
         warmup=warmup,
-        steady_iterations=tuple(r.iteration for r in steady),
+        steady_iterations=tuple(steady),
         stall_iterations=stalls,
         iteration_time_ms=iteration_time,
-        tflops_per_gpu=steady_state([r.tflops_per_gpu for r in records], n_warm, stall_factor),
+        tflops_per_gpu=steady_state(records.column("tflops_per_gpu"), n_warm, stall_factor),
         tokens_per_s=steady_state([tokens_per_s(r, gbs, seq) for r in records], n_warm, stall_factor),
         step_time_s=steady_state([s.step_time_s for s in step_times], step_warm, stall_factor),
         step_tflops_per_gpu=steady_state([s.tflops_per_gpu for s in step_times], step_warm, stall_factor),
