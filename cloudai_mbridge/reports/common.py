@@ -59,9 +59,8 @@ def load_test_runs(reporter: Reporter) -> None:
 
                         text = read_text(dump, MAX_TOML_BYTES, "CloudAI's test-run.toml")
                         tr.test = tr.test.model_validate(toml.loads(text)["test_definition"])
-                    except Exception as exc:
-                        logging.warning("%s: unreadable (%s); the scenario's test definition is used", dump,
-                                        type(exc).__name__)
+                    except Exception as exc:  # once, not once per report of the scenario
+                        _warn_once(dump, f"unreadable ({type(exc).__name__}); the scenario's test definition is used")
                 reporter.trs.append(copy.deepcopy(tr))
 
 
@@ -104,14 +103,18 @@ def run_folders(folder: Path) -> list[tuple[Path, str | None]]:
     return found
 
 
-_SAID: set[Path] = set()
+_SAID: set[tuple[Path, str]] = set()
 
 
 def skipped_entry(path: Path, why: str) -> None:
     """A warning on screen, once per entry and command (every report of the scenario looks at the same tree)."""
-    if path not in _SAID:
-        _SAID.add(path)
-        logging.warning("%s: skipped: %s", path, why)
+    _warn_once(path, f"skipped: {why}")
+
+
+def _warn_once(path: Path, text: str) -> None:
+    if (path, text) not in _SAID:
+        _SAID.add((path, text))
+        logging.warning("%s: %s", path, text)
 
 
 def holds(reporter: Reporter, *tdef_types: type) -> bool:

@@ -146,7 +146,10 @@ EXPECT = {
 }
 
 
-CLOUDAI_REPORTS_FAIL = {"extra-non-numeric-folder", "test-run-toml-garbage"}
+# issue 46: what CloudAI's own reports could not load (a folder it did not number, a test-run.toml it cannot parse)
+# is named on screen, once, with why; every report, CloudAI's too, is written for the rest (exit 0)
+NAMED_ONCE = {"extra-non-numeric-folder": "notes: skipped: a folder whose name is not a run number",
+              "test-run-toml-garbage": "test-run.toml: unreadable (TomlDecodeError); the scenario's test definition"}
 
 
 @pytest.fixture(scope="module")
@@ -191,13 +194,11 @@ def test_the_intact_tree_names_a_winner(tmp_path: Path) -> None:
 def test_a_damaged_run_gives_no_number_and_keeps_the_other_rows(reports: dict, name: str) -> None:
     r = reports[name]
     assert "Traceback" not in r["output"], r["output"][-3000:]
-    if name in CLOUDAI_REPORTS_FAIL:
-        # CloudAI's own reports (status, per-test, DSE, tarball) cannot load a folder it did not number: they fail,
-        # and generate-report says which and exits 1; the plugin's reports leave the folder out and are written
-        assert r["code"] == 1 and "report(s) could not be written: " in r["output"], r["output"][-3000:]
-        assert "status" in r["output"].split("could not be written: ")[1].split("\n")[0]
-    else:
-        assert r["code"] == 0, r["output"][-3000:]
+    assert r["code"] == 0, r["output"][-3000:]
+    assert "could not be written" not in r["output"], r["output"][-3000:]
+    if name in NAMED_ONCE:
+        assert r["output"].count(NAMED_ONCE[name]) == 1, r["output"][-3000:]
+        assert (r["root"] / f"{r['root'].name.rsplit('_', 2)[0]}.html").is_file()  # CloudAI's scenario report
     assert set(r["rows"]) == {"mbs=1", "mbs=2"}, r["output"][-2000:]
     cell = r["rows"]["mbs=1"]
     expect = EXPECT.get(name, "invalid")
