@@ -64,6 +64,10 @@ class Marker:
     early on a healthy log). ``keep`` drops hits whose decoded line does not match it. ``requires`` /
     ``requires_absent`` name markers searched earlier in the same plan: the marker is only searched when that one
     kept hits / had none, which keeps rarely needed full passes off the common path.
+
+    ``fold`` (one needle, not ``first_only``): a class whose instance is handed each line as the scan finds it
+    (``add(line)``) and kept in :attr:`FileScan.folded` instead of the lines (``hits`` holds none): a 10^6-iteration
+    log's lines are read into compact records a window at a time and never all held.
     """
 
     name: str
@@ -72,6 +76,7 @@ class Marker:
     keep: re.Pattern[str] | None = None
     requires: str | None = None
     requires_absent: str | None = None
+    fold: Callable[[], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,7 @@ class FileScan:
     hits: Mapping[str, tuple[LogLine, ...]] = field(default_factory=dict)
     searched: frozenset[str] = frozenset()
     error: str | None = None
+    folded: Mapping[str, Any] = field(default_factory=dict)  # a ``fold`` marker's folder, by marker name
 
     def lines(self, marker: str) -> tuple[LogLine, ...]:
         return self.hits.get(marker, ())
@@ -398,7 +404,8 @@ def _windows(fh: BinaryIO) -> Iterator[tuple[_Buffer, int, int, bool]]:
         held, base = held - cut, base + cut
 
 
-def _scan_windows(fh: BinaryIO, plan: Sequence[Marker]) -> tuple[dict[str, tuple[LogLine, ...]], int, bool]:
+def _scan_windows(fh: BinaryIO, plan: Sequence[Marker], folded: dict[str, Any] | None = None
+                  ) -> tuple[dict[str, tuple[LogLine, ...]], int, bool]:
     """:func:`scan_file`'s search a window at a time, with the same hits in the same order: each marker's lines by
     needle, then needle by needle; ``first_only`` keeps the first line of the first needle that has one; a marker
     that ``requires`` (or ``requires_absent``) another is decided on the other's hits in the whole file, and searched
@@ -435,7 +442,10 @@ def _scan_windows(fh: BinaryIO, plan: Sequence[Marker]) -> tuple[dict[str, tuple
                     partial.add(m.name)  # its condition may still come true further on
                     continue
                 lines = found.setdefault(m.name, [[] for _ in m.needles])
-                if not (m.first_only and lines[0]):  # the first needle's first line is what first_only keeps
+                if folded is not None and m.name in folded:  # each line read into the fold as it is found
+                    for line in _find_lines(data, n, m, find):
+                        folded[m.name].add(LogLine(line.offset + base, line.text, line.label_rank, line.terminated))
+                elif not (m.first_only and lines[0]):  # the first needle's first line is what first_only keeps
                     for kept, more in zip(lines, _lines_by_needle(data, n, m, find, base), strict=True):
                         kept += more[: 1 if m.first_only else None]
                 now[m.name] = any(lines)
@@ -453,12 +463,13 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
     path = Path(path)
     try:
         with _open_log(path) as fh:  # unbuffered: the reads go straight into the buffer
+            folded = {m.name: m.fold() for m in markers if _folds(m)}
             if os.fstat(fh.fileno()).st_size > WINDOW:  # a window at a time: memory does not grow with the log
-                hits, size, truncated = _scan_windows(fh, markers)
+                hits, size, truncated = _scan_windows(fh, markers, folded)
                 if size == 0:
                     return FileScan(path=path, size=0, status="empty")
                 return FileScan(path=path, size=size, status="ok", truncated=truncated, hits=hits,
-                                searched=frozenset(hits))
+                                searched=frozenset(hits), folded=folded)
             buf, size = _read(fh)  # what the file holds now, even if it shrinks or grows meanwhile (no SIGBUS)
         if size == 0:
             return FileScan(path=path, size=0, status="empty")
@@ -471,14 +482,26 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
                 continue
             if marker.requires_absent is not None and hits.get(marker.requires_absent) != ():
                 continue
-            hits[marker.name] = tuple(_find_lines(data, size, marker, find))
+            if marker.name in folded:
+                for line in _find_lines(data, size, marker, find):
+                    folded[marker.name].add(line)
+                hits[marker.name] = ()
+            else:
+                hits[marker.name] = tuple(_find_lines(data, size, marker, find))
     except FileNotFoundError:
         return FileScan(path=path, size=0, status="missing")
     except InputFileError as exc:  # a FIFO, a device, a log above the limit: never read (issue 32)
         return FileScan(path=path, size=0, status="unreadable", error=str(exc))
     except (OSError, ValueError) as exc:
         return FileScan(path=path, size=0, status="unreadable", error=f"{type(exc).__name__}: {exc}")
-    return FileScan(path=path, size=size, status="ok", truncated=truncated, hits=hits, searched=frozenset(hits))
+    return FileScan(path=path, size=size, status="ok", truncated=truncated, hits=hits, searched=frozenset(hits),
+                    folded=folded)
+
+
+def _folds(marker: Marker) -> bool:
+    """Whether a marker's lines go to its ``fold`` (one needle and every line: the lines in file order)."""
+    return (marker.fold is not None and len(marker.needles) == 1 and not marker.first_only
+            and marker.requires is None and marker.requires_absent is None)
 
 
 def scan_files(plans: Sequence[tuple[Path, Sequence[Marker]]], workers: int = 1) -> list[FileScan]:

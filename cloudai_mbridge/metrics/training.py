@@ -147,7 +147,11 @@ class IterationRecord:
 # as columns ~0.15 KiB. A record is built again, equal field for field, each time one is read.
 _FLOAT_COLUMNS = ("elapsed_ms", "tflops_per_gpu", "lm_loss", "grad_norm", "learning_rate", "loss_scale")
 _INT_COLUMNS = ("global_batch_size", "consumed_samples", "skipped_iterations", "nan_iterations")
-_INT64 = (-(1 << 63), (1 << 63) - 1)
+_NO_FLOATS, _NO_INTS = (0.0,) * len(_FLOAT_COLUMNS), (0,) * len(_INT_COLUMNS)
+
+
+def _int64(value: Any) -> bool:
+    return type(value) is int and -(1 << 63) <= value < 1 << 63
 
 
 class IterationRecords(Sequence[IterationRecord]):
@@ -158,8 +162,8 @@ class IterationRecords(Sequence[IterationRecord]):
     the timestamp and extra fields' text in one byte buffer. A record that does not fit (damaged bytes, a number
     outside int64, text with ``|``) is kept whole. Indexing and iteration build each record on demand."""
 
-    __slots__ = ("_floats", "_ints", "_it", "_num", "_num_at", "_shape", "_shape_ids", "_shapes", "_text", "_text_at",
-                 "_total", "_whole")
+    __slots__ = ("_fields", "_floats", "_ints", "_it", "_num", "_num_at", "_shape", "_shape_ids", "_shapes", "_text",
+                 "_text_at", "_total", "_whole")
 
     def __init__(self, records: Iterable[IterationRecord] = ()) -> None:
         self._it, self._total = array("q"), array("q")
@@ -168,6 +172,7 @@ class IterationRecords(Sequence[IterationRecord]):
         self._shape = array("I")
         self._shapes: list[tuple[int, tuple[str, ...], tuple[str, ...], str, bool, bool]] = []
         self._shape_ids: dict[tuple, int] = {}
+        self._fields: list[tuple[tuple[str, array], ...]] = []  # per shape: the (field, column) pairs present
         self._num, self._num_at = array("d"), array("q", [0])
         self._text, self._text_at = bytearray(), array("q", [0])
         self._whole: dict[int, IterationRecord] = {}
@@ -180,10 +185,10 @@ class IterationRecords(Sequence[IterationRecord]):
     def append(self, r: IterationRecord) -> None:
         compact = self._compact(r)
         n = len(self._it)
-        if compact is None:
+        if compact is None:  # kept whole; its place in the columns holds zeros
             self._whole[n] = r
-            shape, floats, ints, nums, text = 0, (0.0,) * len(_FLOAT_COLUMNS), (0,) * len(_INT_COLUMNS), (), b""
-            it, total = (r.iteration, r.train_iters) if self._fits(r.iteration, r.train_iters) else (-1, -1)
+            shape, floats, ints, nums, text = 0, _NO_FLOATS, _NO_INTS, (), b""
+            it, total = (r.iteration, r.train_iters) if _int64(r.iteration) and _int64(r.train_iters) else (-1, -1)
         else:
             shape, floats, ints, nums, text = compact
             it, total = r.iteration, r.train_iters
@@ -194,49 +199,60 @@ class IterationRecords(Sequence[IterationRecord]):
         for column, value in zip(self._ints, ints, strict=True):
             column.append(value)
         self._shape.append(shape)
-        self._num.extend(nums)
+        if nums:
+            self._num.extend(nums)
         self._num_at.append(len(self._num))
-        self._text += text
+        if text:
+            self._text += text
         self._text_at.append(len(self._text))
 
-    @staticmethod
-    def _fits(*ints: Any) -> bool:
-        return all(type(v) is int and _INT64[0] <= v <= _INT64[1] for v in ints)
-
     def _compact(self, r: IterationRecord) -> tuple | None:
-        if r.damaged or not self._fits(r.iteration, r.train_iters) or type(r.source) is not str:
+        """(shape, floats, ints, loss values, text) of a record the columns hold exactly; None for one they cannot."""
+        if r.damaged or not (_int64(r.iteration) and _int64(r.train_iters)) or type(r.source) is not str:
             return None
-        mask, floats, ints = 0, [], []
-        for bit, name in enumerate(_FLOAT_COLUMNS):
-            value = getattr(r, name)
-            if value is not None and type(value) is not float:
+        mask, bit = 0, 1
+        floats = [r.elapsed_ms, r.tflops_per_gpu, r.lm_loss, r.grad_norm, r.learning_rate, r.loss_scale]
+        for k, value in enumerate(floats):
+            if value is None:
+                floats[k] = 0.0
+            elif type(value) is float:
+                mask |= bit
+            else:
                 return None
-            mask |= (value is not None) << bit
-            floats.append(0.0 if value is None else value)
-        for bit, name in enumerate(_INT_COLUMNS, start=len(_FLOAT_COLUMNS)):
-            value = getattr(r, name)
-            if value is not None and not self._fits(value):
+            bit <<= 1
+        ints = [r.global_batch_size, r.consumed_samples, r.skipped_iterations, r.nan_iterations]
+        for k, value in enumerate(ints):
+            if value is None:
+                ints[k] = 0
+            elif _int64(value):
+                mask |= bit
+            else:
                 return None
-            mask |= (value is not None) << bit
-            ints.append(0 if value is None else value)
-        texts = []
-        for mapping, kind in ((r.losses, float), (r.extras, str)):
-            if mapping is not _NONE and not (type(mapping) is dict and mapping):
-                return None
-            if any(type(k) is not str or type(v) is not kind for k, v in mapping.items()):
-                return None
-        if r.timestamp is not None:
-            texts.append(r.timestamp)
-        texts += r.extras.values()
-        if any(type(t) is not str or "|" in t for t in texts) or type(r.complete) is not bool:
+            bit <<= 1
+        losses, extras = r.losses, r.extras
+        if not (losses is _NONE or (type(losses) is dict and losses)) or any(
+            type(k) is not str or type(v) is not float for k, v in losses.items()
+        ):
             return None
-        key = (mask, tuple(r.losses), tuple(r.extras), r.source, r.complete, r.timestamp is not None)
+        if not (extras is _NONE or (type(extras) is dict and extras)) or any(
+            type(k) is not str or type(v) is not str or "|" in v for k, v in extras.items()
+        ):
+            return None
+        timestamp = r.timestamp
+        if timestamp is not None and (type(timestamp) is not str or "|" in timestamp):
+            return None
+        if type(r.complete) is not bool:
+            return None
+        key = (mask, tuple(losses), tuple(extras), r.source, r.complete, timestamp is not None)
         shape = self._shape_ids.get(key)
         if shape is None:
             shape = self._shape_ids[key] = len(self._shapes)
             self._shapes.append(key)
+            columns = (*zip(_FLOAT_COLUMNS, self._floats, strict=True), *zip(_INT_COLUMNS, self._ints, strict=True))
+            self._fields.append(tuple(nc for b, nc in enumerate(columns) if mask >> b & 1))
+        texts = [timestamp, *extras.values()] if timestamp is not None else list(extras.values())
         text = "|".join(texts).encode("utf-8", "surrogatepass") if texts else b""
-        return shape, floats, ints, tuple(r.losses.values()), text
+        return shape, floats, ints, tuple(losses.values()), text
 
     def __len__(self) -> int:
         return len(self._it)
@@ -247,52 +263,75 @@ class IterationRecords(Sequence[IterationRecord]):
     def __getitem__(self, index: slice) -> IterationRecords: ...
     def __getitem__(self, index: int | slice) -> IterationRecord | IterationRecords:
         if isinstance(index, slice):
-            return IterationRecords(self[i] for i in range(*index.indices(len(self))))
+            return IterationRecords(self._record(i) for i in range(*index.indices(len(self))))
         n = len(self._it)
         i = operator.index(index)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError("iteration record index out of range")
-        whole = self._whole.get(i) if self._whole else None
-        if whole is not None:
-            return whole
-        mask, loss_keys, extra_keys, source, complete, has_timestamp = self._shapes[self._shape[i]]
-        values: dict[str, Any] = {}
-        for bit, (name, column) in enumerate(zip(_FLOAT_COLUMNS, self._floats, strict=True)):
-            if mask >> bit & 1:
-                values[name] = column[i]
-        for bit, (name, column) in enumerate(zip(_INT_COLUMNS, self._ints, strict=True), start=len(_FLOAT_COLUMNS)):
-            if mask >> bit & 1:
-                values[name] = column[i]
+        return self._record(i)
+
+    def _record(self, i: int) -> IterationRecord:
+        if self._whole:
+            whole = self._whole.get(i)
+            if whole is not None:
+                return whole
+        shape = self._shape[i]
+        _mask, loss_keys, extra_keys, source, complete, has_timestamp = self._shapes[shape]
+        values = {name: column[i] for name, column in self._fields[shape]}
         losses: Mapping[str, float] = _NONE
         if loss_keys:
             losses = dict(zip(loss_keys, self._num[self._num_at[i] : self._num_at[i + 1]], strict=True))
-        texts = self._text[self._text_at[i] : self._text_at[i + 1]].decode("utf-8", "surrogatepass").split("|")
-        timestamp = texts.pop(0) if has_timestamp else None
-        extras: Mapping[str, str] = dict(zip(extra_keys, texts, strict=True)) if extra_keys else _NONE
+        timestamp, extras = None, _NONE
+        if has_timestamp or extra_keys:
+            texts = self._text[self._text_at[i] : self._text_at[i + 1]].decode("utf-8", "surrogatepass").split("|")
+            if has_timestamp:
+                timestamp = texts.pop(0)
+            if extra_keys:
+                extras = dict(zip(extra_keys, texts, strict=True))
         return IterationRecord(self._it[i], self._total[i], losses=losses, extras=extras, timestamp=timestamp,
                                complete=complete, source=source, **values)
 
     def __iter__(self) -> Iterator[IterationRecord]:
+        record = self._record
         for i in range(len(self._it)):
-            yield self[i]
+            yield record(i)
 
     def column(self, name: str) -> list[Any]:
         """One field of every record, in order (None where absent), without building the records."""
+        return list(self.values(name))
+
+    def values(self, name: str) -> Iterator[Any]:
+        """:meth:`column` one value at a time (no list of 10^6 numbers)."""
         if name in ("iteration", "train_iters"):
-            values: list[Any] = list(self._it if name == "iteration" else self._total)
+            values: Iterator[Any] = iter(self._it if name == "iteration" else self._total)
         elif name in _FLOAT_COLUMNS or name in _INT_COLUMNS:
             floats = name in _FLOAT_COLUMNS
             bit = _FLOAT_COLUMNS.index(name) if floats else len(_FLOAT_COLUMNS) + _INT_COLUMNS.index(name)
-            data = (self._floats[_FLOAT_COLUMNS.index(name)] if floats else self._ints[_INT_COLUMNS.index(name)])
+            data = self._floats[_FLOAT_COLUMNS.index(name)] if floats else self._ints[_INT_COLUMNS.index(name)]
             present = [shape[0] >> bit & 1 for shape in self._shapes] or [0]
-            values = [v if present[s] else None for v, s in zip(data, self._shape, strict=True)]
+            values = (v if present[s] else None for v, s in zip(data, self._shape, strict=True))
+        elif name in ("complete", "source"):
+            at = 4 if name == "complete" else 3
+            of_shape = [shape[at] for shape in self._shapes] or [None]
+            values = (of_shape[s] for s in self._shape)
         else:
-            return [getattr(r, name) for r in self]
-        for i, whole in self._whole.items():
-            values[i] = getattr(whole, name)
-        return values
+            values = (getattr(r, name) for r in self)
+        if not self._whole:
+            return values
+        whole = self._whole
+        return (getattr(whole[i], name) if i in whole else v for i, v in enumerate(values))
+
+    def set_source(self, source: str) -> None:
+        """Name the file every record came from (records read before the run's folder was known had none)."""
+        self._shapes = [(*key[:3], source, *key[4:]) for key in self._shapes]
+        self._shape_ids = {key: i for i, key in enumerate(self._shapes)}
+        self._whole = {i: dataclasses.replace(r, source=source) for i, r in self._whole.items()}
+
+    def whole_positions(self) -> set[int]:
+        """The positions of the records kept whole (damaged bytes, numbers or text the columns cannot hold)."""
+        return set(self._whole)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, IterationRecords | tuple):
@@ -590,7 +629,7 @@ def _rank_plan(rank: int, last: int | None, dp0: tuple[int, ...] | None, uccl_ev
     if rank == 0:
         plan += [STEP_TIME, signals.BRIDGE_SKIP]
     if rank == last:
-        plan.append(ITERATION)
+        plan.append(RANK_ITERATION)
     if rank in (0, last):
         plan.append(signals.CONTRACT)
     if dp0 is None or rank in dp0:
@@ -622,25 +661,50 @@ def scan_training_run(layout: RunLayout, workers: int = 1) -> RunScan:
     return scan_run(layout, lambda rank: _rank_plan(rank, last, dp0, uccl_everywhere), JOB_PLAN, workers)
 
 
+class _IterationFold:
+    """The last rank's iteration lines read into records as the scan finds them (scan.Marker.fold): the lines of a
+    10^6-iteration log are never all held, only their compact records. Their source is set once the run is known."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records = IterationRecords()
+
+    def add(self, line: LogLine) -> None:
+        _add_iteration_line(self.records, line, "")
+
+
+def _add_iteration_line(records: IterationRecords, line: LogLine, source: str) -> None:
+    found = parse_iteration_line(line, source)
+    if not found and line.terminated and ("\ufffd" in line.text or "\x00" in line.text):
+        # the line names the iteration time but its head was damaged: an iteration lost, not silently
+        records.append(IterationRecord(-1, -1, source=source, damaged=(("iteration line", line.text[:120]),)))
+    records.extend(found)
+
+
+RANK_ITERATION = dataclasses.replace(ITERATION, fold=_IterationFold)
+
+
 def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[IterationRecords, str | None]:
     last = run.layout.last_rank
     candidates: list[tuple[str, Any]] = []
     if last is not None and last in run.ranks:
-        # taken from the scan, each line let go once read: the lines and their records are never all held together
-        candidates.append((run.source(run.ranks[last]), lambda: run.ranks[last].take(ITERATION.name)))
+        scan = run.ranks[last]
+        candidates.append((run.source(scan), lambda: scan.folded.get(ITERATION.name)))
     candidates.append(("job logs", lambda: run.labelled(ITERATION.name, (None, last))))
     for source, take in candidates:
-        records = IterationRecords()
-        lines: list[LogLine | None] = take()
-        for i, line in enumerate(lines):
-            lines[i] = None
-            assert line is not None
-            found = parse_iteration_line(line, source)
-            if not found and line.terminated and ("\ufffd" in line.text or "\x00" in line.text):
-                # the line names the iteration time but its head was damaged: an iteration lost, not silently
-                records.append(IterationRecord(-1, -1, source=source, damaged=(("iteration line", line.text[:120]),)))
-            records.extend(found)
-        if any(i >= 0 for i in records.column("iteration")):
+        taken = take()
+        if isinstance(taken, _IterationFold):  # read during the scan, the lines never held
+            records = taken.records
+            records.set_source(source)
+        else:
+            records = IterationRecords()
+            lines: list[LogLine | None] = list(taken or ())
+            for i, line in enumerate(lines):
+                lines[i] = None  # each line let go once read
+                assert line is not None
+                _add_iteration_line(records, line, source)
+        if any(i >= 0 for i in records.values("iteration")):
             if source == "job logs":
                 problems.append("iterations_from_job_logs")
             return records, source
@@ -718,22 +782,38 @@ def _contradictions(records: Sequence[IterationRecord], config: Mapping[str, Any
     ln(vocab): metrics/loss.py). Such a log was edited, mixed with another run's or damaged; its times are no
     measurement of this config."""
     found = []
-    totals = {r.train_iters for r in records}
+    totals = set(_values(records, "train_iters"))
     if len(totals) > 1:
         found.append(f"iterations of {len(totals)} different totals")
-    if any(r.iteration > r.train_iters for r in records):
+    if any(i > t for i, t in zip(_values(records, "iteration"), _values(records, "train_iters"), strict=True)):
         found.append("an iteration past its total")
     gbs = config_int(config, "gbs")
-    logged_gbs = {r.global_batch_size for r in records if r.global_batch_size is not None}
+    logged_gbs = {b for b in _values(records, "global_batch_size") if b is not None}
     if gbs is not None and logged_gbs and logged_gbs != {gbs}:
         found.append(f"global batch size {sorted(logged_gbs)} where the config says gbs {gbs}")
     vocab = vocab_of(config)
-    absurd = [(r, why) for r in records if r.lm_loss is not None for why in [loss_problem(r.lm_loss, vocab)] if why]
+    absurd = [(i, why) for i, loss in zip(_values(records, "iteration"), _values(records, "lm_loss"), strict=True)
+              if loss is not None
+              for why in [loss_problem(loss, vocab)] if why]
     if absurd:  # a finite loss no language model can have (metrics/loss.py): no verdict rests on this log
-        r, why = absurd[0]
+        i, why = absurd[0]
         more = f" ({len(absurd)} iterations like it)" if len(absurd) > 1 else ""
-        found.append(f"iteration {r.iteration}: {why}{more}")
+        found.append(f"iteration {i}: {why}{more}")
     return found
+
+
+def _values(records: Sequence[IterationRecord], name: str) -> Iterator[Any]:
+    """One field of every record, one at a time (IterationRecords reads it from its column)."""
+    if isinstance(records, IterationRecords):
+        return records.values(name)
+    return (getattr(r, name) for r in records)
+
+
+def _column(records: Sequence[IterationRecord], name: str) -> list[Any]:
+    """One field of every record (IterationRecords reads it from its column, without building the records)."""
+    if isinstance(records, IterationRecords):
+        return records.column(name)
+    return [getattr(r, name) for r in records]
 
 
 def warmup_count(iterations: Sequence[int], warmup: int) -> int:
@@ -755,46 +835,55 @@ def _nan_evidence(records: Sequence[IterationRecord]) -> tuple[list[int], list[i
     bad_grad: list[int] = []
     details = signals.Capped()  # the first 20 and a count: every iteration of a diverged run is NaN evidence
     loss_seen = False
-    for r in records:
+    columns = (_values(records, name) for name in ("iteration", "grad_norm", "lm_loss", "nan_iterations", "complete"))
+    for iteration, grad_norm, lm_loss, nan_iterations, complete in zip(*columns, strict=True):
         reasons = []
-        if r.grad_norm is not None and not math.isfinite(r.grad_norm):
-            bad_grad.append(r.iteration)
-            reasons.append(f"grad norm {r.grad_norm}")
-        if r.lm_loss is not None and not math.isfinite(r.lm_loss):
-            reasons.append(f"lm loss {r.lm_loss}")
-        if r.nan_iterations:
-            reasons.append(f"number of nan iterations {r.nan_iterations}")
-        if r.lm_loss is None and loss_seen and r.complete:
+        if grad_norm is not None and not math.isfinite(grad_norm):
+            bad_grad.append(iteration)
+            reasons.append(f"grad norm {grad_norm}")
+        if lm_loss is not None and not math.isfinite(lm_loss):
+            reasons.append(f"lm loss {lm_loss}")
+        if nan_iterations:
+            reasons.append(f"number of nan iterations {nan_iterations}")
+        if lm_loss is None and loss_seen and complete:
             reasons.append("lm loss not printed (training_log omits a NaN loss)")
-        loss_seen = loss_seen or r.lm_loss is not None
+        loss_seen = loss_seen or lm_loss is not None
         if reasons:
-            nan_iters.append(r.iteration)
-            details.append(f"iteration {r.iteration}: " + ", ".join(reasons))
+            nan_iters.append(iteration)
+            details.append(f"iteration {iteration}: " + ", ".join(reasons))
     return nan_iters, bad_grad, details
 
 
 def _drop_bad_times(
-    records: Iterable[IterationRecord], step_times: list[StepTimeRecord], problems: list[str]
+    lost: Sequence[IterationRecord], records: IterationRecords, step_times: list[StepTimeRecord], problems: list[str]
 ) -> tuple[IterationRecords, list[StepTimeRecord], tuple[str, ...]]:
-    """A damaged time (negative, zero, nan/inf, absurd) never enters a statistic and makes the run invalid."""
+    """A damaged time (negative, zero, nan/inf, absurd) never enters a statistic and makes the run invalid.
+
+    ``lost``: the iteration lines whose head was damaged (see _collect_iterations), each an error; ``records``: the
+    iterations read, given back with each bad time (and its throughput) made absent."""
     errors = signals.Capped()  # the first 20 and a count: a log of 10^6 damaged times holds no 10^6 messages
-    kept = IterationRecords()
-    for r in records:
-        if r.iteration < 0:  # an iteration line whose head was damaged (see _collect_iterations)
-            shown = r.damaged[0][1].replace("\ufffd", "?").replace("\x00", "?")
-            errors.append(f"an iteration line with damaged bytes ({r.source}): {shown!r}")
-            continue
-        damaged_time = dict(r.damaged).get("elapsed time per iteration (ms)")
-        if damaged_time is not None:
-            where = f"iteration {r.iteration}" + (f" ({r.source})" if r.source else "")
-            shown = damaged_time.replace("\ufffd", "?").replace("\x00", "?")[:40]
-            errors.append(f"{where}: elapsed time per iteration (ms) {shown!r} is not a number (damaged bytes)")
-        why = None if r.elapsed_ms is None else iteration_time_problem(r.elapsed_ms)
+    for r in lost:
+        shown = r.damaged[0][1].replace("\ufffd", "?").replace("\x00", "?")
+        errors.append(f"an iteration line with damaged bytes ({r.source}): {shown!r}")
+    whole = records.whole_positions()  # only a record kept whole can carry damaged bytes
+    replaced: dict[int, IterationRecord] = {}
+    for position, elapsed_ms in enumerate(records.values("elapsed_ms")):
+        if position in whole:
+            r = records[position]
+            damaged_time = dict(r.damaged).get("elapsed time per iteration (ms)")
+            if damaged_time is not None:
+                where = f"iteration {r.iteration}" + (f" ({r.source})" if r.source else "")
+                shown = damaged_time.replace("\ufffd", "?").replace("\x00", "?")[:40]
+                errors.append(f"{where}: elapsed time per iteration (ms) {shown!r} is not a number (damaged bytes)")
+        why = None if elapsed_ms is None else iteration_time_problem(elapsed_ms)
         if why is not None:
+            r = records[position]
             where = f"iteration {r.iteration}" + (f" ({r.source})" if r.source else "")
             errors.append(f"{where}: elapsed time per iteration (ms) {r.elapsed_ms} is {why}")
-            r = dataclasses.replace(r, elapsed_ms=None, tflops_per_gpu=None)
-        kept.append(r)
+            replaced[position] = dataclasses.replace(r, elapsed_ms=None, tflops_per_gpu=None)
+    kept = records
+    if replaced:
+        kept = IterationRecords(replaced.get(i) or records[i] for i in range(len(records)))
     steps = []
     for i, s in enumerate(step_times):
         why = iteration_time_problem(s.step_time_s * 1000.0)
@@ -809,8 +898,12 @@ def _drop_bad_times(
 
 def tokens_per_s(record: IterationRecord, gbs: int | None, seq: int | None) -> float | None:
     """gbs x seq_length / iteration time; the line's own global batch size wins (batch-size ramp-up)."""
-    batch = record.global_batch_size or gbs
-    seconds = None if record.elapsed_ms is None else record.elapsed_ms / 1000.0
+    return _rate(record.global_batch_size, record.elapsed_ms, gbs, seq)
+
+
+def _rate(logged_gbs: int | None, elapsed_ms: float | None, gbs: int | None, seq: int | None) -> float | None:
+    batch = logged_gbs or gbs
+    seconds = None if elapsed_ms is None else elapsed_ms / 1000.0
     if batch is None or seq is None or seconds is None or seconds <= 0:  # 5e-324 ms is 0.0 s: no rate
         return None
     return batch * seq / seconds
@@ -912,7 +1005,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
 
     raw, source = _collect_iterations(run, problems)
     # iteration lines too damaged to read: counted below
-    lost = [raw[i] for i, iteration in enumerate(raw.column("iteration")) if iteration < 0]
+    lost = [raw[i] for i, iteration in enumerate(raw.values("iteration")) if iteration < 0]
     records, inconsistencies = _dedupe(raw, problems, str(layout.run_dir))
     del raw
     contradictions = _contradictions(records, config)
@@ -921,13 +1014,13 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         inconsistencies.append(f"{where}: " + "; ".join(contradictions))
     if inconsistencies:
         problems.append("inconsistent_log")
-    if not any(r.elapsed_ms is not None for r in records):
+    if not any(ms is not None for ms in records.values("elapsed_ms")):
         problems.append("no_iterations")
 
     rank0 = run.ranks.get(0)
     step_lines = list(rank0.lines(STEP_TIME.name)) if rank0 else run.labelled(STEP_TIME.name, (None, 0))
     step_times = [s for line in step_lines for s in parse_step_time_line(line.text)]
-    records, step_times, time_errors = _drop_bad_times(itertools.chain(lost, records), step_times, problems)
+    records, step_times, time_errors = _drop_bad_times(lost, records, step_times, problems)
     memory_lines = [line for s in (*run.ranks.values(), *run.jobs) for line in s.lines(MEMORY.name)]
     memory = sorted(
         {(m.rank, m.after_iterations): m for line in memory_lines for m in parse_memory_line(line)}.values(),
@@ -946,7 +1039,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     gc_every = signals.gc_interval(contract_lines)
 
     nan_iters, bad_grad, nan_details = _nan_evidence(records)
-    skipped = sum(r.skipped_iterations or 0 for r in records)
+    skipped = sum(n or 0 for n in records.values("skipped_iterations"))
     files: list[tuple[int | None, FileScan]] = [*run.ranks.items(), *((None, j) for j in run.jobs)]
     validity = signals.validity_signals(
         files,
@@ -1027,7 +1120,8 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         stall_iterations=stalls,
         iteration_time_ms=iteration_time,
         tflops_per_gpu=steady_state(records.column("tflops_per_gpu"), n_warm, stall_factor),
-        tokens_per_s=steady_state([tokens_per_s(r, gbs, seq) for r in records], n_warm, stall_factor),
+        tokens_per_s=steady_state([_rate(b, ms, gbs, seq) for b, ms in zip(records.values("global_batch_size"), elapsed,
+                                                                            strict=True)], n_warm, stall_factor),
         step_time_s=steady_state([s.step_time_s for s in step_times], step_warm, stall_factor),
         step_tflops_per_gpu=steady_state([s.tflops_per_gpu for s in step_times], step_warm, stall_factor),
         validity=validity,
