@@ -743,9 +743,10 @@ def _dedupe(records: IterationRecords, problems: list[str], where: str = "") -> 
 
     A value only one copy carries (a line cut short) contradicts nothing. Records with a negative iteration (lines
     too damaged to read) are left out."""
+    first = next(records.values("iteration"), 0)
+    if first >= 0 and all(a < b for a, b in itertools.pairwise(records.values("iteration"))):
+        return records, []  # each iteration once, in order: the records as they are (no list of 10^6 numbers)
     iterations = records.column("iteration")
-    if all(a < b for a, b in itertools.pairwise(iterations)) and (not iterations or iterations[0] >= 0):
-        return records, []  # each iteration once, in order: the records as they are
     by_iteration: dict[int, int] = {}  # iteration -> position of the record kept
     contradictions = signals.Capped()  # the first 20 and a count (a log of 10^6 repeated lines)
     for position, iteration in enumerate(iterations):
@@ -1081,19 +1082,25 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     if any(s.status == "empty" for s in run.ranks.values()):
         problems.append("empty_rank_log")
 
+    # The statistics read the columns one at a time, each list let go before the next: no 10^6 records, and never
+    # several 10^6-long lists of number objects held together.
     iterations = records.column("iteration")
-    elapsed = records.column("elapsed_ms")
     n_warm = warmup_count(iterations, warmup)
     steady = iterations[n_warm:]  # the steady iterations' numbers (the columns, not 10^6 records)
-    iteration_time = steady_state(elapsed, n_warm, stall_factor)
+    del iterations
+    iteration_time = steady_state(records.values("elapsed_ms"), n_warm, stall_factor)
     if iteration_time.n == 0 and "no_iterations" not in problems:
         problems.append("no_steady_state")
-    timed = [i for i, ms in zip(steady, elapsed[n_warm:], strict=True) if ms is not None and math.isfinite(ms)]
-    stalls = tuple(timed[p] for p in iteration_time.stall_positions)
+    elapsed_steady = itertools.islice(records.values("elapsed_ms"), n_warm, None)
+    stall_at = set(iteration_time.stall_positions)
+    timed = (i for i, ms in zip(steady, elapsed_steady, strict=True) if ms is not None and math.isfinite(ms))
+    stalls = tuple(i for p, i in enumerate(timed) if p in stall_at)
     gc_its = tuple(i for i in steady if gc_every and i > 1 and (i - 1) % gc_every == 0)
     gc_set = set(gc_its)
-    no_gc = steady_state([ms for i, ms in zip(steady, elapsed[n_warm:], strict=True) if i not in gc_set], 0,
+    elapsed_steady = itertools.islice(records.values("elapsed_ms"), n_warm, None)
+    no_gc = steady_state((ms for i, ms in zip(steady, elapsed_steady, strict=True) if i not in gc_set), 0,
                          stall_factor)
+    tflops = steady_state(records.values("tflops_per_gpu"), n_warm, stall_factor)
     gbs, seq = config_int(config, "gbs"), config_int(config, "seq_length")
     if records and seq is None:
         problems.append("missing_seq_length")
@@ -1119,9 +1126,10 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         steady_iterations=tuple(steady),
         stall_iterations=stalls,
         iteration_time_ms=iteration_time,
-        tflops_per_gpu=steady_state(records.column("tflops_per_gpu"), n_warm, stall_factor),
-        tokens_per_s=steady_state([_rate(b, ms, gbs, seq) for b, ms in zip(records.values("global_batch_size"), elapsed,
-                                                                            strict=True)], n_warm, stall_factor),
+        tflops_per_gpu=tflops,
+        tokens_per_s=steady_state((_rate(b, ms, gbs, seq) for b, ms in zip(records.values("global_batch_size"),
+                                                                            records.values("elapsed_ms"), strict=True)),
+                                  n_warm, stall_factor),
         step_time_s=steady_state([s.step_time_s for s in step_times], step_warm, stall_factor),
         step_tflops_per_gpu=steady_state([s.tflops_per_gpu for s in step_times], step_warm, stall_factor),
         validity=validity,
