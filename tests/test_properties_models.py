@@ -87,6 +87,10 @@ INT_FIELDS = [
     IntField(T, ("seed",), 0, INT64_MAX),
     IntField(T, ("mtp_num_layers",), 0, LAYERS_MAX, optional=True),
     IntField(T, ("echo", "num_echo_experts"), 1, INT32_MAX, sweep=True),
+    *(IntField(T, (k,), 1, LAYERS_MAX, sweep=True, optional=True)
+      for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")),
+    IntField(T, ("cuda_graph_warmup_steps",), 0, 10_000, optional=True),
+    IntField(T, ("fine_grained_offloading_max_inflight_offloads",), 0, 1024, optional=True),
     IntField(R, ("num_layers",), 1, LAYERS_MAX, optional=True),
     IntField(R, ("seq_length",), 1, SEQ_MAX),
     IntField(R, ("coalesce_mib",), 0, MIB_MAX, sweep=True),
@@ -95,8 +99,9 @@ INT_FIELDS = [
     IntField(R, ("iterations",), 1, REPEATS_MAX),
     IntField(R, ("timeout_s",), 1, 7 * 24 * 3600),
     IntField(R, ("seed",), 0, INT64_MAX),
-    *(IntField(R, (side, k), 1, PARALLEL_MAX, sweep=True) for side in ("src", "dst") for k in ("tp", "pp", "ep")),
-    *(IntField(R, (side, "etp"), 1, PARALLEL_MAX, sweep=True, optional=True) for side in ("src", "dst")),
+    # unset: upstream's value (the source's 1, etp = tp; the destination inherits the source's: test_refit_defaults)
+    *(IntField(R, (side, k), 1, PARALLEL_MAX, sweep=True, optional=True) for side in ("src", "dst")
+      for k in ("tp", "pp", "ep", "etp")),
     *(IntField(R, (side, "world"), 1, GPUS_MAX, optional=True) for side in ("src", "dst")),
 ]
 

@@ -49,6 +49,9 @@ BatchSize = Count(1, 1 << 22, "sequences per step: the largest published batches
 GPUCount = Count(1, 1 << 20, "GPUs: a million, ten times the largest clusters")
 MiB = Count(0, 1 << 20, "MiB: 1 TiB, more than any GPU's memory")
 ModelLayers = Count(1, 1024, "layers: the largest models have about 100")
+StageLayers = Count(1, 1024, "layers of one pipeline stage: the largest models have about 100 in all")
+WarmupSteps = Count(0, 10_000, "steps before a CUDA graph is captured: Megatron's default is 3")
+InflightOffloads = Count(0, 1024, "offloads in flight per module: one per layer at most, and no model has 1024")
 
 _IMAGE = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
 _HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")

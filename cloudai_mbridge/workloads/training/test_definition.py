@@ -35,12 +35,15 @@ from ..fields import (
     BatchSize,
     Bool,
     GPUCount,
+    InflightOffloads,
     LayerCount,
     Parallel,
     PosInt,
     Seed,
     SeqLength,
+    StageLayers,
     Steps,
+    WarmupSteps,
     check_expected_rejections,
     check_hf_model_id,
     check_image,
@@ -160,7 +163,7 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     cuda_graph_scope: str | list[str] = ""
     # Megatron's cuda_graph_warmup_steps (--cuda-graph-warmup-steps); unset: the recipe's (3). NVIDIA's
     # Megatron-MoE-ModelZoo GB200/GB300 DeepSeek-V3 configs capture at once (0)
-    cuda_graph_warmup_steps: Annotated[int, Field(ge=0, strict=True)] | None = None
+    cuda_graph_warmup_steps: WarmupSteps | None = None
     # Megatron-LM's --offload-optimizer-states (its moe_dev branch; no released megatron-core has it): accepted only to
     # be refused by name (rule offload-optimizer-states), so a published config that carries it is not bent silently
     offload_optimizer_states: Bool = False
@@ -170,8 +173,8 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     # Uneven first / last pipeline stages without a layout string (Megatron's num_layers_in_first_pipeline_stage /
     # num_layers_in_last_pipeline_stage; Megatron-LM --decoder-first/last-pipeline-num-layers, as NVIDIA's
     # Megatron-MoE-ModelZoo DeepSeek-V3 default, 4 and 1 at pp 16); the other ranks split the rest evenly
-    num_layers_in_first_pipeline_stage: PosInt | list[PosInt] | None = None
-    num_layers_in_last_pipeline_stage: PosInt | list[PosInt] | None = None
+    num_layers_in_first_pipeline_stage: StageLayers | list[StageLayers] | None = None
+    num_layers_in_last_pipeline_stage: StageLayers | list[StageLayers] | None = None
     mtp_num_layers: LayerCount | None = None
     sequence_parallel: Bool | list[Bool] = True
     optimizer: Literal["adam", "muon"] = "adam"
@@ -194,7 +197,7 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     # megatron-core 0.19's fine_grained_offloading_max_inflight_offloads: at most this many offloads per module not
     # yet joined on the main stream (0: join after each); unset: no joins. A full-iteration CUDA graph with
     # offload_modules needs it (Bridge 0.6.2's GB300 HSDP recipe sets 1)
-    fine_grained_offloading_max_inflight_offloads: Annotated[int, Field(ge=0, strict=True)] | None = None
+    fine_grained_offloading_max_inflight_offloads: InflightOffloads | None = None
     # Megatron-Core's optimizer CPU offload (OptimizerConfig; Megatron-LM --optimizer-cpu-offload): the share of the
     # optimizer's parameters whose states and fp32 copies live and step on the host (Megatron-LM's default 1.0), and
     # whether the host step overlaps the copies (--overlap-cpu-optimizer-d2h-h2d)
