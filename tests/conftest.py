@@ -7,9 +7,15 @@ CloudAI or Slurm, or run the real Megatron-Core payload; the full command runs t
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
+
+# CloudAI first, as a user's `cloudai` imports it: the plugin registers then (a test module that imports one of our
+# modules first would make CloudAI skip it, _autoload.py; the order modules share a worker in is not fixed)
+with contextlib.suppress(ImportError):
+    import cloudai  # noqa: F401
 
 SLOW = {
     "cloudai_guest/test_cloudai_conf_differential.py", "cloudai_guest/test_cloudai_suite.py",
