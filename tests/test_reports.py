@@ -122,7 +122,7 @@ def test_refit_metric_is_withheld_when_verification_failed(tmp_path: Path) -> No
 
     out = tmp_path / "run"
     strategy = slurm_strategy(CONF / "system" / "local_slurm.toml", CONF / "test" / "refit_cpu_smoke.toml", 2, out,
-                              {"dst": {"tp": 1, "ep": 4}})
+                              {"dst": {"tp": 1, "ep": 4, "etp": 1}})
     strategy.gen_exec_command()
     (out / "logs").mkdir()
     result = {"refit_time_ms": None, "bandwidth_gbps": None}

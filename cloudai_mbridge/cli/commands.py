@@ -198,8 +198,8 @@ def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path
             else:
                 rules = sorted({_rule_of(r) for t in misfits for r in t.reasons})
                 skipped.append(f"{path.name}: refused on every system, as its test(s) declare: {len(misfits)} of its "
-                               f"{len(tallies)} test(s) are rejected only by expected_rejections "
-                               f"({', '.join(rules)}); checked, not an error")
+                               f"{len(tallies)} test(s) are rejected only by rules named in expected_rejections "
+                               f"({', '.join(f'[{r}]' for r in rules)}); checked, not an error")
             continue
         problems += refusals
     return problems

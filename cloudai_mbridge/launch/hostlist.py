@@ -33,7 +33,9 @@ def _shown_char(c: str) -> str:
 
 
 def _bad_char(text: str) -> str:
-    return _shown_char(next((c for c in text if not (c.isascii() and (c.isalnum() or c in "._-"))), ""))
+    """The first character no node name holds, shown with its position (1-based) in ``text``."""
+    at = next((i for i, c in enumerate(text) if not (c.isascii() and (c.isalnum() or c in "._-"))), None)
+    return "" if at is None else f"{_shown_char(text[at])} at position {at + 1}"
 
 
 def node_name_problem(name: str) -> str | None:
@@ -54,9 +56,9 @@ def hostlist_problem(entry: object) -> str | None:
     text = entry.strip()
     if not text:
         return "is empty"
-    hidden = next((c for c in text if not c.isprintable()), None)
+    hidden = next((i for i, c in enumerate(text) if not c.isprintable()), None)
     if hidden is not None:
-        return f"holds {_shown_char(hidden)}, which no Slurm node name holds"
+        return f"holds {_shown_char(text[hidden])} at position {hidden + 1}, which no Slurm node name holds"
     if ":" in text:
         parts = text.split(":")
         if len(parts) != 3:

@@ -86,7 +86,7 @@ def test_run_exits_1_after_running_the_rest_when_a_rejection_is_not_declared(slu
 
 def test_a_failing_job_is_reported_failed_with_its_reason(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     # A whole-run timeout of 1 s: the payload gives up (exit 4) with a REFIT_ERROR line, srun fails the job.
-    scenario = refit_case(tmp_path, {"timeout_s": 1, "dst": {"tp": 1, "ep": 4}})
+    scenario = refit_case(tmp_path, {"timeout_s": 1, "dst": {"tp": 1, "ep": 4, "etp": 1}})
     rc, output, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
     assert rc == 1, "a run whose every job failed must not exit 0"
     assert "run: every job failed (1 of 1)" in output, output
@@ -110,12 +110,13 @@ def test_hostile_strings_do_not_execute_on_a_real_slurm(slurm_cluster: SlurmClus
     pwn = tmp_path / "pwn"
     pwn.mkdir()
     # an interpreter that is no path or command name (here one with a shell command) is refused before any job
-    hostile_python = refit_case(tmp_path / "py", {"python": f"python3; touch {pwn}/python", "dst": {"tp": 1, "ep": 4}})
+    hostile_python = refit_case(tmp_path / "py", {"python": f"python3; touch {pwn}/python",
+                                                  "dst": {"tp": 1, "ep": 4, "etp": 1}})
     rc, output, _ = cloudai_run(hostile_python, tmp_path / "py", tmp_path / "py" / "results")
     assert rc != 0 and "is not an interpreter" in output, output[-2000:]
     scenario = refit_case(
         tmp_path,
-        {"dst": {"tp": 1, "ep": 4}},
+        {"dst": {"tp": 1, "ep": 4, "etp": 1}},
         extra_env={"HOSTILE": f"$(touch {pwn}/env) `touch {pwn}/tick`; touch {pwn}/semi"},
     )
     _, _, root = cloudai_run(scenario, tmp_path, tmp_path / "results")
