@@ -197,3 +197,50 @@ def test_the_hybridep_domain_variable_is_left_alone_for_other_dispatchers(dispat
     assert tl.hybridep_domain_env({"dispatcher": dispatcher, "etp": 1, "ep": 4}, environ) is None
     assert environ == {tl.HYBRIDEP_DOMAIN_ENV: "8"}
     assert tl.hybridep_domain_env({"dispatcher": "hybridep", "etp": 1, "ep": 4}, {}) is None
+
+
+# Megatron-Bridge 0.6.2's DeepSeek-V3 H100 recipes (recipes/deepseek/h100/deepseek_v3.py L243-L252) carry these in
+# ConfigContainer.env_vars, applied with os.environ.setdefault when pretrain starts. What 2 x H200 met (2026-11-29,
+# `cloudai run`, ep 2): the job's environment had no NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, DeepEP detected 2, and
+# the recipe's 8 made every hybridep start die at its first dispatch.
+DSV3_H100_RECIPE_ENV = {"NCCL_GRAPH_REGISTER": 0, "NCCL_NVLS_ENABLE": 0,
+                        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "TORCH_NCCL_AVOID_RECORD_STREAMS": 1,
+                        "TORCH_NCCL_HIGH_PRIORITY": 1, "NVTE_BWD_LAYERNORM_SM_MARGIN": 20,
+                        "NVTE_FWD_LAYERNORM_SM_MARGIN": 20, tl.HYBRIDEP_DOMAIN_ENV: 8, "NVLINK_DOMAIN_SIZE": 8,
+                        "USE_MNNVL": 0}
+
+
+@pytest.mark.parametrize(("dispatcher", "etp", "ep", "dropped"), [
+    ("hybridep", 1, 2, True),    # 2 x H200: 8 does not divide a 2-rank group
+    ("hybridep", 1, 4, True),
+    ("hybridep", 2, 4, False),   # 8 divides 8: the recipe's value stands
+    ("hybridep", 1, 16, False),  # two 8-GPU domains
+    ("alltoall", 1, 2, False),   # no HybridEP buffer is built: nothing to change
+])
+def test_a_recipe_hybridep_domain_that_cannot_divide_the_group_is_dropped(dispatcher, etp, ep, dropped):
+    recipe_env = dict(DSV3_H100_RECIPE_ENV)
+    lines = tl.recipe_env_lines({"dispatcher": dispatcher, "etp": etp, "ep": ep}, recipe_env, {"NCCL_NVLS_ENABLE": "0"})
+    assert (tl.HYBRIDEP_DOMAIN_ENV not in recipe_env) is dropped
+    assert len(recipe_env) == len(DSV3_H100_RECIPE_ENV) - dropped  # nothing else is touched
+    if dropped:
+        assert lines[0].startswith(f"MBRIDGE_HYBRIDEP dropped the recipe's {tl.HYBRIDEP_DOMAIN_ENV}=8:")
+        assert f"group of {etp * ep} ranks" in lines[0]
+    else:
+        assert not any(line.startswith("MBRIDGE_HYBRIDEP") for line in lines)
+    # The last line says what the recipe will set and which of its variables the environment overrides.
+    assert lines[-1].startswith("MBRIDGE_RECIPE_ENV sets=")
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in lines[-1]
+    assert lines[-1].endswith(" environment_wins=NCCL_NVLS_ENABLE")
+    assert (f"{tl.HYBRIDEP_DOMAIN_ENV}=8" in lines[-1]) is not dropped
+
+
+def test_the_environment_wins_over_the_recipe_and_bridge_04_has_no_recipe_env():
+    # A usable value in the job's environment is what Bridge's setdefault keeps: the recipe's is left alone (and the
+    # environment's value is not printed).
+    recipe_env = dict(DSV3_H100_RECIPE_ENV)
+    lines = tl.recipe_env_lines({"dispatcher": "hybridep", "etp": 1, "ep": 2}, recipe_env,
+                                {tl.HYBRIDEP_DOMAIN_ENV: "2"})
+    assert recipe_env == DSV3_H100_RECIPE_ENV
+    assert len(lines) == 1 and lines[0].endswith(f"environment_wins={tl.HYBRIDEP_DOMAIN_ENV}")
+    assert tl.recipe_env_lines({"dispatcher": "hybridep", "etp": 1, "ep": 2}, None, {}) == []
+    assert tl.recipe_env_lines({"dispatcher": "hybridep", "etp": 1, "ep": 2}, {}, {}) == []

@@ -50,6 +50,7 @@ from .log import (
     first_dispatcher_class,
     hybridep_domain_env,
     import_deep_ep,
+    recipe_env_lines,
 )
 from .nccl_ep import nccl_ep_topk, prepare_nccl_ep
 from .routing import RoutingHash, routing_line
@@ -365,6 +366,8 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
 
     recipe, container = build_container(cfg, str(hub.model_dir), report=say)
     say(f"MBRIDGE_RECIPE {recipe} task={cfg['task']}")
+    for line in recipe_env_lines(cfg, getattr(container, "env_vars", None), os.environ):
+        say(line)
 
     class DispatcherReport(Callback):
         def on_train_start(self, context) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Mapping
 from datetime import datetime
 from types import ModuleType
 from typing import Any
@@ -160,18 +161,55 @@ def hybridep_domain_env(cfg: dict[str, Any], environ: dict[str, str]) -> str | N
     cannot run, so it is removed and DeepEP's own detection decides."""
     if cfg.get("dispatcher") != "hybridep" or HYBRIDEP_DOMAIN_ENV not in environ:
         return None
-    group = int(cfg.get("etp") or 1) * int(cfg.get("ep") or 1)
+    group = _hybridep_group(cfg)
     value = environ[HYBRIDEP_DOMAIN_ENV]
-    try:
-        ok = int(value) > 0 and group % int(value) == 0
-    except ValueError:
-        ok = False
-    if ok:
+    if _domain_divides(value, group):
         return None
     del environ[HYBRIDEP_DOMAIN_ENV]
     return (f"MBRIDGE_HYBRIDEP unset {HYBRIDEP_DOMAIN_ENV}={value!r} from the environment: it does not divide the "
             f"HybridEP group of {group} ranks (etp x ep), so HybridEPBuffer would assert; DeepEP detects the NVLink "
             "domain itself")
+
+
+def _hybridep_group(cfg: dict[str, Any]) -> int:
+    return int(cfg.get("etp") or 1) * int(cfg.get("ep") or 1)
+
+
+def _domain_divides(value: Any, group: int) -> bool:
+    try:
+        return int(value) > 0 and group % int(value) == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def recipe_env_lines(cfg: dict[str, Any], recipe_env: dict[str, Any] | None, environ: Mapping[str, str]) -> list[str]:
+    """What the recipe's own environment will do to this process, said before Bridge applies it; a HybridEP domain
+    size in it that cannot divide the group is dropped from the recipe (``recipe_env`` is changed in place).
+
+    Megatron-Bridge 0.6 recipes carry ``ConfigContainer.env_vars`` (config.py ``apply_environment_variables``), which
+    pretrain/finetune apply with ``os.environ.setdefault`` when training starts, after the payload's own checks. The
+    DeepSeek-V3 H100 recipes set NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN = 8 there (with NVLINK_DOMAIN_SIZE 8,
+    USE_MNNVL 0). Seen on 2 x H200 (2026-11-29, `cloudai run`, DSV3 proxy, ep 2): every hybridep start died at its
+    first dispatch with "The number of ranks 2 should be divisible by the number of ranks per node 8", although the
+    job's environment had no such variable and DeepEP detected 2. The same rule as for an inherited value
+    (``hybridep_domain_env``) applies; a value already in the environment wins, as Bridge's setdefault decides.
+    Bridge 0.4 has no ``env_vars``: no lines. Values of the environment itself are never printed, only names."""
+    if not recipe_env:
+        return []
+    lines = []
+    group = _hybridep_group(cfg)
+    value = recipe_env.get(HYBRIDEP_DOMAIN_ENV)
+    if (cfg.get("dispatcher") == "hybridep" and HYBRIDEP_DOMAIN_ENV in recipe_env
+            and HYBRIDEP_DOMAIN_ENV not in environ and not _domain_divides(value, group)):
+        del recipe_env[HYBRIDEP_DOMAIN_ENV]
+        lines.append(f"MBRIDGE_HYBRIDEP dropped the recipe's {HYBRIDEP_DOMAIN_ENV}={value!r}: it does not divide the "
+                     f"HybridEP group of {group} ranks (etp x ep), so HybridEPBuffer would assert; DeepEP detects the "
+                     "NVLink domain itself")
+    applied = sorted(name for name in recipe_env if name not in environ)
+    kept = sorted(name for name in recipe_env if name in environ)
+    lines.append("MBRIDGE_RECIPE_ENV sets=" + (",".join(f"{n}={recipe_env[n]}" for n in applied) or "none")
+                 + " environment_wins=" + (",".join(kept) or "none"))
+    return lines
 
 
 def dispatcher_class_name(cls_name: str | None, config_type: str) -> str:
