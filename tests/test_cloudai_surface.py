@@ -457,6 +457,34 @@ def test_report_templates() -> None:
     assert "<script>x()</script>" in page(), "restored"
 
 
+@surface("cloudai.reporter.Table")
+def test_summary_table() -> None:
+    from cloudai import reporter
+    from rich.console import Console
+
+    assert calls_by_name(reporter.StatusReporter.print_summary, "Table"), (
+        "cloudai.reporter's print_summary no longer builds its table from the module's Table: look at how it prints "
+        "and adapt session.replace_summary_table")
+
+    def shown() -> str:  # as print_summary builds and prints its table
+        table = reporter.Table(title="Scenario results")
+        for col in ["Case", "Status", "Details"]:
+            table.add_column(col, overflow="fold")
+        table.add_row("a[bold]b[/bold]", "[bold][green]PASSED[/green][/bold]", "d :boom:")
+        console = Console(width=200, color_system=None)
+        with console.capture() as capture:
+            console.print(table)
+        return capture.get()
+
+    assert "ab" in shown() and "[bold]" not in shown(), (
+        "CloudAI's summary table now shows its cells as text: session.replace_summary_table may be unnecessary")
+    with replaced(plugin_session.replace_summary_table):
+        text = shown()
+    assert "a[bold]b[/bold]" in text and "d :boom:" in text, text
+    assert "PASSED" in text and "[green]" not in text, "the Status column stays CloudAI's markup"
+    assert "[bold]" not in shown(), "restored"
+
+
 def test_our_kubernetes_system_files_need_no_dummy_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No replacement: CloudAI's verify-configs writes a dummy kubeconfig (by default in ~/.kube) only around files of
     its own ``scheduler = "kubernetes"``; ours say "mbridge_kubernetes" and parse without any kubeconfig."""

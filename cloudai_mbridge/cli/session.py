@@ -454,13 +454,38 @@ def replace_report_templates(p: Patches) -> None:
     p.replace(reporter, "jinja2", shim)
 
 
+def replace_summary_table(p: Patches) -> None:
+    """Replaces the ``Table`` that cloudai/reporter.py prints its "Scenario results" table with (StatusReporter's
+    print_summary, after every run and generate-report): each cell is a string that Rich reads as markup, so a test's
+    name, a scenario name (in the results path) or a failure text holding ``[bold red]x[/]``, ``[link=...]`` or an
+    emoji code such as ``:boom:`` was styled, turned into a link or replaced on the terminal, and a stray ``[/x]``
+    raised MarkupError (issue 46). Here every cell but the Status column (CloudAI's own PASSED/FAILED markup) is
+    handed to Rich as plain ``Text``: shown as written. Not an extension point: print_summary builds its table
+    inline."""
+    from cloudai import reporter
+
+    base = reporter.Table
+
+    class LiteralTable(base):  # type: ignore[misc, valid-type]
+        def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+            from rich.text import Text
+
+            headers = [str(c.header) for c in self.columns]
+            cells = [Text(cell) if isinstance(cell, str) and (i >= len(headers) or headers[i] != "Status") else cell
+                     for i, cell in enumerate(renderables)]
+            super().add_row(*cells, **kwargs)
+
+    p.replace(reporter, "Table", LiteralTable)
+
+
 @contextmanager
 def tolerant_reports() -> Iterator[None]:
     """generate-report: CloudAI's reports over a results tree with foreign entries among the run folders, its scenario
-    pages with what came from the input escaped."""
+    pages and its terminal table with what came from the input shown as text."""
     p = Patches()
     replace_load_test_runs(p)
     replace_report_templates(p)
+    replace_summary_table(p)
     try:
         yield
     finally:
@@ -527,6 +552,7 @@ REPLACEMENTS = {
     "cloudai.cli.handlers.register_signal_handlers": replace_register_signal_handlers,
     "cloudai.cli.handlers.expand_file_list": replace_expand_file_list,
     "cloudai.reporter.jinja2": replace_report_templates,
+    "cloudai.reporter.Table": replace_summary_table,
     "cloudai._core.base_reporter.Reporter.load_test_runs": replace_load_test_runs,
 }
 
@@ -546,6 +572,7 @@ def session(mode: str) -> Iterator[Session]:
     if mode == "run":
         replace_load_test_runs(p)
         replace_report_templates(p)  # its scenario pages, as generate-report's (tolerant_reports)
+        replace_summary_table(p)  # and its terminal table
     noise: list[tuple[logging.Handler, logging.Filter]] = []
     if mode == "dry-run":
         replace_slurm_update(p)
