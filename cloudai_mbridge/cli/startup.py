@@ -99,24 +99,24 @@ def reopen_closed_streams() -> list[int]:
     return closed
 
 
-def address_space_limit() -> int | None:
-    """The soft address-space limit (ulimit -v) in bytes, None when there is none."""
+def _soft_limit(which: str) -> int | None:
+    """The soft limit ``resource.<which>`` in bytes, None when there is none (or no ``resource`` module)."""
     try:
         import resource
     except ImportError:
         return None
-    soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft, _hard = resource.getrlimit(getattr(resource, which))
     return None if soft in (resource.RLIM_INFINITY, -1) else soft
+
+
+def address_space_limit() -> int | None:
+    """The soft address-space limit (ulimit -v) in bytes, None when there is none."""
+    return _soft_limit("RLIMIT_AS")
 
 
 def data_limit() -> int | None:
     """The soft data-segment limit (ulimit -d) in bytes, None when there is none."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    soft, _hard = resource.getrlimit(resource.RLIMIT_DATA)
-    return None if soft in (resource.RLIM_INFINITY, -1) else soft
+    return _soft_limit("RLIMIT_DATA")
 
 
 def _limit_text(limit: int | None) -> str:

@@ -30,6 +30,7 @@ What a line can be, and how it is kept honest:
 from __future__ import annotations
 
 import ctypes
+import itertools
 import mmap
 import os
 import re
@@ -314,19 +315,27 @@ def _finder(buf: _Buffer, size: int) -> Callable[[bytes, int], int]:
     return find
 
 
+def _needle_lines(data: mmap.mmap, size: int, marker: Marker, needle: bytes, find: Callable[[bytes, int], int],
+                  seen: set[int]) -> Iterator[LogLine]:
+    """The lines of one needle that ``marker`` keeps, each line once over the marker's needles (``seen``: their
+    offsets so far)."""
+    pos = find(needle, 0)
+    while pos != -1:
+        resume, line = _cut(data, size, pos)
+        if line.offset not in seen:
+            seen.add(line.offset)
+            if marker.keep is None or marker.keep.search(line.text):
+                yield line
+        pos = find(needle, resume) if resume < size else -1
+
+
 def _find_lines(data: mmap.mmap, size: int, marker: Marker, find: Callable[[bytes, int], int]) -> Iterator[LogLine]:
     seen: set[int] = set()
     for needle in marker.needles:
-        pos = find(needle, 0)
-        while pos != -1:
-            resume, line = _cut(data, size, pos)
-            if line.offset not in seen:
-                seen.add(line.offset)
-                if marker.keep is None or marker.keep.search(line.text):
-                    yield line
-                    if marker.first_only:
-                        return
-            pos = find(needle, resume) if resume < size else -1
+        for line in _needle_lines(data, size, marker, needle, find, seen):
+            yield line
+            if marker.first_only:
+                return
 
 
 def _open_log(path: Path) -> BinaryIO:
@@ -355,22 +364,11 @@ WINDOW = 32 << 20
 def _lines_by_needle(data: mmap.mmap, size: int, marker: Marker, find: Callable[[bytes, int], int],
                      base: int) -> list[list[LogLine]]:
     """:func:`_find_lines` of one window, by needle, offsets made absolute (``base``: the window's offset)."""
-    found: list[list[LogLine]] = []
     seen: set[int] = set()
-    for needle in marker.needles:
-        lines: list[LogLine] = []
-        pos = find(needle, 0)
-        while pos != -1:
-            resume, line = _cut(data, size, pos)
-            if line.offset not in seen:
-                seen.add(line.offset)
-                if marker.keep is None or marker.keep.search(line.text):
-                    lines.append(LogLine(line.offset + base, line.text, line.label_rank, line.terminated))
-                    if marker.first_only:
-                        break
-            pos = find(needle, resume) if resume < size else -1
-        found.append(lines)
-    return found
+    return [[LogLine(line.offset + base, line.text, line.label_rank, line.terminated)
+             for line in itertools.islice(_needle_lines(data, size, marker, needle, find, seen),
+                                          1 if marker.first_only else None)]
+            for needle in marker.needles]
 
 
 def _wanted(marker: Marker, state: Mapping[str, bool]) -> bool:
