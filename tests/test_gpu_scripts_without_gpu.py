@@ -282,11 +282,12 @@ def test_cloudai_bundle_leaves_out_what_the_image_has_and_exits_0(tmp_path: Path
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     dest = root / ".whl" / "cloudai"
     kept = sorted(p.name.split("-")[0] for p in dest.glob("p*/*.whl"))
-    assert {"cloudai", "toml", "tbparse"} <= set(kept)
-    assert not {"bokeh", "matplotlib", "grpcio", "pillow", "tensorboard", "pydantic", "numpy"} & set(kept)
+    # bokeh is carried: the H200 image lacks it (2 x H200, 2026-11-29: the run stopped on "this image lacks ... bokeh")
+    assert {"cloudai", "toml", "tbparse", "bokeh"} <= set(kept)
+    assert not {"matplotlib", "grpcio", "pillow", "tensorboard", "pydantic", "numpy"} & set(kept)
     image = (dest / "FROM_IMAGE.txt").read_text().splitlines()
-    assert sorted(image) == ["bokeh ~=3.8", "grpcio", "matplotlib >=3.7", "numpy", "pillow", "tensorboard"]
-    assert "left out for the image: 6; largest:" in proc.stdout
+    assert sorted(image) == ["grpcio", "matplotlib >=3.7", "numpy", "pillow", "tensorboard"]
+    assert "left out for the image: 5; largest:" in proc.stdout
     carry = subprocess.run(["bash", "benchmarks/gpu_cloudai_prepare.sh"], cwd=root, capture_output=True, text=True,
                            env={**env, "MBRIDGE_IMAGE_PACKAGES": "/dev/null"}, timeout=TIMEOUT_S)
     assert carry.returncode == 0, carry.stdout[-2000:] + carry.stderr[-2000:]
