@@ -345,6 +345,22 @@ def test_runs_without_dispatcher_times_say_not_recorded(tmp_path):
     assert "Where the time went" in page and "0 of 1 comparisons carry dispatcher times" in page
 
 
+def test_a_failed_start_is_named_as_the_reason_the_split_is_missing(tmp_path):
+    # 2 x H200 (2026-11-29): every hybridep start died at its first dispatch, and the page said the runs' payload
+    # "did not time the dispatcher" although the baseline's starts had timed it.
+    runs = _copy(tmp_path)
+    _with_dispatcher_times(runs, {"alltoall": (120.0, 70.0), "deepep": (90.0, 70.0)})
+    arm = sorted(p for p in runs.iterdir() if "_deepep_" in p.name)[0]
+    for log in (arm / "logs").glob("rank-*.log"):
+        log.write_text("MBRIDGE_DISPATCHER requested=deepep built=flex backend=deepep\nTraceback (most recent call last):"
+                       "\n  File \"x.py\", line 1, in <module>\nAssertionError: The number of ranks 2 should be "
+                       "divisible by the number of ranks per node 8 at rank=0.\n")
+    row = _report(tmp_path, runs)["deepep"]
+    assert row["time_split"] == "not recorded (1 of 8 starts failed)"
+    page = (tmp_path / "out" / "mbridge_ab.html").read_text()
+    assert "a start failed, or its payload did not time the dispatcher" in page
+
+
 def test_the_routing_line_parses_with_and_without_dispatcher_times():
     from cloudai_mbridge.metrics import signals
     from cloudai_mbridge.metrics.scan import LogLine

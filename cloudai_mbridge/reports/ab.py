@@ -977,7 +977,7 @@ def split_section(rows: list[dict[str, Any]], methods: frozenset[str]) -> str:
     note = ("<p class='note'>Each arm's change split into the time inside the token dispatcher's dispatch and combine "
             "and the rest of the iteration, each as a share of the baseline's iteration time. "
             f"{recorded} of {len(rows)} comparisons carry dispatcher times; the others read "
-            f"\"{NOT_RECORDED}\" (their runs' payload did not time the dispatcher).</p>")
+            f"\"{NOT_RECORDED}\", with why: a start failed, or its payload did not time the dispatcher.</p>")
     return ("<h2>Where the time went</h2>" + note
             + html_table(columns, ([r.get(c, "" if c in SPLIT_HEADERS and r.get("time_split") != "recorded"
                                           else None) for c in columns] for r in rows),
@@ -1071,7 +1071,11 @@ def split_fields(base: list[TrainingRunMetrics], arm: list[TrainingRunMetrics], 
     ab_starts.bootstrap_split, or Welch's over iterations for a cell run once); "not recorded" when a start of
     either side has no dispatcher times."""
     welch = method == WELCH
-    series = [_split_series(m, gc_out=not welch) for m in (*base, *arm)]
+    runs = (*base, *arm)
+    failed = sum(m.status in ("failed", "no_logs", "no_iterations") or no_numbers(m) for m in runs)
+    if failed:  # a start that failed has no times at all: say that, not that its payload lacked the timer
+        return {"time_split": f"{NOT_RECORDED} ({failed} of {len(runs)} starts failed)"}
+    series = [_split_series(m, gc_out=not welch) for m in runs]
     if any(s is None for s in series):
         missing = sum(s is None for s in series)
         return {"time_split": f"{NOT_RECORDED} ({missing} of {len(series)} starts without dispatcher times)"}
