@@ -8,6 +8,7 @@ CloudAI or Slurm, or run the real Megatron-Core payload; the full command runs t
 from __future__ import annotations
 
 import contextlib
+import inspect
 from pathlib import Path
 
 import pytest
@@ -38,17 +39,39 @@ SLOW = {
 HERE = Path(__file__).resolve().parent
 
 
-def xdist_group(rel: str) -> str:
-    """The worker group of a test module under ``pytest -n`` (pyproject's addopts, ``--dist loadgroup``).
+def shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module-, package- or session-scoped fixture of this suite's own (a dry-run made once,
+    CloudAI's source unpacked, the 0.6.2 wheel fetched, the hostile suite's 1,400 CLI runs): made once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info is not None else ()):
+        for fixture in defs:
+            if fixture.scope in ("module", "package", "session"):
+                with contextlib.suppress(TypeError, ValueError):
+                    if Path(inspect.getfile(fixture.func)).resolve().is_relative_to(HERE):
+                        return True
+    return False
 
-    A module runs whole on one worker, so its module- and session-scoped fixtures (a dry-run made once, CloudAI's
-    source unpacked, the 0.6.2 wheel fetched) run once, not once per worker. Every module under ``slurm/`` shares one
-    group: the local cluster is started and stopped by a session fixture, which must live in a single worker.
+
+def xdist_group(rel: str, shared: bool) -> str | None:
+    """The worker group of a test module under ``pytest -n`` (pyproject's addopts, ``--dist loadgroup``), or None.
+
+    A module whose tests share a fixture of ours (``shared``) runs whole on one worker, so that fixture runs once, not
+    once per worker. Every module under ``slurm/`` shares one group: the local cluster is started and stopped by a
+    session fixture, which must live in a single worker. The other tests are spread one by one (None), so that a long
+    module of independent tests (the refit payload's worlds, verify-configs on every system) is not one worker's alone.
     """
-    return "slurm" if rel.startswith("slurm/") else rel
+    return "slurm" if rel.startswith("slurm/") else rel if shared else None
 
 
+# tryfirst: xdist's own hook reads the xdist_group marks into the node ids (``@group``) that loadgroup schedules by;
+# run after it, the marks came too late and every test was scheduled alone (a module's tests on both workers, its
+# module fixtures made once per worker: the hostile suite's 213 s twice)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    shared = set()
+    for item in items:
+        if shares_a_fixture(item):
+            shared.add(Path(str(item.path)).resolve())
     for item in items:
         path = Path(str(item.path)).resolve()
         if not path.is_relative_to(HERE):
@@ -56,4 +79,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         rel = path.relative_to(HERE).as_posix()
         if rel in SLOW:
             item.add_marker(pytest.mark.slow)
-        item.add_marker(pytest.mark.xdist_group(xdist_group(rel)))
+        group = xdist_group(rel, path in shared)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
