@@ -48,6 +48,8 @@ RESAMPLES = 2000
 SEED = 20261129
 SLOWER = "slower"
 NOT_DISTINGUISHABLE = "not distinguishable"
+OURS_FASTER = "ours faster"
+MEGATRON_FASTER = "Megatron-Core's faster"
 COVERS = ("95 % intervals: bootstrap of the ratio of medians over each run's timed refits; they cover the "
           "refit-to-refit noise within a run, not run-to-run noise")
 
@@ -140,9 +142,11 @@ def transport_label(config: Mapping[str, Any]) -> str:
     """The transport and how the copy service ran, so that the rows of a coalesce_mib / executor /
     coalesce_schedule sweep can be told apart: "nccl (1024 MiB messages, replay, pairwise)"; defaults are left out."""
     how = []
+    if config.get("executor") == "both":  # the row's time is ours; Megatron-Core's service is in the comparison
+        how.append("ours: replay")
     if config.get("coalesce_mib"):
         how.append(f"{config['coalesce_mib']} MiB messages")
-    if config.get("executor", "megatron") != "megatron":
+    if config.get("executor", "megatron") not in ("megatron", "both"):
         how.append(str(config["executor"]))
     if config.get("coalesce_schedule", "rounds") != "rounds":
         how.append(str(config["coalesce_schedule"]))
@@ -191,7 +195,47 @@ def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str)
         "failure": _failure(m),
         "precision": config.get("dtype"),
         "run": run,
+        **compare_paths((getattr(m, "result", None) or {}).get("compare") if verified else None),
     }
+
+
+def _finite_times(values: Any) -> list[float]:
+    if not isinstance(values, list):
+        return []
+    return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0]
+
+
+def compare_paths(compare: Any) -> dict[str, Any]:
+    """Executor "both" (REFIT_RESULT["compare"] of a verified run): Megatron-Core's service and ours side by side,
+    each as % of the same run's exchange ceiling (ceiling median / path median x 100: the same bytes), with n, and
+    the speed-up median(Megatron-Core's) / median(ours) with its 95 % bootstrap interval (:func:`ratio_interval`);
+    "not distinguishable" when the interval holds 1 or a side has fewer than ``MIN_N`` timed refits. Empty for
+    other runs."""
+    if not isinstance(compare, Mapping):
+        return {}
+    theirs = _finite_times((compare.get("megatron") or {}).get("times_ms"))
+    ours = _finite_times((compare.get("ours") or {}).get("times_ms"))
+    ceiling = compare.get("ceiling") if isinstance(compare.get("ceiling"), Mapping) else {}
+    ceil = _finite_times([ceiling.get("median_ms")])
+    out: dict[str, Any] = {"megatron_median_ms": _median(theirs) if theirs else None, "megatron_n": len(theirs),
+                           "ours_median_ms": _median(ours) if ours else None, "ours_n": len(ours),
+                           "ceiling_median_ms": ceil[0] if ceil else None,
+                           "ceiling_n": len(_finite_times(ceiling.get("times_ms")))}
+    for path in ("megatron", "ours"):
+        med = out[f"{path}_median_ms"]
+        out[f"{path}_pct_of_ceiling"] = ceil[0] / med * 100 if ceil and med else None
+    got = ratio_interval(ours, theirs)
+    if got is None:
+        out.update(speedup=None, speedup_ci95=None, speedup_verdict=NOT_DISTINGUISHABLE)
+        return out
+    change, lo, hi = (1 + x / 100 for x in got)
+    if lo <= 1.0 <= hi or min(len(ours), len(theirs)) < MIN_N:
+        verdict = NOT_DISTINGUISHABLE
+    else:
+        verdict = OURS_FASTER if lo > 1.0 else MEGATRON_FASTER
+    out.update(speedup=change, speedup_ci95=(lo, hi), speedup_verdict=verdict)
+    return out
 
 
 def _key(row: Mapping[str, Any]) -> tuple[str, Any, str]:
@@ -290,7 +334,10 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
         r["spread"] = _span(r["time_ms_p10"], r["time_ms_p90"])
         r["range"] = _span(r["time_ms_min"], r["time_ms_max"])
         r["vs_fastest"] = _vs_fastest(r, id(r) in clear)
-    hidden = ("spread", "range", "vs_fastest", "times_ms", "comparison")
+    hidden = ("spread", "range", "vs_fastest", "times_ms", "comparison", "speedup_ci95")
+    for r in rows:  # the interval as text in the CSV
+        if r.get("speedup_ci95") is not None:
+            r["speedup_ci95_lo"], r["speedup_ci95_hi"] = r["speedup_ci95"]
     csv_rows = [{k: v for k, v in r.items() if k not in hidden} for r in rows]
     frame = pd.DataFrame(csv_rows)
     frame["ranks"] = frame["ranks"].astype("Int64")
@@ -332,10 +379,79 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
     )
     classes = ["" if r["verification"] == "pass" and r["status"] == "ok" else "bad" for r in ordered]
     sections.append(html_table(COLUMNS, ([r.get(c) for c in COLUMNS] for r in ordered), classes, HEADERS, DEFINITIONS))
+    paths = [r for r in ordered if "megatron_n" in r]
+    if paths:
+        sections.insert(2, headline("Megatron-Core's copy service vs ours (same job, same ranks, same ceiling)",
+                                    [_paths_html(r) for r in paths]))
+        sections.append(
+            "<h2>Megatron-Core's service vs ours</h2><p class='note'>executor = \"both\": each job timed "
+            "Megatron-Core's own copy service (swap_model_weights) and then ours (its cached plan replayed over the "
+            "coalescing service), on the same ranks and models, then the exchange ceiling: the plan's own bytes "
+            "between every pair of ranks as one message per direction, in one batch_isend_irecv. % of ceiling = "
+            "ceiling median / path median x 100 (both move the same bytes). Speed-up = Megatron-Core's median / ours, "
+            f"with its 95 % interval from a bootstrap of both series ({RESAMPLES} draws, fixed seed); "
+            f"{NOT_DISTINGUISHABLE} when the interval holds 1 or a side has fewer than {MIN_N} timed refits. "
+            "The main table's time of these rows is ours.</p>")
+        sections.append(html_table(PATH_COLUMNS, ([_path_cell(r, c) for c in PATH_COLUMNS] for r in paths), None,
+                                   PATH_HEADERS, PATH_DEFINITIONS))
     if skipped:  # the sweep points a rule rejected, with the rule (after the results, before the provenance)
         sections.append(skipped)
     write_atomic(root / "mbridge_refit.html", redact_report(html_page(title, sections, prov, kind="refit report")))
     logging.info("mbridge_refit: %d row(s) written to %s", len(rows), root / "mbridge_refit.html")
+
+
+PATH_COLUMNS = ["mapping", "mode", "transport", "megatron", "ours", "ceiling", "speedup"]
+PATH_HEADERS = {
+    "mapping": HEADERS["mapping"], "mode": "mode", "transport": "transport",
+    "megatron": "Megatron-Core's service: median ms, % of ceiling, n",
+    "ours": "ours: median ms, % of ceiling, n",
+    "ceiling": "exchange ceiling: median ms, n",
+    "speedup": "speed-up of ours (x), 95 % interval, verdict",
+}
+PATH_DEFINITIONS = {
+    **{k: DEFINITIONS[k] for k in ("mapping", "mode")},
+    "transport": "the transport of Megatron-Core's service, and how ours ran (messages, schedule)",
+    "megatron": "swap_model_weights with Megatron-Core's copy service for the transport, timed refits of the job",
+    "ours": "Megatron-Core's cached plan replayed over the coalescing service (messages, schedule as in transport)",
+    "ceiling": "the plan's remote bytes per pair of ranks as one message each, one batch_isend_irecv, same job",
+    "speedup": f"median of Megatron-Core's / median of ours; 95 % bootstrap interval; {NOT_DISTINGUISHABLE} when it "
+               f"holds 1 or n < {MIN_N}",
+}
+
+
+def _path_stat(r: Mapping[str, Any], path: str) -> str | None:
+    med = r.get(f"{path}_median_ms")
+    if med is None:
+        return None
+    pct = r.get(f"{path}_pct_of_ceiling")
+    return f"{med:,.2f} ms, " + ("no ceiling" if pct is None else f"{pct:.1f} %") + f", n = {r[f'{path}_n']}"
+
+
+def _speedup_text(r: Mapping[str, Any], verdict: bool = True) -> str:
+    if r.get("speedup") is None:
+        return "none: a path has no timed refit" + (f", {NOT_DISTINGUISHABLE}" if verdict else "")
+    lo, hi = r["speedup_ci95"]
+    return f"{r['speedup']:.2f}x [{lo:.2f}..{hi:.2f}]" + (f", {r['speedup_verdict']}" if verdict else "")
+
+
+def _path_cell(r: Mapping[str, Any], column: str) -> Any:
+    if column in ("megatron", "ours"):
+        return _path_stat(r, column)
+    if column == "ceiling":
+        med = r.get("ceiling_median_ms")
+        return None if med is None else f"{med:,.2f} ms, n = {r['ceiling_n']}"
+    if column == "speedup":
+        return _speedup_text(r)
+    return r.get(column)
+
+
+def _paths_html(r: Mapping[str, Any]) -> str:
+    e = html.escape
+    level = {OURS_FASTER: "ok", MEGATRON_FASTER: "bad"}.get(r.get("speedup_verdict"), "warn")
+    return (f"<b>{e(r['mapping'])}</b> ({e(r['mode'])}, {e(r['transport'])}): Megatron-Core&#x27;s service "
+            f"{e(_path_stat(r, 'megatron') or 'no time')}; ours {e(_path_stat(r, 'ours') or 'no time')}; "
+            f"speed-up of ours {e(_speedup_text(r, verdict=False))} (95 % interval) "
+            f"{verdict_badge(str(r.get('speedup_verdict')), level)}")
 
 
 def _vs_fastest(r: Mapping[str, Any], clear: bool) -> str | None:

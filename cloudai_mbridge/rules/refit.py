@@ -48,9 +48,10 @@ def _transport(p: RefitPlan) -> Iterator[Violation]:
 @rule("refit-coalesce-transport")
 def _coalesce(p: RefitPlan) -> Iterator[Violation]:
     """payload/refit/coalesce.py packs slices into send/recv messages (torch.distributed isend/irecv): gloo and
-    nccl only; nvshmem and nixl have their own copy services."""
+    nccl only; nvshmem and nixl have their own copy services (executor "both" times that service next to ours,
+    which then runs over the process group's backend, nccl on GPUs)."""
     c = p.config
-    if c.get("coalesce_mib") and c["transport"] in ("nvshmem", "nixl"):
+    if c.get("coalesce_mib") and c["transport"] in ("nvshmem", "nixl") and c.get("executor") != "both":
         yield Violation("", {"coalesce_mib": c["coalesce_mib"], "transport": c["transport"]},
                         "coalesced messages apply to the send/recv transports only",
                         "set coalesce_mib = 0 or transport = \"nccl\"")
@@ -61,9 +62,9 @@ def _executor(p: RefitPlan) -> Iterator[Violation]:
     """payload/refit/replay.py: executor "replay" hands megatron-core's cached plan to the coalescing copy service
     (payload/refit/coalesce.py), which runs only with coalesce_mib > 0 (payload/refit/config.py refuses it too)."""
     c = p.config
-    if c.get("executor", "megatron") == "replay" and not c.get("coalesce_mib"):
-        yield Violation("", {"executor": "replay", "coalesce_mib": c.get("coalesce_mib", 0)},
-                        "executor replay replays the plan through the coalescing copy service",
+    if c.get("executor", "megatron") in ("replay", "both") and not c.get("coalesce_mib"):
+        yield Violation("", {"executor": c["executor"], "coalesce_mib": c.get("coalesce_mib", 0)},
+                        f"executor {c['executor']} replays the plan through the coalescing copy service",
                         "set coalesce_mib > 0 or executor = \"megatron\"")
 
 

@@ -356,3 +356,47 @@ def test_replay_executor_still_catches_a_stale_copy_service():
     assert "REFIT_EXECUTOR name=replay " in result.out, result.out
     verdict = result.parsed["refit_verify"]
     assert verdict["status"] == "fail" and "stale-after-iter=0" in verdict["detail"], verdict
+
+
+def test_executor_both_times_megatron_service_and_ours_in_one_job_against_one_ceiling(tmp_path):
+    """executor "both": one job, the same 4 gloo ranks and models: Megatron-Core's own gloo service, then replay over
+    the coalescing service (pairwise), then the exchange ceiling of the plan's own traffic; every refit of both is
+    checked, and the run folder reads back with both series and the ceiling."""
+    import json
+
+    from cloudai_mbridge.metrics import parse_refit_run
+
+    cfg = config({"tp": 2, "ep": 1}, {"tp": 1, "ep": 2}, coalesce_mib=1, executor="both",
+                 coalesce_schedule="pairwise", dump_shards=str(tmp_path / "shards"))
+    result = run(cfg)
+    final = assert_verified(result, tmp_path / "shards")
+    compare = final["compare"]
+    assert len(compare["megatron"]["times_ms"]) == len(compare["ours"]["times_ms"]) == 2
+    assert compare["ours"]["times_ms"] == final["refit_time_ms"]["all"]  # REFIT_ITER is ours
+    assert compare["ours"]["schedule"] == "pairwise" and compare["megatron"]["service"] == "gloo"
+    ceiling = compare["ceiling"]
+    assert len(ceiling["times_ms"]) == 2 and ceiling["median_ms"] > 0
+    assert ceiling["bytes_remote"] == int(result.parsed["refit_stats"]["bytes_remote"]) > 0
+    # Megatron-Core's path ran its own service (no coalescing, no replay): one replay, one coalescing line, ours
+    (executor,) = [x for x in result.out.splitlines() if x.startswith("REFIT_EXECUTOR ")]
+    (coalesce,) = [x for x in result.out.splitlines() if x.startswith("REFIT_COALESCE ")]
+    assert executor.startswith("REFIT_EXECUTOR name=replay ") and "schedule=pairwise" in coalesce
+    paths = [x for x in result.out.splitlines() if x.startswith("REFIT_COMPARE ")]
+    assert [p.split()[1] for p in paths[:3]] == ["path=megatron", "path=ours", "path=ceiling"], paths
+    assert paths[-1].startswith("REFIT_COMPARE speedup=")
+    # every refit of both paths was checked against the version it sent (versions run on across the two)
+    assert "each-refit" in result.parsed["refit_verify"]["detail"]
+    folder = tmp_path / "run"
+    (folder / "logs").mkdir(parents=True)
+    (folder / "mbridge_config.json").write_text(json.dumps(cfg))
+    for rank, (out, err) in enumerate(zip(result.stdout, result.stderr, strict=True)):
+        (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
+    metrics = parse_refit_run(folder)
+    assert metrics.status == "ok", metrics.problems
+    assert metrics.result["compare"]["megatron"]["times_ms"] == compare["megatron"]["times_ms"]
+    from cloudai_mbridge.reports.refit_table import refit_row
+
+    row = refit_row("t", 0, cfg, metrics, str(folder))  # what the refit page shows of this run
+    assert row["megatron_n"] == row["ours_n"] == row["ceiling_n"] == 2
+    assert row["speedup"] > 0 and row["speedup_verdict"] == "not distinguishable"  # n = 2 < 3 a side
+    assert row["megatron_pct_of_ceiling"] > 0 and row["ours_pct_of_ceiling"] > 0

@@ -18,7 +18,9 @@ Optional keys (defaults in brackets):
   "verify_gather_max_bytes" [1 GiB], "dump_shards": dir [none; each rank writes rank<r>.pt with its shards],
   "profile" [false; REFIT_PHASES, see phases.py], "executor" ["megatron"; "replay" (coalesce_mib > 0 only): refits
   after the first skip megatron-core's executor and hand its cached plan's slice views to the coalescing service,
-  see replay.py], "coalesce_overlap" [true; coalesce_mib > 0 on CUDA: pack/NCCL/
+  see replay.py; "both" (coalesce_mib > 0 only): in one job Megatron-Core's own service for "transport", then
+  "replay" over the coalescing service, then the exchange ceiling (_compare_paths; REFIT_COMPARE below)],
+  "coalesce_overlap" [true; coalesce_mib > 0 on CUDA: pack/NCCL/
   unpack of successive rounds on side streams, see coalesce.py; profile=true runs them serially],
   "coalesce_schedule" ["rounds"; coalesce_mib > 0 only: "rounds" sends bucket i to every peer at once, "pairwise"
   one peer pair at a time (step s: to rank+s, from rank-s), see coalesce.exchange_units],
@@ -79,6 +81,10 @@ Output (stdout, rank 0, flushed):
       after every timed refit runs, and it still fails the run)
   Mean refit time: <x> ms / Min refit time:  <x> ms / Max refit time:  <x> ms / Median refit time: <x> ms
   Effective bandwidth: <x> GB/s                (bytes_remote + bytes_local) / median time, GB = 1e9 bytes
+  REFIT_COMPARE path=<megatron|ours> median_ms=<x> n=<n> pct_of_ceiling=<x|n/a>, REFIT_COMPARE path=ceiling
+      median_ms=<x> n=<n> bytes_remote=<n>, REFIT_COMPARE speedup=<x>   (executor "both", passed runs only; the
+      times are in REFIT_RESULT["compare"]: {"megatron": {"times_ms"}, "ours": {"times_ms"}, "ceiling":
+      {"times_ms", "median_ms", "bytes_remote"} or null}; REFIT_ITER holds ours)
   REFIT_RESULT {json}                          all of the above, plus config, layouts, versions, device, world
       size, "adapter" (installed | not-needed | disabled), "model_bytes" (one full model copy), "held_bytes"
       ({"src","dst"}: parameter bytes summed over ranks; the plan writes every destination byte once, so
@@ -228,8 +234,8 @@ def _install_adapter(cfg: RefitConfig, src: SideLayout, dst: SideLayout) -> str:
         ) from exc
 
 
-def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
-                  dst_shards) -> tuple[list[float], list[int], list[int], int]:
+def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards, dst_shards,
+                  first_version: int = 0) -> tuple[list[float], list[int], list[int], int]:
     """Warm-up and timed refits. Before each one the source moves to a new version of its weights (outside the timed
     window, as an optimizer step would between two RL refits) and the destination is poisoned with NaN; after each
     timed one (outside the window, verify on) every destination shard is checked against the version just sent, so
@@ -257,7 +263,7 @@ def _timed_refits(cfg: RefitConfig, src_model, dst_model, src_shards,
 
         recorder = PhaseRecorder(torch.cuda.synchronize if cfg.device == "cuda" else None)
         method = profiled(method, recorder)
-    version = 0
+    version = first_version
     replay = None  # executor "replay": set up after the first refit (_start_replay)
 
     def once() -> float:
@@ -346,6 +352,101 @@ def _start_replay(cfg: RefitConfig, src_model, dst_model):
         print(f"[refit] replay: strided_send={int(strided_sends)} strided_recv={int(strided_recvs)} (all ranks)",
               file=sys.stderr, flush=True)
     return executor
+
+
+def _compare_paths(cfg: RefitConfig, src_model, dst_model, src_shards, dst_shards):
+    """Executor "both": in one job, on the same models and ranks, first Megatron-Core's own copy service for
+    ``transport`` (swap_model_weights, no coalescing: ``warmup`` + ``iterations`` refits), then ours (the replay
+    executor over the coalescing service with ``coalesce_mib`` / ``coalesce_schedule``: ``warmup`` + ``iterations``),
+    then the exchange ceiling (:func:`_exchange_ceiling`). Every refit sends a new version and is checked as in
+    :func:`_timed_refits`. Returns ours as the run's times (REFIT_ITER), the NaN / stale refits of both (Megatron's
+    named ``megatron:<i>``), the last version and the comparison for REFIT_RESULT["compare"]."""
+    import dataclasses
+
+    theirs = dataclasses.replace(cfg, executor="megatron", coalesce_mib=0, coalesce_schedule="rounds",
+                                 coalesce_edge_mib=0, profile=False, _stale_copy_service=False)
+    m_times, m_nan, m_stale, version = _timed_refits(theirs, src_model, dst_model, src_shards, dst_shards)
+    ours = dataclasses.replace(cfg, executor="replay")
+    times, nan_iters, stale_iters, version = _timed_refits(ours, src_model, dst_model, src_shards, dst_shards,
+                                                           first_version=version)
+    _state["phase"] = "ceiling"
+    ceiling = _exchange_ceiling(cfg, src_model, dst_model)
+    compare = {"megatron": {"service": cfg.transport, "times_ms": [round(t, 3) for t in m_times]},
+               "ours": {"executor": "replay", "coalesce_mib": cfg.coalesce_mib, "schedule": cfg.coalesce_schedule,
+                        "times_ms": [round(t, 3) for t in times]},
+               "ceiling": ceiling}
+    return (times, [f"megatron:{i}" for i in m_nan] + nan_iters, [f"megatron:{i}" for i in m_stale] + stale_iters,
+            version, compare)
+
+
+def _exchange_ceiling(cfg: RefitConfig, src_model, dst_model) -> dict | None:
+    """The same run's exchange ceiling: the bytes megatron-core's cached plan moves between every pair of ranks
+    (the refit's own traffic matrix, local copies left out), each pair's bytes as one contiguous message per
+    direction, all of them in one ``batch_isend_irecv``, no slicing, packing or plan walking. ``warmup`` untimed
+    and ``iterations`` timed repetitions, timed as a refit (barrier, sync, clock, wait, sync; the slowest rank).
+    {"times_ms", "median_ms", "bytes_remote"}; None when the plan cannot be read (payload/refit/replay.py)."""
+    import torch
+    import torch.distributed as dist
+
+    from .replay import FallbackError, _plan_and_tensors
+
+    me = dist.get_rank()
+    sends: dict[int, int] = {}
+    recvs: dict[int, int] = {}
+    failed = 0.0
+    try:
+        plan, src, dst = _plan_and_tensors(src_model, dst_model)
+        for ops, params, out in ((plan.send_ops, src, sends), (plan.recv_ops, dst, recvs)):
+            for op in ops:
+                param = params.get(op.param_name)
+                if param is not None and op.peer_rank != me:
+                    nbytes = param.data[op.my_slice].numel() * param.element_size()
+                    out[op.peer_rank] = out.get(op.peer_rank, 0) + nbytes
+    except FallbackError:
+        failed = 1.0
+    if _reduce([failed], "sum", cfg)[0]:
+        return None
+    device = "cuda" if cfg.device == "cuda" else "cpu"
+    bufs = [(dist.isend, torch.empty(n, dtype=torch.uint8, device=device), peer) for peer, n in sorted(sends.items())]
+    bufs += [(dist.irecv, torch.empty(n, dtype=torch.uint8, device=device), peer) for peer, n in sorted(recvs.items())]
+    ops = [dist.P2POp(fn, buf, peer) for fn, buf, peer in bufs]
+
+    def once() -> float:
+        _sync(cfg)
+        dist.barrier()
+        start = time.perf_counter()
+        for req in (dist.batch_isend_irecv(ops) if ops else []):
+            req.wait()
+        _sync(cfg)
+        return time.perf_counter() - start
+
+    for _ in range(cfg.warmup):
+        once()
+    times = [_reduce([once()], "max", cfg)[0] * 1e3 for _ in range(cfg.iterations)]
+    remote = int(_reduce([float(sum(recvs.values()))], "sum", cfg)[0])
+    return {"times_ms": [round(t, 3) for t in times], "median_ms": round(statistics.median(times), 3),
+            "bytes_remote": remote}
+
+
+def compare_lines(compare: dict) -> list[str]:
+    """REFIT_COMPARE lines (executor "both"): per path its median, n and share of the same run's ceiling (ceiling
+    median / path median x 100: both move the same bytes), then Megatron's median over ours."""
+    ceiling = (compare.get("ceiling") or {}).get("median_ms")
+    medians = {}
+    lines = []
+    for path in ("megatron", "ours"):
+        times = compare[path]["times_ms"]
+        if not times:
+            continue
+        medians[path] = statistics.median(times)
+        pct = f"{ceiling / medians[path] * 100:.1f}" if ceiling and medians[path] > 0 else "n/a"
+        lines.append(f"REFIT_COMPARE path={path} median_ms={medians[path]:.3f} n={len(times)} pct_of_ceiling={pct}")
+    if ceiling:
+        lines.append(f"REFIT_COMPARE path=ceiling median_ms={ceiling:.3f} n={len(compare['ceiling']['times_ms'])} "
+                     f"bytes_remote={compare['ceiling']['bytes_remote']}")
+    if len(medians) == 2 and medians["ours"] > 0:
+        lines.append(f"REFIT_COMPARE speedup={medians['megatron'] / medians['ours']:.3f} (megatron median / ours)")
+    return lines
 
 
 PROFILE_ENV = "MBRIDGE_REFIT_PROFILE"
@@ -438,7 +539,7 @@ def _dump_shards(directory: str, rank: int, shards) -> None:
     torch.save(payload, os.path.join(directory, f"rank{rank}.pt"))
 
 
-def _report(cfg, header, times_ms, stats, verdict, model_bytes) -> None:
+def _report(cfg, header, times_ms, stats, verdict, model_bytes, compare=None) -> None:
     passed = verdict["status"] != "fail"
     if passed:
         for i, t in enumerate(times_ms):
@@ -463,6 +564,10 @@ def _report(cfg, header, times_ms, stats, verdict, model_bytes) -> None:
         _emit(f"Median refit time: {summary['median']:.2f} ms")
         _emit(f"Effective bandwidth: {'n/a' if bandwidth is None else f'{bandwidth:.3f}'} GB/s")
         result.update(refit_time_ms=summary, bandwidth_gbps=bandwidth)
+        if compare is not None:
+            for line in compare_lines(compare):
+                _emit(line)
+            result["compare"] = compare
     _emit("REFIT_RESULT " + json.dumps(result, sort_keys=True))
 
 
@@ -528,7 +633,12 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv, digest: str | None = None) -> i
         print(f"[refit] models built: {full_bytes} bytes per full copy; adapter={header['adapter']}", file=sys.stderr,
               flush=True)
 
-    times_ms, nan_iters, stale_iters, version = _timed_refits(cfg, src_model, dst_model, src_shards, dst_shards)
+    compare = None
+    if cfg.executor == "both":
+        times_ms, nan_iters, stale_iters, version, compare = _compare_paths(cfg, src_model, dst_model, src_shards,
+                                                                            dst_shards)
+    else:
+        times_ms, nan_iters, stale_iters, version = _timed_refits(cfg, src_model, dst_model, src_shards, dst_shards)
     _state["phase"] = "stats"
     stats = _plan_stats(cfg, dst_model)
 
@@ -539,7 +649,7 @@ def run(cfg: RefitConfig, env: dist_env.DistEnv, digest: str | None = None) -> i
     verdict["logits"] = _logits_check(cfg, src, dst, src_model, src_pg, dst_model, dst_pg, verdict)
     if cfg.dump_shards:
         _dump_shards(cfg.dump_shards, env.rank, src_shards + dst_shards)
-    _report(cfg, header, times_ms, stats, verdict, full_bytes)
+    _report(cfg, header, times_ms, stats, verdict, full_bytes, compare)
     dist.barrier()
     dist.destroy_process_group()
     return EXIT_VERIFY if verdict["status"] == "fail" else 0

@@ -18,7 +18,7 @@ MODES = ("collocated", "non-collocated")
 TRANSPORTS = ("gloo", "nccl", "nvshmem", "nixl")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("bf16", "fp16", "fp32")
-EXECUTORS = ("megatron", "replay")
+EXECUTORS = ("megatron", "replay", "both")  # both: Megatron-Core's own service and replay in one job (__main__)
 COALESCE_SCHEDULES = ("rounds", "pairwise")  # payload/refit/coalesce.py SCHEDULES
 # Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by (128) times TP; both sides must end
 # up with the same padded size or the embedding cannot be resharded, so we pad with the LCM of both TP sizes.
@@ -125,6 +125,9 @@ class RefitConfig:
     coalesce_edge_mib: int = 0
     # "megatron": every refit is swap_model_weights. "replay" (needs coalesce_mib > 0): the first refit is, later
     # ones hand megatron-core's cached plan's slice views straight to the coalescing service (payload/refit/replay.py).
+    # "both" (needs coalesce_mib > 0): Megatron-Core's own service for `transport` and then "replay", in one job, and
+    # the same run's exchange ceiling (payload/refit/__main__.py _compare_paths); with nvshmem / nixl ours runs over
+    # the process group's backend (nccl on GPUs).
     executor: str = "megatron"
     # true: time the phases of every timed refit (submit vs run of the copy service; for coalesce_mib > 0 also
     # local/pack/comm/unpack, with CUDA syncs between them) and print REFIT_PHASES on rank 0.
@@ -313,7 +316,7 @@ def validate(cfg: RefitConfig) -> None:
     if cfg.run_id is not None and not (isinstance(cfg.run_id, str) and cfg.run_id.isascii() and cfg.run_id.isalnum()
                                        and len(cfg.run_id) <= 64):
         raise ConfigError(f"run_id={cfg.run_id!r}: must be letters and digits (at most 64); the generator writes one")
-    if cfg.coalesce_mib and cfg.transport in ("nvshmem", "nixl"):
+    if cfg.coalesce_mib and cfg.transport in ("nvshmem", "nixl") and cfg.executor != "both":
         raise ConfigError(f"coalesce_mib={cfg.coalesce_mib} with transport={cfg.transport!r}: packing applies to the "
                           "send/recv transports only; set coalesce_mib to 0 or transport to 'nccl'")
     if cfg.coalesce_schedule != "rounds" and not cfg.coalesce_mib:
@@ -323,9 +326,9 @@ def validate(cfg: RefitConfig) -> None:
         raise ConfigError(f"coalesce_edge_mib={cfg.coalesce_edge_mib} with coalesce_mib={cfg.coalesce_mib}: the first "
                           "and last messages are cut smaller than the others; set coalesce_edge_mib to 0 or below "
                           "coalesce_mib (and coalesce_mib > 0)")
-    if cfg.executor == "replay" and not cfg.coalesce_mib:
-        raise ConfigError("executor='replay' with coalesce_mib=0: replay hands the plan to the coalescing copy "
-                          "service; set coalesce_mib > 0 or executor to 'megatron'")
+    if cfg.executor in ("replay", "both") and not cfg.coalesce_mib:
+        raise ConfigError(f"executor={cfg.executor!r} with coalesce_mib=0: replay hands the plan to the coalescing "
+                          "copy service; set coalesce_mib > 0 or executor to 'megatron'")
     for name in ("verify", "profile", "coalesce_overlap", "_corrupt_after_refit", "_stale_copy_service", "_no_adapter"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name}={getattr(cfg, name)!r}: must be true or false")

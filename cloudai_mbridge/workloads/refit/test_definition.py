@@ -31,7 +31,7 @@ from ..fields import (
 ModelName = Literal[tuple(MODELS)]  # type: ignore[valid-type]
 Mode = Literal["collocated", "non-collocated"]
 Transport = Literal["gloo", "nccl", "nvshmem", "nixl"]
-Executor = Literal["megatron", "replay"]
+Executor = Literal["megatron", "replay", "both"]
 Schedule = Literal["rounds", "pairwise"]
 
 
@@ -72,7 +72,9 @@ class MBridgeRefitCmdArgs(CmdArgs):
     # > 0: the plan's slices packed into messages of at most this many MiB per peer (payload/refit/coalesce.py)
     coalesce_mib: MiB | list[MiB] = 0
     # "replay" (coalesce_mib > 0 only, rule refit-executor-coalesce): refits after the first hand megatron-core's
-    # cached plan straight to the coalescing service (payload/refit/replay.py); "megatron": swap_model_weights
+    # cached plan straight to the coalescing service (payload/refit/replay.py); "megatron": swap_model_weights;
+    # "both" (coalesce_mib > 0): one job times Megatron-Core's own service for `transport` and then "replay", and the
+    # same run's exchange ceiling; the refit report shows both side by side with the speed-up (reports/refit_table.py)
     executor: Executor | list[Executor] = "megatron"
     # coalesce_mib > 0 only (rule refit-schedule-coalesce): "rounds" sends bucket i to every peer at once, "pairwise"
     # one peer pair at a time (step s: rank i sends to i + s); 4 x H200 TP4 -> EP4, replay, 1 GiB: 37.8 ms pairwise
