@@ -27,7 +27,10 @@ each rank's stdout then its stderr) and read back with ``cloudai_mbridge.metrics
 Run (on a GPU host, megatron-core importable): python3 benchmarks/gpu_refit_nccl.py --out /tmp/refit
           [--layers 2] [--pairs tp2-ep2 tp1ep2-tp2ep1] [--skip-p2p] [--dry-run: print the configs, no GPU needed]
           [--coalesce-mib 0 1024 [--coalesce-overlap on|off|both (default: each size with and without overlap)]]
-          [--executor megatron|replay|both (default megatron; coalesce sizes > 0 only; replay runs end in _rp)]
+          [--executor megatron|replay|both|compare (default megatron; coalesce sizes > 0 only; replay runs end in
+           _rp; compare: the payload's executor "both", Megatron-Core's own service for the transport and ours
+           (replay) in one job with the plan's own exchange ceiling, every transport, runs end in _vs, rows carry
+           "paths": both medians, n, % of both ceilings, the speed-up with its 95 % interval)]
           [--coalesce-schedule rounds pairwise (default rounds; coalesce sizes > 0 run once per schedule listed;
            pairwise runs end in _pw, rows carry "coalesce_schedule")]
           [--coalesce-edge-mib 0 64 (default 0; coalesce sizes > 0 run once per value below the size; the first
@@ -60,13 +63,14 @@ KIMI_SHAPE = {
     "num_query_groups": 8, "num_experts": 384, "moe_router_topk": 8, "moe_shared_expert_intermediate_size": 2048,
     "vocab_size": 163840, "seq_length": 4096,
 }
-# name -> (src, dst); etp defaults to tp (Megatron's default) in the payload.
+# name -> (src, dst). The destination's etp is its own tp, as these pairs have always run: unset, it would be the
+# source's (payload/refit/config.py resolve_sides), which tp4 -> ep4 cannot hold (etp*ep = 16 > 4 ranks).
 PAIRS = {
-    "tp2-ep2": ({"tp": 2, "pp": 1, "ep": 1}, {"tp": 1, "pp": 1, "ep": 2}),
-    "tp1ep2-tp2ep1": ({"tp": 1, "pp": 1, "ep": 2}, {"tp": 2, "pp": 1, "ep": 1}),
+    "tp2-ep2": ({"tp": 2, "pp": 1, "ep": 1}, {"tp": 1, "pp": 1, "ep": 2, "etp": 1}),
+    "tp1ep2-tp2ep1": ({"tp": 1, "pp": 1, "ep": 2}, {"tp": 2, "pp": 1, "ep": 1, "etp": 2}),
     # 4 GPUs (--world 4)
-    "tp4-ep4": ({"tp": 4, "pp": 1, "ep": 1}, {"tp": 1, "pp": 1, "ep": 4}),
-    "tp2ep2-tp4": ({"tp": 2, "pp": 1, "ep": 2}, {"tp": 4, "pp": 1, "ep": 1}),
+    "tp4-ep4": ({"tp": 4, "pp": 1, "ep": 1}, {"tp": 1, "pp": 1, "ep": 4, "etp": 1}),
+    "tp2ep2-tp4": ({"tp": 2, "pp": 1, "ep": 2}, {"tp": 4, "pp": 1, "ep": 1, "etp": 4}),
 }
 TRANSPORTS = ("gloo", "nccl", "nvshmem", "nixl")
 EXCHANGE_SIZES_MIB = (16, 64, 256, 1024, 4096)
@@ -99,7 +103,9 @@ def refit_config(pair: str, layers: int, args: argparse.Namespace, coalesce_mib:
 
 
 OVERLAP_CHOICES = {"on": (True,), "off": (False,), "both": (True, False)}
-EXECUTOR_CHOICES = {"megatron": ("megatron",), "replay": ("replay",), "both": ("megatron", "replay")}
+# compare: the payload's executor "both" (one job: Megatron-Core's own service for the transport, then replay)
+EXECUTOR_CHOICES = {"megatron": ("megatron",), "replay": ("replay",), "both": ("megatron", "replay"),
+                    "compare": ("both",)}
 SCHEDULE_CHOICES = ("rounds", "pairwise")  # payload coalesce_schedule (payload/refit/coalesce.py exchange_units)
 
 
@@ -114,7 +120,7 @@ def refit_runs(args: argparse.Namespace) -> list[tuple[str, str, int, bool | Non
     schedules = tuple(dict.fromkeys(getattr(args, "coalesce_schedule", None) or ("rounds",)))
     edges = tuple(dict.fromkeys(getattr(args, "coalesce_edge_mib", None) or (0,)))
     return [(pair, t, c, ov, ex, sc, e) for pair in args.pairs for t in args.transports for c in args.coalesce_mib
-            if c == 0 or t == "nccl" for ov in ((None,) if c == 0 else overlaps)
+            if c == 0 or t == "nccl" or executors == ("both",) for ov in ((None,) if c == 0 else overlaps)
             for ex in (("megatron",) if c == 0 else executors) for sc in ((None,) if c == 0 else schedules)
             for e in ((0,) if c == 0 else tuple(x for x in edges if x < c))]
 
@@ -124,7 +130,7 @@ def overlap_suffix(overlap: bool | None) -> str:
 
 
 def executor_suffix(executor: str | None) -> str:
-    return "_rp" if executor == "replay" else ""
+    return {"replay": "_rp", "both": "_vs"}.get(executor or "", "")
 
 
 def schedule_suffix(schedule: str | None) -> str:
@@ -309,7 +315,7 @@ def run_refit(pair: str, layers: int, args: argparse.Namespace, out: Path, coale
     row.update(model_bytes=result.get("model_bytes"), held_bytes=result.get("held_bytes"),
                logits=(result.get("verify") or {}).get("logits"), versions=result.get("versions"),
                error=run.parsed.get("refit_error"), phases=getattr(m, "phases", None),
-               executor_line=getattr(m, "executor", None))
+               executor_line=getattr(m, "executor", None), compare=result.get("compare"))
     if row["times_ms"]:
         first, last = row["times_ms"][0], row["times_ms"][-1]
         row.update(first_ms=first, last_ms=last, drift_pct=(last - first) / first * 100 if first else None)
@@ -338,6 +344,15 @@ def derive(row: dict, world: int, ceiling: dict | None, batched: list[dict]) -> 
         near = min(batched, key=lambda r: abs(r["op_bytes"] - row["mean_op_bytes"]))
         row["batched_ceiling"] = {k: near[k] for k in ("bytes", "ops", "op_bytes", "gbps_per_gpu")}
         row["pct_of_batched"] = 100 * row["remote_gbps_per_gpu"] / near["gbps_per_gpu"]
+    if row.get("compare"):  # executor "both": Megatron-Core's service and ours of the same job, the same ceilings
+        from cloudai_mbridge.reports.refit_table import compare_paths
+
+        paths = compare_paths(row["compare"])
+        for path in ("megatron", "ours"):
+            m = paths.get(f"{path}_median_ms")
+            if m and ceiling:
+                paths[f"{path}_pct_of_p2p"] = 100 * remote / world / (m / 1e3) / 1e9 / ceiling["gbps_per_gpu"]
+        row["paths"] = paths
 
 
 def print_refit(rows: list[dict]) -> None:
@@ -361,6 +376,23 @@ def print_refit(rows: list[dict]) -> None:
             print(f"{'':>32} executor: " + " ".join(f"{k}={v}" for k, v in r["executor_line"].items()))
         if r.get("phases"):
             print(f"{'':>32} phases (median ms): " + " ".join(f"{k}={v:.2f}" for k, v in r["phases"].items()))
+        if r.get("paths"):
+            print(f"{'':>32} {paths_line(r['paths'])}")
+
+
+def paths_line(p: dict) -> str:
+    """One job's two paths (executor "both"): each median, n, % of the exchange ceiling of step 1 (p2p) and of the
+    plan's own ceiling (the payload's), then the speed-up of ours with its 95 % interval and verdict."""
+    def one(path: str) -> str:
+        if p.get(f"{path}_median_ms") is None:
+            return f"{path}: no time"
+        p2p, plan = p.get(f"{path}_pct_of_p2p"), p.get(f"{path}_pct_of_ceiling")
+        return (f"{path} {p[f'{path}_median_ms']:.2f} ms (n={p[f'{path}_n']}, "
+                f"{'n/a' if p2p is None else f'{p2p:.1f}'} % of p2p, {'n/a' if plan is None else f'{plan:.1f}'} % "
+                "of the plan's ceiling)")
+    speed = ("speed-up n/a" if p.get("speedup") is None else
+             f"speed-up {p['speedup']:.2f}x [{p['speedup_ci95'][0]:.2f}..{p['speedup_ci95'][1]:.2f}]")
+    return f"{one('megatron')} | {one('ours')} | {speed}, {p.get('speedup_verdict')}"
 
 
 # --- provenance ----------------------------------------------------------------------------------------------------
@@ -388,7 +420,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--executor", choices=sorted(EXECUTOR_CHOICES), default="megatron",
                         help="payload executor for coalesce sizes > 0: megatron (swap_model_weights every refit), "
                              "replay (after the first refit, megatron-core's cached plan replayed by the coalescing "
-                             "service, run names _rp), or both (each coalesce size with each)")
+                             "service, run names _rp), both (each coalesce size with each), or compare (the "
+                             "payload's executor \"both\": Megatron-Core's own service for the transport and replay "
+                             "in one job, next to the plan's own exchange ceiling, every transport, run names _vs)")
     parser.add_argument("--coalesce-schedule", nargs="+", choices=SCHEDULE_CHOICES, default=["rounds"],
                         help="payload coalesce_schedule values for coalesce sizes > 0, each run side by side: rounds "
                              "(bucket i to every peer at once) and/or pairwise (one peer pair per step, run names "
@@ -520,10 +554,34 @@ def main(argv: list[str] | None = None) -> int:
             print(f"RESULT {prefix}_pct_of_p2p={r['pct_of_p2p']:.1f} %")
         if "pct_of_batched" in r:
             print(f"RESULT {prefix}_pct_of_batched_p2p={r['pct_of_batched']:.1f} %")
+        for line in paths_results(prefix, r.get("paths")):
+            print(line)
         print(f"RESULT {prefix}_verify={r['verify']}")
         failed |= r["verify"] != "pass"
     (args.out / "gpu_refit_nccl.json").write_text(json.dumps(result, indent=1, sort_keys=True))
     return 1 if failed else 0
+
+
+def paths_results(prefix: str, p: dict | None) -> list[str]:
+    """RESULT lines of one executor-"both" row: per path its median, n and % of both ceilings; the speed-up."""
+    if not p:
+        return []
+    out = []
+    for path in ("megatron", "ours"):
+        if p.get(f"{path}_median_ms") is None:
+            continue
+        out.append(f"RESULT {prefix}_{path}_median_ms={p[f'{path}_median_ms']:.2f} ms")
+        out.append(f"RESULT {prefix}_{path}_n={p[f'{path}_n']}")
+        if p.get(f"{path}_pct_of_p2p") is not None:
+            out.append(f"RESULT {prefix}_{path}_pct_of_p2p={p[f'{path}_pct_of_p2p']:.1f} %")
+        if p.get(f"{path}_pct_of_ceiling") is not None:
+            out.append(f"RESULT {prefix}_{path}_pct_of_plan_ceiling={p[f'{path}_pct_of_ceiling']:.1f} %")
+    if p.get("speedup") is not None:
+        lo, hi = p["speedup_ci95"]
+        out.append(f"RESULT {prefix}_speedup={p['speedup']:.3f} x")
+        out.append(f"RESULT {prefix}_speedup_ci95={lo:.3f}..{hi:.3f} x")
+    out.append(f"RESULT {prefix}_speedup_verdict={str(p.get('speedup_verdict')).replace(' ', '_')}")
+    return out
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One command: refit over nccl / nvshmem / nixl / gloo on 4 GPUs (tp4 -> ep4) and nccl on 2 GPUs (tp2 -> ep2),
-# each with coalescing (1024 MiB messages) next to megatron-core's own service, phases profiled (REFIT_PHASES).
+# One command: refit over nccl / nvshmem / nixl / gloo on 4 GPUs (tp4 -> ep4) and nccl on 2 GPUs (tp2 -> ep2); each
+# job times Megatron-Core's own service and ours (replay, 1024 MiB messages, pairwise) side by side, with the speed-up.
 #   usage: bash benchmarks/gpu_refit_run.sh <budget_s>      (run from anywhere; writes under the folder OUT,
 #          environment, default /tmp/gpu_out)
 # Megatron-Core: the stack bridge-0.6.2 (/tmp/mbridge_stack/bridge-0.6.2/env.sh of benchmarks/gpu_setup.sh) when it
@@ -129,10 +129,16 @@ step() {
   log "END $name rc=$rc$([ "$rc" = 124 ] && echo ' (timed out)')"
 }
 
-W4_ARGS=${REFIT_W4_ARGS:-"--world 4 --layers 1 --pairs tp4-ep4 --transports nccl nvshmem nixl gloo --coalesce-mib 0 1024 \
---profile --iterations 8 --warmup 2 --refit-timeout-s 120 --no-fallback"}
-W2_ARGS=${REFIT_W2_ARGS:-"--world 2 --layers 1 --pairs tp2-ep2 --transports nccl --coalesce-mib 0 1024 --profile \
---iterations 8 --warmup 2 --refit-timeout-s 120 --no-fallback"}
+# --executor compare: each job times Megatron-Core's own service for the transport, then ours (replay over 1024 MiB
+# pairwise messages, overlapped), then the plan's own exchange ceiling; each row prints both medians with n, % of the
+# p2p ceiling of step 1 and of the plan's, and the speed-up with its 95 % interval (RESULT ..._speedup*). No --profile:
+# it serialises ours (add it through REFIT_W4_ARGS for REFIT_PHASES). One path only: --coalesce-mib 0 (Megatron-Core's
+# service) or --executor replay.
+W4_ARGS=${REFIT_W4_ARGS:-"--world 4 --layers 1 --pairs tp4-ep4 --transports nccl nvshmem nixl gloo --coalesce-mib 1024 \
+--executor compare --coalesce-schedule pairwise --coalesce-overlap on --iterations 8 --warmup 2 --refit-timeout-s 120 \
+--no-fallback"}
+W2_ARGS=${REFIT_W2_ARGS:-"--world 2 --layers 1 --pairs tp2-ep2 --transports nccl --coalesce-mib 1024 --executor compare \
+--coalesce-schedule pairwise --coalesce-overlap on --iterations 8 --warmup 2 --refit-timeout-s 120 --no-fallback"}
 # shellcheck disable=SC2086
 [ "$W4_ARGS" = skip ] || step w4 120 python3 benchmarks/gpu_refit_nccl.py --out "$OUT/w4" $W4_ARGS
 # shellcheck disable=SC2086

@@ -95,3 +95,34 @@ def test_the_shipped_refit_scenarios_time_megatrons_service_and_ours_in_each_job
                              **{k: merged[k] for k in ("transport", "executor", "coalesce_mib", "coalesce_schedule",
                                                        "device", "mode")}})
             validate(cfg)
+
+
+def test_the_gpu_one_liner_runs_both_paths_in_one_job_and_prints_them_against_one_ceiling():
+    import shlex
+
+    import gpu_refit_nccl as bench  # benchmarks/ is on pytest's pythonpath
+
+    script = (Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_refit_run.sh").read_text()
+    defaults = re.findall(r'_ARGS=\$\{REFIT_W\d_ARGS:-"(.*?)"\}', script.replace("\\\n", ""), re.S)
+    assert len(defaults) == 2
+    for line in defaults:
+        args = bench.parse_args(["--out", "/x", *shlex.split(line)])
+        runs = bench.refit_runs(args)
+        assert runs and all(ex == "both" and c == 1024 and sc == "pairwise" for _, _, c, _, ex, sc, _ in runs)
+        assert len(runs) == len(args.transports) * len(args.pairs)  # every transport, one job each
+        for p, t, c, ov, ex, sc, e in runs:
+            cfg = bench.refit_config(p, 1, args, c, t, ov, ex, sc, e)
+            assert cfg["executor"] == "both" and bench.run_name(p, 1, t, c, ov, ex, sc, e).endswith("_vs_pw")
+            from cloudai_mbridge.payload.refit.config import derive_layouts, from_dict
+
+            derive_layouts(from_dict(cfg), args.world)  # the pair's layouts hold on the one-liner's world
+    # a recorded row: 10 GB remote over 2 GPUs, a p2p ceiling of 164.9 GB/s per GPU
+    row = {"median_ms": 40.65, "bytes_remote": 10**10, "bytes_local": 0, "recv_ops": 10,
+           "compare": {"megatron": {"times_ms": MEGATRON}, "ours": {"times_ms": OURS}, "ceiling": CEILING}}
+    bench.derive(row, 2, {"mode": "exchange", "bytes": 1 << 30, "ops": 1, "gbps_per_gpu": 164.9}, [])
+    lines = bench.paths_results("refit_nccl_x", row["paths"])
+    got = dict(x.removeprefix("RESULT refit_nccl_x_").split("=", 1) for x in lines)
+    assert got["megatron_pct_of_p2p"] == "29.6 %" and got["ours_pct_of_p2p"] == "74.6 %"
+    assert got["megatron_n"] == got["ours_n"] == "8" and got["speedup"] == "2.521 x"
+    lo, hi = map(float, got["speedup_ci95"].removesuffix(" x").split(".."))
+    assert 1.0 < lo < 2.521 < hi and got["speedup_verdict"] == "ours_faster"
