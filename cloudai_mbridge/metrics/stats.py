@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -72,18 +73,40 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
+# Up to this many values sort as Python floats; more sort in place in a copy of the array with numpy's stable sort
+# (the same order, -0.0 and 0.0 included: both keep equal values as they came), 8 B a value instead of 32.
+SORT_IN_PYTHON = 1 << 16
+
+
+def _sorted(values: array) -> Sequence[float]:
+    if len(values) <= SORT_IN_PYTHON:
+        return sorted(values)
+    import numpy
+
+    ordered = array("d", values)
+    view = numpy.frombuffer(ordered, dtype=numpy.float64)
+    view.sort(kind="stable")
+    del view  # the array can be let go (or grown) again
+    return ordered
+
+
 def steady_state(values: Iterable[float | None], warmup: int = 4, stall_factor: float = STALL_FACTOR) -> Stats:
     """Drop the first ``warmup`` values, then summarise the rest (see :class:`Stats`)."""
     if warmup < 0:
         raise ValueError(f"warmup={warmup} must be >= 0")
-    series = list(values)
-    kept = series[warmup:]
-    finite = [float(v) for v in kept if v is not None and math.isfinite(v)]
-    n_warmup = len(series) - len(kept)
-    n_invalid = len(kept) - len(finite)
+    # One pass, the kept values in an array('d') (8 B each, not a list of float objects: a 10^6-iteration log's
+    # series costs 8 MB, not 32).
+    finite = array("d")
+    n_seen = 0
+    for v in values:
+        n_seen += 1
+        if n_seen > warmup and v is not None and math.isfinite(v):
+            finite.append(v)
+    n_warmup = min(n_seen, warmup)
+    n_invalid = n_seen - n_warmup - len(finite)
     if not finite:
         return Stats(n=0, n_warmup=n_warmup, n_invalid=n_invalid)
-    ordered = sorted(finite)
+    ordered = _sorted(finite)
     median = percentile(ordered, 50.0)
     try:
         mean = math.fsum(finite) / len(finite)

@@ -26,21 +26,23 @@ so a line cut by a kill, or spliced with another rank's output, never yields a s
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
 import operator
 import re
+import struct
 import sys
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, overload
 
 from . import signals
-from .frames import csv_text_of, frame
+from .frames import csv_chunks_of, csv_text_of, frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
 from .loss import loss_problem, vocab_of
 from .scan import FileScan, LogLine, Marker, RunScan, scan_run
@@ -154,6 +156,97 @@ def _int64(value: Any) -> bool:
     return type(value) is int and -(1 << 63) <= value < 1 << 63
 
 
+_PACK_DOUBLE = struct.Struct("d").pack
+_FITS = {"q": _int64, "I": lambda v: type(v) is int and 0 <= v < 1 << 32, "d": lambda v: type(v) is float}
+
+
+class _Column:
+    """An ``array`` column that holds no values while they are an arithmetic progression (``'d'``: one value, bit for
+    bit): a long log's iteration numbers, totals, batch sizes, counters and offsets cost nothing per iteration. The
+    first value that breaks the progression turns it into the ``array`` it stands for; the values read back are the
+    same either way."""
+
+    __slots__ = ("_data", "_first", "_n", "_step", "typecode")
+
+    def __init__(self, typecode: str, values: Iterable[Any] = ()) -> None:
+        self.typecode = typecode
+        self._data: array | None = None
+        self._first: Any = None
+        self._step = 0
+        self._n = 0
+        for v in values:
+            self.append(v)
+
+    def append(self, v: Any) -> None:
+        data = self._data
+        if data is not None:
+            data.append(v)
+            return
+        n = self._n
+        if _FITS[self.typecode](v):
+            if n == 0:
+                self._first, self._n = v, 1
+                return
+            if self.typecode == "d":
+                first = self._first
+                if (v == first and (v != 0.0 or _PACK_DOUBLE(v) == _PACK_DOUBLE(first))) or (
+                        v != v and _PACK_DOUBLE(v) == _PACK_DOUBLE(first)):
+                    self._n = n + 1
+                    return
+            elif n == 1:
+                self._step, self._n = v - self._first, 2
+                return
+            elif v == self._first + n * self._step:
+                self._n = n + 1
+                return
+        data = self._data = array(self.typecode, self._progression())
+        data.append(v)  # raises as the array does for a value it cannot hold
+
+    def _progression(self) -> Iterator[Any]:
+        if self._n == 0:
+            return iter(())
+        if self.typecode == "d" or self._step == 0:
+            return itertools.repeat(self._first, self._n)
+        return iter(range(self._first, self._first + self._n * self._step, self._step))
+
+    def __len__(self) -> int:
+        return self._n if self._data is None else len(self._data)
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._progression() if self._data is None else iter(self._data)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if self._data is None and type(index) is int and 0 <= index < self._n:  # the common read, first
+            return self._first + index * self._step if self.typecode != "d" else self._first
+        if self._data is not None:
+            if isinstance(index, slice):
+                part = _Column(self.typecode)
+                part._data = self._data[index]
+                return part
+            return self._data[index]
+        positions = range(self._n)[index]  # IndexError as a sequence's
+        if isinstance(index, slice):
+            part = _Column(self.typecode)
+            if len(positions):
+                part._first = self._first + positions.start * self._step if self.typecode != "d" else self._first
+                part._step, part._n = self._step * positions.step if self.typecode != "d" else 0, len(positions)
+            return part
+        return self._first + positions * self._step if self.typecode != "d" else self._first
+
+    def holds(self, value: int) -> bool:
+        """``value in column`` for an int column, in constant time while it is a progression."""
+        if self._data is not None or self.typecode == "d" or self._n < 2 or self._step == 0:
+            return value in (self._data if self._data is not None else self._progression())
+        offset, rest = divmod(value - self._first, self._step)
+        return rest == 0 and 0 <= offset < self._n
+
+    def increasing(self) -> bool:
+        """Every value above the one before."""
+        if self._data is None:
+            return self._n < 2 or (self.typecode != "d" and self._step > 0)
+        return all(a < b for a, b in itertools.pairwise(self._data))
+
+
 class IterationRecords(Sequence[IterationRecord]):
     """A read-only sequence of :class:`IterationRecord`, stored as ``array`` columns.
 
@@ -166,15 +259,15 @@ class IterationRecords(Sequence[IterationRecord]):
                  "_text_at", "_total", "_whole")
 
     def __init__(self, records: Iterable[IterationRecord] = ()) -> None:
-        self._it, self._total = array("q"), array("q")
-        self._floats = tuple(array("d") for _ in _FLOAT_COLUMNS)
-        self._ints = tuple(array("q") for _ in _INT_COLUMNS)
-        self._shape = array("I")
+        self._it, self._total = _Column("q"), _Column("q")
+        self._floats = tuple(_Column("d") for _ in _FLOAT_COLUMNS)
+        self._ints = tuple(_Column("q") for _ in _INT_COLUMNS)
+        self._shape = _Column("I")
         self._shapes: list[tuple[int, tuple[str, ...], tuple[str, ...], str, bool, bool]] = []
         self._shape_ids: dict[tuple, int] = {}
-        self._fields: list[tuple[tuple[str, array], ...]] = []  # per shape: the (field, column) pairs present
-        self._num, self._num_at = array("d"), array("q", [0])
-        self._text, self._text_at = bytearray(), array("q", [0])
+        self._fields: list[tuple[tuple[str, _Column], ...]] = []  # per shape: the (field, column) pairs present
+        self._num, self._num_at = array("d"), _Column("q", [0])
+        self._text, self._text_at = bytearray(), _Column("q", [0])
         self._whole: dict[int, IterationRecord] = {}
         self.extend(records)
 
@@ -329,6 +422,10 @@ class IterationRecords(Sequence[IterationRecord]):
         self._shape_ids = {key: i for i, key in enumerate(self._shapes)}
         self._whole = {i: dataclasses.replace(r, source=source) for i, r in self._whole.items()}
 
+    def iteration_numbers(self) -> IterationNumbers:
+        """Every record's iteration number (:meth:`values`), as compact as the column holds them."""
+        return IterationNumbers(self._it[:] if not self._whole else self.values("iteration"))
+
     def whole_positions(self) -> set[int]:
         """The positions of the records kept whole (damaged bytes, numbers or text the columns cannot hold)."""
         return set(self._whole)
@@ -343,6 +440,65 @@ class IterationRecords(Sequence[IterationRecord]):
 
     def __repr__(self) -> str:
         return f"IterationRecords({list(self)!r})"
+
+
+class IterationNumbers(Sequence[int]):
+    """Iteration numbers in an ``array('q')`` (8 B each; a tuple of 10^6 int objects held 36 MB): equal to a tuple or
+    list of the same numbers, ``in`` by bisection when they are sorted (a run's steady iterations are)."""
+
+    __slots__ = ("_numbers", "_sorted")
+
+    def __init__(self, numbers: Iterable[int] = ()) -> None:
+        if isinstance(numbers, _Column) and numbers.typecode == "q":
+            self._numbers: Sequence[int] = numbers
+        else:
+            numbers = tuple(numbers) if not isinstance(numbers, Sequence) else numbers
+            try:
+                self._numbers = _Column("q", numbers)
+            except (OverflowError, TypeError):  # not int64 (never from a log: a count is at most 18 digits)
+                self._numbers = tuple(numbers)
+        self._sorted = (self._numbers.increasing() if isinstance(self._numbers, _Column)
+                        else all(a < b for a, b in itertools.pairwise(self._numbers)))
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> IterationNumbers: ...
+    def __getitem__(self, index: int | slice) -> int | IterationNumbers:
+        if isinstance(index, slice):
+            return IterationNumbers(self._numbers[index])
+        return self._numbers[index]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._numbers)
+
+    def __contains__(self, value: object) -> bool:
+        if not self._sorted or type(value) is not int:
+            return value in self._numbers
+        if isinstance(self._numbers, _Column) and self._numbers._data is None:
+            return self._numbers.holds(value)
+        at = bisect.bisect_left(self._numbers, value)
+        return at < len(self._numbers) and self._numbers[at] == value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IterationNumbers | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._numbers))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self._numbers))
+
+
+def members(numbers: Iterable[int]) -> Container[int]:
+    """What ``i in ...`` is asked of for every iteration of a run: the :class:`IterationNumbers` themselves (no set of
+    10^6 ints), a set of any other numbers."""
+    return numbers if isinstance(numbers, IterationNumbers) and numbers._sorted else set(numbers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -482,7 +638,7 @@ class TrainingRunMetrics:
     step_times: tuple[StepTimeRecord, ...]
     memory: tuple[MemoryReport, ...]
     warmup: int
-    steady_iterations: tuple[int, ...]
+    steady_iterations: Sequence[int]  # an IterationNumbers (equal to the tuple of the same numbers)
     stall_iterations: tuple[int, ...]
     iteration_time_ms: Stats
     tflops_per_gpu: Stats
@@ -921,6 +1077,12 @@ def iterations_csv(metrics: TrainingRunMetrics) -> str:
     return csv_text_of(lambda: _iteration_rows(metrics))
 
 
+def iterations_csv_chunks(metrics: TrainingRunMetrics) -> Iterator[str]:
+    """:func:`iterations_csv` in pieces of about a MiB, for a file written as they come (workloads/reporting.py):
+    neither the rows nor the text of a 10^6-iteration run's CSV are ever all held."""
+    return csv_chunks_of(lambda: _iteration_rows(metrics))
+
+
 def iteration_rows(metrics: TrainingRunMetrics) -> list[dict[str, Any]]:
     """The rows of :func:`iterations_frame`, one dict per logged iteration."""
     return list(_iteration_rows(metrics))
@@ -928,7 +1090,7 @@ def iteration_rows(metrics: TrainingRunMetrics) -> list[dict[str, Any]]:
 
 def _iteration_rows(metrics: TrainingRunMetrics) -> Iterator[dict[str, Any]]:
     gbs, seq = config_int(metrics.config, "gbs"), config_int(metrics.config, "seq_length")
-    steady, stalls = set(metrics.steady_iterations), set(metrics.stall_iterations)
+    steady, stalls = members(metrics.steady_iterations), set(metrics.stall_iterations)
     for r in metrics.iterations:
         yield (
             {
@@ -1052,7 +1214,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     )
 
     named = [(run.source(s), r, s) for r, s in files]
-    findings = signals.failure_findings(named, extra_markers=(signals.CONTRACT.name,))
+    findings = signals.failure_findings(named, extra_markers=(signals.CONTRACT.name, signals.PROGRESS.name))
     if nan_details:
         findings.append(
             signals.FailureFinding(
@@ -1084,7 +1246,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
 
     # The statistics read the columns one at a time, each list let go before the next: no 10^6 records, and never
     # several 10^6-long lists of number objects held together.
-    iterations = records.column("iteration")
+    iterations = records.iteration_numbers()
     n_warm = warmup_count(iterations, warmup)
     steady = iterations[n_warm:]  # the steady iterations' numbers (the columns, not 10^6 records)
     del iterations
@@ -1123,7 +1285,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         step_times=tuple(step_times),
         memory=tuple(memory),
         warmup=warmup,
-        steady_iterations=tuple(steady),
+        steady_iterations=steady,
         stall_iterations=stalls,
         iteration_time_ms=iteration_time,
         tflops_per_gpu=tflops,

@@ -30,6 +30,7 @@ import html
 import json
 import logging
 import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from pydantic import Field, field_validator
 from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
 from ..metrics.stats import STALL_FACTOR
-from ..metrics.training import config_int
+from ..metrics.training import config_int, members
 from ..plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
 from ..redact import redact_report
 from . import ab_starts
@@ -334,11 +335,11 @@ def mean_time_ms(m: TrainingRunMetrics, gc_out: bool = False) -> float | None:
     return None if no_numbers(m) else time_stats(m, gc_out).mean
 
 
-def steady_records(m: TrainingRunMetrics, gc_out: bool = False) -> list[Any]:
-    """The iteration records of the steady state: after the warm-up, the manual-GC iterations left out with
-    ``gc_out``."""
-    steady, gc = set(m.steady_iterations), set(m.gc_iterations) if gc_out else set()
-    return [r for r in m.iterations if r.iteration in steady and r.iteration not in gc]
+def steady_records(m: TrainingRunMetrics, gc_out: bool = False) -> Iterator[Any]:
+    """The iteration records of the steady state, one at a time (a 10^6-iteration run's are never all held): after the
+    warm-up, the manual-GC iterations left out with ``gc_out``."""
+    steady, gc = members(m.steady_iterations), set(m.gc_iterations) if gc_out else set()
+    return (r for r in m.iterations if r.iteration in steady and r.iteration not in gc)
 
 
 def gc_text(iterations: Any, gc_out: bool) -> str | None:
@@ -347,14 +348,24 @@ def gc_text(iterations: Any, gc_out: bool) -> str | None:
     return f"{' '.join(map(str, its))} {'left out' if gc_out else 'kept'}" if its else None
 
 
-def _finite_mean(values: list[float | None]) -> float | None:
-    kept = [v for v in values if v is not None and math.isfinite(v)]
-    return math.fsum(kept) / len(kept) if kept else None
+def _finite_mean(values: Iterable[float | None]) -> float | None:
+    """The mean of the finite values, read one at a time (math.fsum is exact: the same sum as over a list)."""
+    count = 0
+
+    def finite() -> Iterator[float]:
+        nonlocal count
+        for v in values:
+            if v is not None and math.isfinite(v):
+                count += 1
+                yield v
+
+    total = math.fsum(finite())
+    return total / count if count else None
 
 
 def steady_tflops(m: TrainingRunMetrics, gc_out: bool = False) -> float | None:
     """Mean logged TFLOP/s per GPU over the steady state (:func:`steady_records`)."""
-    return None if no_numbers(m) else _finite_mean([r.tflops_per_gpu for r in steady_records(m, gc_out)])
+    return None if no_numbers(m) else _finite_mean(r.tflops_per_gpu for r in steady_records(m, gc_out))
 
 
 def steady_tokens_per_gpu(m: TrainingRunMetrics, gc_out: bool = False) -> float | None:
@@ -365,7 +376,7 @@ def steady_tokens_per_gpu(m: TrainingRunMetrics, gc_out: bool = False) -> float 
         return None
     config = m.config or {}
     gbs, seq = config_int(config, "gbs"), config_int(config, "seq_length")
-    rate = _finite_mean([tokens_per_s(r, gbs, seq) for r in steady_records(m, gc_out)])
+    rate = _finite_mean(tokens_per_s(r, gbs, seq) for r in steady_records(m, gc_out))
     return None if rate is None else rate / m.world_size
 
 
@@ -1011,7 +1022,7 @@ def _series(m: TrainingRunMetrics) -> list[float]:
     log carried a damaged time or contradicts itself."""
     if no_numbers(m):
         return []
-    return ab_starts.start_times([(r.iteration, r.elapsed_ms) for r in m.iterations], set(m.steady_iterations),
+    return ab_starts.start_times(((r.iteration, r.elapsed_ms) for r in m.iterations), members(m.steady_iterations),
                                  set(m.gc_iterations))
 
 
@@ -1025,7 +1036,7 @@ def _split_series(m: TrainingRunMetrics, gc_out: bool = True) -> list[tuple[floa
     by_it: dict[int, list[tuple[float, float]]] = {}
     for (_, it), value in m.dispatcher_ms.items():
         by_it.setdefault(it, []).append(value)
-    steady, gc = set(m.steady_iterations), set(m.gc_iterations) if gc_out else set()
+    steady, gc = members(m.steady_iterations), set(m.gc_iterations) if gc_out else set()
     out = []
     for r in m.iterations:
         if r.iteration not in steady or r.iteration in gc or r.elapsed_ms is None or not math.isfinite(r.elapsed_ms):

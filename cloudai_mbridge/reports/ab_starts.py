@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 RESAMPLES = 2000
@@ -35,7 +35,7 @@ NOT_REPEATABLE = "do not reproduce one another"
 SEED = 20261127
 
 
-def start_times(iterations: Sequence[tuple[int, float | None]], steady: set[int], gc: set[int]) -> list[float]:
+def start_times(iterations: Iterable[tuple[int, float | None]], steady: Container[int], gc: set[int]) -> list[float]:
     """A start's steady-state iteration times (ms) without the garbage-collection iterations."""
     return [t for i, t in iterations if i in steady and i not in gc and t is not None and math.isfinite(t)]
 

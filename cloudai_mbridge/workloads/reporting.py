@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 
 from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGenerationStrategy, TestRun
 
-from ..atomic import write_together
-from ..metrics import RefitRunMetrics, TrainingRunMetrics, iterations_csv, load_layout, parse_run, refit_frame
+from ..atomic import Staged, write_together
+from ..metrics import RefitRunMetrics, TrainingRunMetrics, load_layout, parse_run, refit_frame
 from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
-from ..metrics.training import run_title
+from ..metrics.training import iterations_csv_chunks, run_title
 from ..plots import Panel, series_plot, time_panel
 from ..redact import redact_report
 from .training_report import REPORT_FILE as TRAINING_REPORT_FILE
@@ -164,9 +164,20 @@ class MBridgeTrainingReport(MBridgeReport):
     def generate_report(self) -> None:
         m = self.parsed()
         out = self.test_run.output_path
+        # the CSV streamed into a temporary file beside it (a 10^6-iteration run's ~150 MB of text never held),
+        # placed with the others or removed
+        csv = Staged(out / "mbridge_iterations.csv")
+        try:
+            for chunk in iterations_csv_chunks(m):
+                csv.write(chunk)
+            self._write_training(m, out, csv)
+        finally:
+            csv.discard()  # nothing when write_together placed it
+
+    def _write_training(self, m: TrainingRunMetrics, out: Path, csv: Staged) -> None:
         # the run's files are written together (atomic.write_together): one sync of the folder, not one per file,
         # and that one deferred (to the next run's write or the end of the command): one journal commit per run
-        files = {out / "mbridge_iterations.csv": iterations_csv(m)}
+        files: dict[Path, str | Staged] = {out / "mbridge_iterations.csv": csv}
         if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format
             files[out / GOLDEN_FILE] = json.dumps(golden_values(m), indent=1) + "\n"
         golden = golden_comparison(self.test_run, m) if m.ok else None
