@@ -166,10 +166,11 @@ class _Column:
     first value that breaks the progression turns it into the ``array`` it stands for; the values read back are the
     same either way."""
 
-    __slots__ = ("_data", "_first", "_n", "_step", "typecode")
+    __slots__ = ("_data", "_first", "_fits", "_n", "_step", "typecode")
 
     def __init__(self, typecode: str, values: Iterable[Any] = ()) -> None:
         self.typecode = typecode
+        self._fits = _FITS[typecode]
         self._data: array | None = None
         self._first: Any = None
         self._step = 0
@@ -183,7 +184,7 @@ class _Column:
             data.append(v)
             return
         n = self._n
-        if _FITS[self.typecode](v):
+        if self._fits(v):
             if n == 0:
                 self._first, self._n = v, 1
                 return
@@ -387,9 +388,33 @@ class IterationRecords(Sequence[IterationRecord]):
                                complete=complete, source=source, **values)
 
     def __iter__(self) -> Iterator[IterationRecord]:
-        record = self._record
-        for i in range(len(self._it)):
-            yield record(i)
+        if self._whole:
+            record = self._record
+            for i in range(len(self._it)):
+                yield record(i)
+            return
+        # the columns read in step (as _record builds one record: the same records, without an index per field)
+        names = (*_FLOAT_COLUMNS, *_INT_COLUMNS)
+        present = [tuple(k for k in range(len(names)) if key[0] >> k & 1) for key in self._shapes]
+        shapes, num, text = self._shapes, self._num, self._text
+        num_at, text_at = iter(self._num_at), iter(self._text_at)
+        num0, text0 = next(num_at, 0), next(text_at, 0)
+        for it, total, shape, num1, text1, *values in zip(self._it, self._total, self._shape, num_at, text_at,
+                                                           *self._floats, *self._ints, strict=True):
+            _mask, loss_keys, extra_keys, source, complete, has_timestamp = shapes[shape]
+            losses: Mapping[str, float] = _NONE
+            if loss_keys:
+                losses = dict(zip(loss_keys, num[num0:num1], strict=True))
+            timestamp, extras = None, _NONE
+            if has_timestamp or extra_keys:
+                texts = text[text0:text1].decode("utf-8", "surrogatepass").split("|")
+                if has_timestamp:
+                    timestamp = texts.pop(0)
+                if extra_keys:
+                    extras = dict(zip(extra_keys, texts, strict=True))
+            num0, text0 = num1, text1
+            yield IterationRecord(it, total, losses=losses, extras=extras, timestamp=timestamp, complete=complete,
+                                  source=source, **{names[k]: values[k] for k in present[shape]})
 
     def column(self, name: str) -> list[Any]:
         """One field of every record, in order (None where absent), without building the records."""

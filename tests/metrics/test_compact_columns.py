@@ -72,6 +72,7 @@ def test_records_that_change_pattern_midway_come_back_exactly() -> None:
             losses={"z_loss": 1.0} if i == 120 else base.losses, complete=i != 390))
     store = IterationRecords(records)
     assert [repr(r) for r in store] == [repr(r) for r in records]
+    assert [repr(store[i]) for i in range(len(store))] == [repr(r) for r in records]  # by index: the same
     assert _bits(store.values("lm_loss")) == _bits(r.lm_loss for r in records)
     assert _bits(store.values("grad_norm")) == _bits(r.grad_norm for r in records)
     assert store.iteration_numbers() == tuple(r.iteration for r in records)
