@@ -126,3 +126,14 @@ def test_the_gpu_one_liner_runs_both_paths_in_one_job_and_prints_them_against_on
     assert got["megatron_n"] == got["ours_n"] == "8" and got["speedup"] == "2.521 x"
     lo, hi = map(float, got["speedup_ci95"].removesuffix(" x").split(".."))
     assert 1.0 < lo < 2.521 < hi and got["speedup_verdict"] == "ours_faster"
+
+
+def test_a_dry_run_sends_both_to_the_payload_with_every_transport_and_refuses_it_without_coalescing(tmp_path):
+    from test_dry_run import _refit_sweep
+
+    res, configs = _refit_sweep(tmp_path, 'executor = ["megatron", "both"]\ntransport = ["nccl", "nvshmem"]\n'
+                                          'coalesce_mib = [0, 1024]\n')
+    assert sorted((c["executor"], c["transport"], c["coalesce_mib"]) for c in configs) == [
+        ("both", "nccl", 1024), ("both", "nvshmem", 1024), ("megatron", "nccl", 0), ("megatron", "nccl", 1024),
+        ("megatron", "nvshmem", 0)]
+    assert "[refit-executor-coalesce]" in res.output and "executor both replays the plan" in res.output
