@@ -84,6 +84,8 @@ FAILURE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("config_error", re.compile(r"MBRIDGE_CONFIG_ERROR\b")),
     ("dispatcher_error", re.compile(r"MBRIDGE_DISPATCHER_ERROR\b")),
     ("refit_error", re.compile(r"REFIT_ERROR\b")),
+    # the training payload's progress watchdog (payload/train/watchdog.py) before it exits 124
+    ("hang", re.compile(r"MBRIDGE_HANG class=")),
     ("oom", re.compile(r"CUDA out of memory|OutOfMemoryError|\bout of memory\b")),
     ("deepep_timeout", re.compile(r"DeepEP error: timeout")),
     (
@@ -117,6 +119,7 @@ FAILURE_PRIORITY = (
     "import_error",
     "exception",
     "nccl_error",
+    "hang",
     "nccl_timeout",
     "killed",
     "time_limit",
@@ -124,6 +127,7 @@ FAILURE_PRIORITY = (
     "child_failed",
     "nan",
     "dispatcher_downgrade",
+    "log_stops",
 )
 # What a reader sees for each kind (reports, mbridge_summary.json).
 FAILURE_LABELS = {
@@ -145,6 +149,9 @@ FAILURE_LABELS = {
     "child_failed": "child process failed",
     "nan": "NaN / Inf",
     "dispatcher_downgrade": "dispatcher downgrade",
+    # "hang" and "log_stops" say where (failure_label): "hang at first dispatch", "hang after iteration 12"
+    "hang": "hang",
+    "log_stops": "hang (the log stops)",
 }
 _DETAIL_CHARS = 300
 # torchrun's failure summary ("error_file: <N/A>" / "traceback : Signal 11 (SIGSEGV) ...") is not a failure line
@@ -167,6 +174,8 @@ SOCKET = Marker("socket", (b"Using network Socket", b"NET/Socket"), first_only=T
 UCCL_PROXY = Marker("uccl_proxy", (b"Registered prox",), first_only=True)
 UCCL_NIC = Marker("uccl_nic", (b"[RDMA] Selected NIC",), first_only=True, requires="uccl_proxy")
 CONTRACT = Marker("contract", (b"MBRIDGE_",))
+# every rank's stage and hang lines (payload/train/watchdog.py) and the local launcher's timeout line: few per log
+PROGRESS = Marker("progress", (b"MBRIDGE_STAGE ", b"MBRIDGE_HANG ", b"MBRIDGE_LAUNCH_TIMEOUT"))
 BRIDGE_SKIP = Marker("bridge_skip", (b"EP configuration", b"dispatcher backend configuration",
                                      b"Falling back to alltoall"))
 
@@ -174,6 +183,47 @@ BRIDGE_SKIP = Marker("bridge_skip", (b"EP configuration", b"dispatcher backend c
 def job_log_markers(markers: Iterable[Marker]) -> tuple[Marker, ...]:
     """The same markers for a job-level log: every hit, no shortcuts (many ranks may share the file)."""
     return tuple(replace(m, first_only=False, requires=None, requires_absent=None) for m in markers)
+
+
+# --- where a start stopped: the payload's stage lines (payload/train/watchdog.py) ----------------------------------
+_STAGE_RE = re.compile(r"MBRIDGE_STAGE stage=(?P<stage>\S+)")
+_HANG_STAGE_RE = re.compile(r"MBRIDGE_HANG class=\S+ stage=(?P<stage>\S+)")
+_ITERATION_STAGE_RE = re.compile(r"iteration_(?P<n>\d{1,12})$")
+_STAGES = ("init", "model_built", "first_dispatch")
+
+
+def stage_rank(stage: str) -> tuple[int, int]:
+    """Sort key of a stage: init < model_built < first_dispatch < iteration_1 < iteration_2 ..."""
+    match = _ITERATION_STAGE_RE.match(stage)
+    if match:
+        return (len(_STAGES), int(match.group("n")))
+    return (_STAGES.index(stage), 0) if stage in _STAGES else (-1, 0)
+
+
+def stage_words(stage: str) -> str:
+    """Where a start stood at a stage, in words: "at init", "at first dispatch", "after iteration 12"."""
+    match = _ITERATION_STAGE_RE.match(stage)
+    if match:
+        return f"after iteration {match.group('n')}"
+    return {"init": "at init", "model_built": "at init (model built, no dispatch yet)",
+            "first_dispatch": "at first dispatch"}.get(stage, f"at stage {stage}")
+
+
+def stage_of_line(text: str) -> str | None:
+    """The stage an MBRIDGE_STAGE or MBRIDGE_HANG line names (None for any other line)."""
+    match = _HANG_STAGE_RE.search(text) or _STAGE_RE.search(text)
+    return match.group("stage") if match else None
+
+
+def failure_label(f: FailureFinding) -> str:
+    """What a reader sees for a finding: the kind's words; a hang says where ("hang at first dispatch")."""
+    if f.kind in HANG_KINDS:
+        stage = f.stage or stage_of_line(f.detail)
+        where = stage_words(stage) if stage else "(stage not said)"
+        if f.kind == "hang":
+            return f"hang {where}"
+        return f"hang {where} (no MBRIDGE_HANG line: the log stops there)"
+    return FAILURE_LABELS.get(f.kind, f.kind)
 
 
 def classify_line(text: str) -> str | None:
@@ -191,6 +241,8 @@ class FailureFinding:
     source: str
     rank: int | None = None
     count: int = 1
+    # a hang's last stage (payload/train/watchdog.py; "iteration_12"): where it stood; None: read from the line
+    stage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -217,7 +269,7 @@ class FailureReport:
         if f is None:
             return {"failure_class": None, "failure_rank": None, "failure_line": None, "failure_source": None}
         return {
-            "failure_class": FAILURE_LABELS.get(f.kind, f.kind),
+            "failure_class": failure_label(f),
             "failure_rank": f.rank,
             "failure_line": f.detail,
             "failure_source": f.source,
@@ -509,6 +561,35 @@ def failure_findings(
                     )
         findings.extend(replace(f, count=counts[k]) for k, f in first.items())
     return findings
+
+
+HANG_KINDS = ("hang", "log_stops")  # a start that stopped making progress: a failed start, its iterations no time
+LAUNCH_TIMEOUT = "MBRIDGE_LAUNCH_TIMEOUT"  # payload/refit/local.py launch: it ended this rank at its per-run timeout
+
+
+def log_stops(files: Iterable[tuple[str, int | None, FileScan]], last_iteration: int | None) -> FailureFinding | None:
+    """For a run that did not finish and left no failure line: where its ranks' logs stop, from the payload's stage
+    lines (payload/train/watchdog.py), as a ``log_stops`` finding (a hang the watchdog did not report: killed from
+    outside, or the watchdog off). The rank furthest behind names the stage; iterations logged later than its last
+    stage line move it on ("after iteration N"). None when no log has a stage line."""
+    last: dict[int | None, tuple[str, str, str]] = {}
+    launcher = None
+    for source, rank, scan in files:
+        for line in scan.lines(PROGRESS.name):
+            owner = _rank_of(rank, line)
+            stage = stage_of_line(line.text)
+            if stage is not None and "MBRIDGE_STAGE" in line.text:
+                last[owner] = (stage, line.text.strip(), source)
+            elif LAUNCH_TIMEOUT in line.text and launcher is None:
+                launcher = line.text.strip()
+    if not last:
+        return None
+    rank, (stage, text, source) = min(last.items(), key=lambda kv: (stage_rank(kv[1][0]), kv[0] if kv[0] is not None
+                                                                     else -1))
+    if last_iteration and stage_rank(stage) < stage_rank(f"iteration_{last_iteration}"):
+        stage = f"iteration_{last_iteration}"
+    detail = f"the log stops after `{text}`" + (f"; {launcher}" if launcher else "; no exit line")
+    return FailureFinding("log_stops", redact(detail)[:_DETAIL_CHARS], source, rank, stage=stage)
 
 
 def failure_report(findings: Iterable[FailureFinding], *, complete: bool) -> FailureReport:

@@ -804,7 +804,7 @@ def config_int(config: Mapping[str, Any], key: str) -> int | None:
 
 
 def _rank_plan(rank: int, last: int | None, dp0: tuple[int, ...] | None, uccl_everywhere: bool) -> list[Marker]:
-    plan: list[Marker] = [*signals.FAILURE_MARKERS, signals.EFA, signals.SOCKET]
+    plan: list[Marker] = [*signals.FAILURE_MARKERS, signals.EFA, signals.SOCKET, signals.PROGRESS]
     if uccl_everywhere or rank == 0:
         plan += [signals.UCCL_PROXY, signals.UCCL_NIC]
     if rank == 0:
@@ -826,6 +826,7 @@ JOB_PLAN = signals.job_log_markers(
         signals.UCCL_PROXY,
         signals.UCCL_NIC,
         signals.CONTRACT,
+        signals.PROGRESS,
         signals.BRIDGE_SKIP,
         ITERATION,
         STEP_TIME,
@@ -1253,6 +1254,10 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         findings.append(signals.FailureFinding("dispatcher_downgrade", detail[:300], "rank 0 / last rank", 0))
     last_iteration = records[-1] if records else None
     complete = last_iteration is not None and last_iteration.iteration >= last_iteration.train_iters
+    if not findings and not complete:  # no failure line, yet unfinished: where the payload's stage lines stop
+        stopped = signals.log_stops(named, last_iteration.iteration if last_iteration is not None else None)
+        if stopped is not None:
+            findings.append(stopped)
     failure = signals.failure_report(findings, complete=complete)
     if failure.status == "failed":
         problems.append("failed")

@@ -41,6 +41,7 @@ from pydantic import Field, field_validator
 
 from ..atomic import write_atomic
 from ..metrics import Stats, TrainingRunMetrics, loss_equivalence, parse_training_run
+from ..metrics.signals import HANG_KINDS
 from ..metrics.stats import STALL_FACTOR
 from ..metrics.training import config_int, members
 from ..plots import ChangeRow, Panel, RangeRow, change_figure, inline_png, range_figure, save, series_plot, time_panel
@@ -94,8 +95,9 @@ def steady_text(warmup: int, gc_out: set[bool]) -> str:
     return text
 
 
-# Keys that describe where/when a run happened or what we predicted, not the work it did.
-VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes", "memory"})
+# Keys that describe where/when a run happened or what we predicted, not the work it did (hang_timeout_s: when the
+# payload's watchdog would give up on a stalled start, payload/train/watchdog.py).
+VOLATILE_KEYS = frozenset({"output_dir", "memory_estimate_bytes", "memory", "hang_timeout_s"})
 
 
 def ab_fields() -> tuple[str, ...]:
@@ -381,8 +383,9 @@ def steady_tokens_per_gpu(m: TrainingRunMetrics, gc_out: bool = False) -> float 
 
 
 def no_numbers(m: TrainingRunMetrics) -> bool:
-    """The log's times are no measurement: a damaged time, or a log that contradicts itself (inconsistent_log)."""
-    return bool(m.time_errors or m.inconsistencies)
+    """The log's times are no measurement: a damaged time, a log that contradicts itself (inconsistent_log), or a
+    start that hung (metrics/signals.py HANG_KINDS: a failed start of its arm, whose few iterations are no time)."""
+    return bool(m.time_errors or m.inconsistencies) or any(k in HANG_KINDS for k in m.failure.kinds)
 
 
 def run_row(label: str, tr: Any, m: TrainingRunMetrics, gc_out: bool = False) -> dict[str, Any]:
