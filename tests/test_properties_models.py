@@ -91,6 +91,7 @@ INT_FIELDS = [
       for k in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")),
     IntField(T, ("cuda_graph_warmup_steps",), 0, 10_000, optional=True),
     IntField(T, ("fine_grained_offloading_max_inflight_offloads",), 0, 1024, optional=True),
+    IntField(T, ("hang_timeout_s",), 0, 7 * 24 * 3600, optional=True),
     IntField(R, ("num_layers",), 1, LAYERS_MAX, optional=True),
     IntField(R, ("seq_length",), 1, SEQ_MAX),
     IntField(R, ("coalesce_mib",), 0, MIB_MAX, sweep=True),

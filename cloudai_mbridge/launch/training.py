@@ -11,10 +11,13 @@ from ..plan import TrainingPlan
 RANK_ORDER = "tp-cp-ep-dp-pp"
 
 
-def training_config(plan: TrainingPlan, *, lr: float | None = None, **job: Any) -> dict[str, Any]:
+def training_config(plan: TrainingPlan, *, lr: float | None = None, hang_timeout_s: int | None = None,
+                    **job: Any) -> dict[str, Any]:
     """Everything the payload needs, as data. ``job`` carries data/checkpoint/seed/output settings. ``lr``: a constant
     learning rate with no warmup (payload/train/config.py constant_lr_fields); None writes no key, so a run on the
-    recipe's schedule has the config it had before the option (and the A/B report's cells stay as they were)."""
+    recipe's schedule has the config it had before the option (and the A/B report's cells stay as they were).
+    ``hang_timeout_s``: the payload's progress watchdog (payload/train/watchdog.py); None writes no key (the
+    payload's default, 1200 s)."""
     model = asdict(plan.model)
     model["recipe_pp_vp"] = sorted(plan.model.recipe_pp_vp)
     return {
@@ -78,6 +81,7 @@ def training_config(plan: TrainingPlan, *, lr: float | None = None, **job: Any) 
         "optimizer_offload_fraction": plan.optimizer_offload_fraction,
         "overlap_cpu_optimizer_d2h_h2d": plan.overlap_cpu_optimizer_d2h_h2d,
         **({"lr": lr} if lr is not None else {}),
+        **({"hang_timeout_s": hang_timeout_s} if hang_timeout_s is not None else {}),
         **job,
     }
 

@@ -52,6 +52,8 @@ ModelLayers = Count(1, 1024, "layers: the largest models have about 100")
 StageLayers = Count(1, 1024, "layers of one pipeline stage: the largest models have about 100 in all")
 WarmupSteps = Count(0, 10_000, "steps before a CUDA graph is captured: Megatron's default is 3")
 InflightOffloads = Count(0, 1024, "offloads in flight per module: one per layer at most, and no model has 1024")
+HangTimeout = Count(0, 7 * 24 * 3600, "seconds without progress before a rank reports a hang and exits, 0 = off: "
+                    "at most a week, as a refit's timeout_s")
 
 _IMAGE = re.compile(r"^[^\s\x00-\x1f\x7f]+$")
 _HF_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")

@@ -24,6 +24,7 @@ COUNTS = [
     (MBridgeTrainingCmdArgs, TRAIN, ("gbs",), 1, 1 << 22),
     (MBridgeTrainingCmdArgs, TRAIN, ("seq_length",), 1, 1 << 24),
     (MBridgeTrainingCmdArgs, TRAIN, ("num_distributed_optimizer_instances",), 1, 1 << 20),
+    (MBridgeTrainingCmdArgs, TRAIN, ("hang_timeout_s",), 0, 7 * 24 * 3600),
     (MBridgeRefitCmdArgs, REFIT, ("iterations",), 1, 100_000),
     (MBridgeRefitCmdArgs, REFIT, ("warmup",), 1, 100_000),
     (MBridgeRefitCmdArgs, REFIT, ("seq_length",), 1, 1 << 24),

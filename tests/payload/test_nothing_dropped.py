@@ -50,6 +50,8 @@ NOT_FOR_MEGATRON = {
     # a separate conversion step before training (workloads/training/slurm.py, kubernetes.py), only for SFT: probed
     # in test_conversion_is_warned_where_it_does_not_run
     "convert_checkpoint": "the conversion step before an SFT run (workloads/training/slurm.py, kubernetes.py)",
+    "hang_timeout_s": "the payload's progress watchdog (payload/train/watchdog.py), reaches the config: "
+                      "tests/test_hang_timeout_field.py",
 }
 
 # field -> [(other fields the probe needs on both sides, the probed value[, the value it is compared with; default:

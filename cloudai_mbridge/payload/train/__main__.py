@@ -20,7 +20,13 @@ and, before the model is built, for ncclep (bridge engine only):
   MBRIDGE_NCCL_EP module=<transformer_engine.pytorch.ep file> te=<version> bootstrap=<native|num_topk=K>
 and exit non-zero ("dispatcher downgraded") when the built dispatcher is not the requested one.
 
-Exit codes: 0 done, 2 configuration error, 3 dispatcher error; anything else is a crash with its traceback.
+Every rank prints MBRIDGE_STAGE lines as it goes (init, model_built, first_dispatch, iteration_1) and runs a progress
+watchdog (payload/train/watchdog.py): no new stage or finished iteration for ``hang_timeout_s`` seconds (config key,
+default 1200, 0 = off) prints every thread's stack and ``MBRIDGE_HANG class=<init|first_dispatch|later> stage=<s>
+after_s=<n> rank=<r>`` and ends the process with exit code 124.
+
+Exit codes: 0 done, 2 configuration error, 3 dispatcher error, 124 hang (the watchdog); anything else is a crash with
+its traceback.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from .. import dist_env
 from ..versions import versions_line
 from .config import ConfigError, load_config, select_engine
 from .log import DispatcherError
+from .watchdog import EXIT_HANG  # noqa: F401  (the exit code of a hang, listed above)
 
 EXIT_CONFIG = 2
 EXIT_DISPATCHER = 3
@@ -61,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
                 "the job's task count must match num_nodes * gpus_per_node"
             )
         dist_env.export(dist)
+        from . import watchdog
+
+        watchdog.start(cfg["hang_timeout_s"], dist.rank)
         from . import bridge as train_bridge
 
         engine = select_engine(cfg["engine"], train_bridge.available())

@@ -23,6 +23,7 @@ import tempfile
 from typing import Any
 
 from .. import dist_env, hf_config
+from . import watchdog
 from .config import (
     BRIDGE_PRECISION_RECIPES,
     FUSION_NEEDS,
@@ -371,6 +372,9 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
 
     class DispatcherReport(Callback):
         def on_train_start(self, context) -> None:
+            # the progress watchdog's stages (payload/train/watchdog.py): model built, first dispatch entered
+            watchdog.reach("model_built")
+            watchdog.watch_dispatch(list(context.model))
             model_cfg = context.state.cfg.model
             built = dispatcher_class_name(first_dispatcher_class(*context.model), model_cfg.moe_token_dispatcher_type)
             backend = built_backend(built, model_cfg.moe_flex_dispatcher_backend)
@@ -381,6 +385,10 @@ def run(cfg: dict[str, Any], dist: dist_env.DistEnv) -> None:
             train = context.state.cfg.train
             if dist.rank == 0:
                 print(gc_line(train), flush=True)
+
+        def on_train_step_end(self, context) -> None:
+            # Bridge fires this before it counts the step (training/train.py): the step that ended is step + 1.
+            watchdog.iteration_done(context.state.train_state.step + 1)
 
     class RoutingReport(Callback):
         """MBRIDGE_ROUTING per rank and iteration (payload/train/routing.py): the A/B's same-routing gate."""

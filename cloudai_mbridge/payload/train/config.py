@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .watchdog import DEFAULT_HANG_TIMEOUT_S
+
 DISPATCHERS = ("alltoall", "deepep", "hybridep", "ncclep")
 DEEPEP_IMPLS = ("uccl", "nvidia", "nvidia_efa")  # nvidia_efa: NVIDIA DeepEP over NVSHMEM's libfabric transport
 PRECISIONS = ("bf16", "fp8_delayed", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4")
@@ -68,6 +70,9 @@ OPTIONAL_KEYS: dict[str, Any] = {
     # A constant learning rate, no warmup (the dispatcher A/B: a stable run keeps rounding differences between
     # dispatchers from growing); None: the recipe's schedule (bridge) or LEARNING_RATE (mcore), as before
     "lr": None,
+    # The progress watchdog (payload/train/watchdog.py): seconds without a new stage or a finished iteration before a
+    # rank prints MBRIDGE_HANG with its stacks and exits 124; 0 = off
+    "hang_timeout_s": DEFAULT_HANG_TIMEOUT_S,
 }
 BRIDGE_RECIPE_KEYS = ("use_megatron_fsdp", "data_parallel_sharding_strategy", "outer_dp_sharding_strategy",
                       "num_distributed_optimizer_instances", "fp8_param_gather", "moe_paged_stash",
@@ -80,6 +85,7 @@ MODEL_KEYS = (
     "router_num_groups", "router_group_topk", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
     "v_head_dim", "is_proxy",
 )
+MAX_HANG_TIMEOUT_S = 7 * 24 * 3600  # a week, as the refit payload's timeout_s
 _POSITIVE = ("tp", "pp", "cp", "ep", "etp", "mbs", "gbs", "seq_length", "train_iters", "log_interval")
 _CHOICES = {
     "task": TASKS, "dispatcher": DISPATCHERS, "precision": PRECISIONS, "recompute": RECOMPUTE,
@@ -160,6 +166,10 @@ def check_config(raw: dict[str, Any]) -> dict[str, Any]:
     if lr is not None and (not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr)
                            or not 0 < lr <= 1):
         errors.append(f"lr = {lr!r} must be null or a finite number > 0 and <= 1 (a constant learning rate)")
+    hang = cfg["hang_timeout_s"]
+    if not _is_int(hang) or not 0 <= hang <= MAX_HANG_TIMEOUT_S:
+        errors.append(f"hang_timeout_s = {hang!r} must be an integer in [0, {MAX_HANG_TIMEOUT_S}] (seconds without "
+                      "progress before a rank reports a hang and exits; 0 = off)")
     if cfg["echo"] is not None and not (isinstance(cfg["echo"], dict) and "num_echo_experts" in cfg["echo"]):
         errors.append(f"echo = {cfg['echo']!r} must be null or an object with num_echo_experts")
     if errors:

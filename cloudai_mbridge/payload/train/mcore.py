@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any
 
 from .. import dist_env
+from . import watchdog
 from .config import (
     ConfigError,
     echo_fields,
@@ -330,6 +331,9 @@ def _train(cfg: dict[str, Any], dist: dist_env.DistEnv, deep_ep) -> None:
     padded_vocab = padded_vocab_size(cfg["model"]["vocab_size"], cfg["tp"])
     model = _build(cfg, config, padded_vocab)
     _device_memory(dist, "model")
+    # the progress watchdog's stages (payload/train/watchdog.py): model built, first dispatch entered
+    watchdog.reach("model_built")
+    watchdog.watch_dispatch([model])
 
     built = dispatcher_class_name(first_dispatcher_class(model), config.moe_token_dispatcher_type)
     backend = built_backend(built, config.moe_flex_dispatcher_backend)
@@ -391,6 +395,7 @@ def _train(cfg: dict[str, Any], dist: dist_env.DistEnv, deep_ep) -> None:
             decoder_seq_length=cfg["seq_length"], forward_only=False,
         )
         update_successful, grad_norm, _ = optimizer.step()
+        watchdog.iteration_done(iteration)
         skipped_iter = 0 if update_successful else 1
 
         loss_dict = {}

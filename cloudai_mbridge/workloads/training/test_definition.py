@@ -35,6 +35,7 @@ from ..fields import (
     BatchSize,
     Bool,
     GPUCount,
+    HangTimeout,
     InflightOffloads,
     LayerCount,
     Parallel,
@@ -225,6 +226,12 @@ class MBridgeTrainingCmdArgs(CmdArgs):
     # A constant learning rate, no warmup (optimizer lr = min_lr = this; Bridge's scheduler "constant"); unset: the
     # recipe's schedule (engine bridge) or the loop's 3e-4 (engine mcore). A stable run for a dispatcher A/B.
     lr: LearningRate | None = None
+    # The payload's progress watchdog (payload/train/watchdog.py): a rank that reaches no new stage (init, model
+    # built, first dispatch, iteration) for this many seconds prints every thread's stack and MBRIDGE_HANG
+    # class=<init|first_dispatch|later> and exits 124, and the run is a failed run "hang at first dispatch" / "hang
+    # after iteration N"; 0 = off; unset: the payload's 1200 (no healthy start waits that long: first-iteration JIT
+    # compiles of NCCL EP / HybridEP take tens of seconds)
+    hang_timeout_s: HangTimeout | None = None
     # A golden-values JSON (Megatron-Bridge's format) on the machine that runs CloudAI, absolute or relative to the
     # folder CloudAI runs in: the run fails when it breaches it. Every run writes its own as golden_values.json.
     golden_values: str | None = None
@@ -386,6 +393,7 @@ class MBridgeTrainingTestDefinition(MBridgeTestDefinition):
             seed=a.seed,
             log_interval=a.log_interval,
             lr=a.lr,
+            hang_timeout_s=a.hang_timeout_s,
             output_dir=output_dir,
         )
 
