@@ -38,7 +38,7 @@ import json
 import math
 import re
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -140,7 +140,21 @@ class GoldenComparison:
 # --- the file ----------------------------------------------------------------------------------------------------
 def golden_values(metrics: Any) -> dict[str, Any]:
     """The next golden file of a parsed training run (:class:`~.training.TrainingRunMetrics`), Bridge's format."""
-    values: dict[str, Any] = {}
+    return dict(_golden_items(metrics))
+
+
+def golden_values_chunks(metrics: Any) -> Iterator[str]:
+    """``json.dumps(golden_values(metrics), indent=1) + "\n"`` an entry at a time, for a file written as they come:
+    a 10^6-iteration run's 10^6 entries are never all held."""
+    first = True
+    for key, value in _golden_items(metrics):
+        yield ("{\n " if first else ",\n ") + json.dumps(key) + ": " + json.dumps(value, indent=1).replace("\n", "\n ")
+        first = False
+    yield "{}\n" if first else "\n}\n"
+
+
+def _golden_items(metrics: Any) -> Iterator[tuple[str, Any]]:
+    """golden_values' entries in order (each iteration once: the records are deduplicated)."""
     for r in metrics.iterations:
         entry = {
             k: v
@@ -148,7 +162,8 @@ def golden_values(metrics: Any) -> dict[str, Any]:
             if v is not None and math.isfinite(v)
         }
         if entry:
-            values[str(r.iteration - 1)] = entry
+            yield str(r.iteration - 1), entry
+    values: dict[str, Any] = {}
     first = next((m for m in metrics.memory if m.allocated_bytes is not None), None)
     first_max = next((m for m in metrics.memory if m.max_allocated_bytes is not None), None)
     if first is not None:
@@ -157,7 +172,7 @@ def golden_values(metrics: Any) -> dict[str, Any]:
         values[MAX_ALLOC_KEY] = first_max.max_allocated_bytes / 1e9
     if metrics.peak_allocated_bytes is not None:
         values[PEAK_KEY] = metrics.peak_allocated_bytes / 1e9
-    return values
+    yield from values.items()
 
 
 def write_golden_values(metrics: Any, path: Path) -> Path:

@@ -12,7 +12,7 @@ from cloudai.core import METRIC_ERROR, JobStatusResult, MetricValue, ReportGener
 
 from ..atomic import Staged, write_together
 from ..metrics import RefitRunMetrics, TrainingRunMetrics, load_layout, parse_run, refit_frame
-from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values
+from ..metrics.golden import GOLDEN_FILE, GoldenComparison, compare_golden, golden_values_chunks
 from ..metrics.training import iterations_csv_chunks, run_title
 from ..plots import Panel, series_plot, time_panel
 from ..redact import redact_report
@@ -166,20 +166,23 @@ class MBridgeTrainingReport(MBridgeReport):
         out = self.test_run.output_path
         # the CSV streamed into a temporary file beside it (a 10^6-iteration run's ~150 MB of text never held),
         # placed with the others or removed
-        csv = Staged(out / "mbridge_iterations.csv")
+        streamed = [Staged(out / "mbridge_iterations.csv")]
         try:
             for chunk in iterations_csv_chunks(m):
-                csv.write(chunk)
-            self._write_training(m, out, csv)
+                streamed[0].write(chunk)
+            if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format, streamed too
+                streamed.append(Staged(out / GOLDEN_FILE))
+                for chunk in golden_values_chunks(m):
+                    streamed[1].write(chunk)
+            self._write_training(m, out, streamed)
         finally:
-            csv.discard()  # nothing when write_together placed it
+            for staged in streamed:
+                staged.discard()  # nothing when write_together placed it
 
-    def _write_training(self, m: TrainingRunMetrics, out: Path, csv: Staged) -> None:
+    def _write_training(self, m: TrainingRunMetrics, out: Path, streamed: list[Staged]) -> None:
         # the run's files are written together (atomic.write_together): one sync of the folder, not one per file,
         # and that one deferred (to the next run's write or the end of the command): one journal commit per run
-        files: dict[Path, str | Staged] = {out / "mbridge_iterations.csv": csv}
-        if m.iterations:  # the next golden file: this run's values in Megatron-Bridge's format
-            files[out / GOLDEN_FILE] = json.dumps(golden_values(m), indent=1) + "\n"
+        files: dict[Path, str | Staged] = {staged.path: staged for staged in streamed}
         golden = golden_comparison(self.test_run, m) if m.ok else None
         extra: dict[str, Any] = {}
         if golden is not None:

@@ -7,6 +7,7 @@ its CSV streamed into the file in pieces."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -73,16 +74,21 @@ def _report(run: Path) -> None:
 
 
 def test_the_report_streams_its_csv_in_pieces_and_leaves_no_temporary_file(tmp_path, monkeypatch) -> None:
-    from cloudai_mbridge.metrics import frames, iterations_csv, parse_training_run
+    from cloudai_mbridge.metrics import frames, golden_values, iterations_csv, parse_training_run
+    from cloudai_mbridge.metrics.golden import GOLDEN_FILE
 
     run = _changing_run(tmp_path / "run", 1200)
     monkeypatch.setattr(frames, "CHUNK", 4096)  # the ~100 KB CSV in some 30 pieces
     _report(run)
-    assert (run / "mbridge_iterations.csv").read_text() == iterations_csv(parse_training_run(run))
+    m = parse_training_run(run)
+    assert (run / "mbridge_iterations.csv").read_text() == iterations_csv(m)
+    golden = json.dumps(golden_values(m), indent=1) + "\n"  # the golden file, streamed an entry at a time too
+    assert (run / GOLDEN_FILE).read_text() == golden and '"1199": {' in golden and '"peak_max_alloc": ' in golden
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_a_report_that_fails_midway_leaves_no_csv_and_no_temporary_file(tmp_path, monkeypatch) -> None:
+    from cloudai_mbridge.metrics.golden import GOLDEN_FILE
     from cloudai_mbridge.workloads import reporting
 
     run = _changing_run(tmp_path / "run", 300)
@@ -93,7 +99,7 @@ def test_a_report_that_fails_midway_leaves_no_csv_and_no_temporary_file(tmp_path
     monkeypatch.setattr(reporting, "write_together", broken)
     with pytest.raises(OSError):
         _report(run)
-    assert not (run / "mbridge_iterations.csv").exists()
+    assert not (run / "mbridge_iterations.csv").exists() and not (run / GOLDEN_FILE).exists()
     assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]
 
 

@@ -15,6 +15,7 @@ import pytest
 from cloudai_mbridge.metrics import frames, stats
 from cloudai_mbridge.metrics.training import (
     IterationNumbers,
+    IterationRecord,
     IterationRecords,
     _Column,
     parse_iteration_line,
@@ -131,3 +132,17 @@ def test_the_csv_in_pieces_is_the_csv(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(frames, "CHUNK", 64)
     pieces = list(frames.csv_chunks_of(lambda: iter(rows)))
     assert len(pieces) > 10 and "".join(pieces) == whole == frames.csv_text(rows)
+
+
+@pytest.mark.parametrize("records, peak", [((), None), ((), 6.0e10), (None, 6.0e10)])
+def test_the_golden_file_in_pieces_is_the_golden_file(records, peak) -> None:
+    import json
+    from types import SimpleNamespace
+
+    from cloudai_mbridge.metrics.golden import golden_values, golden_values_chunks
+
+    if records is None:
+        records = [IterationRecord(i, 9, elapsed_ms=680.5, lm_loss=10.5 - i if i != 3 else math.nan) for i in (1, 2, 3)]
+        records.append(IterationRecord(4, 9))  # no value: no entry
+    m = SimpleNamespace(iterations=records, memory=(), peak_allocated_bytes=peak)
+    assert "".join(golden_values_chunks(m)) == json.dumps(golden_values(m), indent=1) + "\n"
