@@ -93,7 +93,7 @@ INT_FIELDS = [
     IntField(T, ("fine_grained_offloading_max_inflight_offloads",), 0, 1024, optional=True),
     IntField(T, ("hang_timeout_s",), 0, 7 * 24 * 3600, optional=True),
     IntField(R, ("num_layers",), 1, LAYERS_MAX, optional=True),
-    IntField(R, ("seq_length",), 1, SEQ_MAX),
+    IntField(R, ("seq_length",), 1, SEQ_MAX, optional=True),  # unset: 4096, or the model's maximum
     IntField(R, ("coalesce_mib",), 0, MIB_MAX, sweep=True),
     IntField(R, ("coalesce_edge_mib",), 0, MIB_MAX, sweep=True),
     IntField(R, ("warmup",), 1, REPEATS_MAX),
