@@ -23,6 +23,12 @@
 # The verdict (reports/ab.py) needs CloudAI: this interpreter's, else the folder CloudAI's wheels were installed into
 # on this host (MBRIDGE_CLOUDAI_SITE, default /tmp/cloudai_site, where gpu_cloudai_ab_run.sh puts it), for the report
 # step only (gpu_dispatcher_ab.py find_cloudai).
+# A start that hangs ends without holding the rest of the budget (docs/gpu.md): the payload's watchdog
+# (--hang-timeout-s, default 120 s without progress) exits 124 after writing its stacks and MBRIDGE_HANG into the rank
+# logs; past the per-run --timeout-s the launcher (payload/refit/local.py) asks the ranks for their stacks (SIGUSR1)
+# and kills each rank's whole process group; this script's outer timeout (SIGTERM to the driver) ends the ranks too.
+# Rank logs are written live into the run folders. Such a start is a failed start of its arm, with its class ("hang at
+# first dispatch"), and the remaining starts run.
 # Exit status 3, with one line and before anything is written, without a GPU or without the bridge-0.6.2 stack
 # (benchmarks/gpu_common.sh); -h / --help prints this header.
 set -u -o pipefail

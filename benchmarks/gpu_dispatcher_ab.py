@@ -40,8 +40,12 @@ Exit status: 0 when at least one point ran and no run crashed unexpectedly; 1 wh
 (the baseline) failed, or a flex run failed with no identifiable reason; 2 for a usage/host problem (a host without a
 CUDA GPU, with fewer than ``--gpus``, or without megatron-core gets one line and 2 before anything is written;
 ``--dry-run`` and ``--report`` need neither). A flex arm that
-fails with a reason (dispatcher error, deep_ep import, CUDA/DeepEP kernel failure, timeout) is reported as "cannot
-run here" with that reason; its remaining points are then skipped unless ``--keep-going``.
+fails with a reason (dispatcher error, deep_ep import, CUDA/DeepEP kernel failure) is reported as "cannot
+run here" with that reason; its remaining points are then skipped unless ``--keep-going``. A start that hangs is a
+failed start of its arm and the remaining starts run: the payload's watchdog (``--hang-timeout-s``, default 120 s
+without progress) ends it with its stacks and ``MBRIDGE_HANG class=<init|first_dispatch|later>`` in the rank logs;
+past ``--timeout-s`` the launcher asks the ranks for their stacks (SIGUSR1) and kills their process groups. Its
+reason says where it stood: "hang at first dispatch", "hang after iteration N".
 """
 
 from __future__ import annotations
@@ -80,6 +84,9 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 # megatron-core 0.17.1 token_dispatcher.py (~L1365, MoEFlexTokenDispatcher.__init__); 0.16.1 has it at L1346.
 FLEX_ASSERT = "megatron-core's MoEFlexTokenDispatcher asserts 'DeepEP dispatcher requires TPxEP > 1'"
 CUDART = "libcudart.so.12"
+# The payload watchdog's limit in these runs: the longest time a healthy bridge-engine start spent outside its
+# iterations (imports, init, model build, first-iteration compiles; benchmarks/results) was 96 s, on 4 x H100.
+HANG_TIMEOUT_S = 120
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -369,7 +376,8 @@ def make_plan(args: argparse.Namespace, arm: str, mbs: int, overlap: bool) -> Tr
 
 def payload_config(plan: TrainingPlan, args: argparse.Namespace, output_dir: str) -> dict[str, Any]:
     return training_config(plan, data="mock", seed=args.seed, log_interval=1, engine=args.engine, lr=args.lr,
-                           output_dir=output_dir, checkpoint_dir=None, hf_model_id=None, use_distributed_optimizer=True)
+                           output_dir=output_dir, checkpoint_dir=None, hf_model_id=None, use_distributed_optimizer=True,
+                           hang_timeout_s=getattr(args, "hang_timeout_s", HANG_TIMEOUT_S))
 
 
 def rejections(plan: TrainingPlan, args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -473,12 +481,12 @@ def run_point(p: Point, args: argparse.Namespace, env: Mapping[str, str], timeou
     cfg = payload_config(p.plan, args, str(folder))
     (folder / "mbridge_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     start = time.perf_counter()
+    # the rank logs are written as the ranks print (a start killed from outside still leaves them); a start past its
+    # timeout gets SIGUSR1 (stacks), then its process groups SIGTERM and SIGKILL (payload/refit/local.py launch)
     run = launch(cfg, p.plan.world_size, timeout=timeout_s, module="cloudai_mbridge.payload.train", cwd=ROOT,
-                 env=dict(env))
+                 env=dict(env), log_dir=folder / "logs")
     wall = time.perf_counter() - start
-    for rank, (stdout, stderr) in enumerate(zip(run.stdout, run.stderr, strict=True)):
-        (folder / "logs" / f"rank-{rank}.log").write_text(stdout + stderr)
-    timed_out = wall >= timeout_s - 1 and any(rc != 0 for rc in run.returncodes)
+    timed_out = run.timed_out
     return {"run_folder": str(folder), "returncodes": run.returncodes, "wall_s": round(wall, 1),
             "timed_out": timed_out, "timeout_s": timeout_s, "tail": None if run.returncodes == [0] * len(
                 run.returncodes) else run.describe()[-3000:]}
@@ -487,6 +495,7 @@ def run_point(p: Point, args: argparse.Namespace, env: Mapping[str, str], timeou
 def measure(folder: Path, warmup: int) -> tuple[dict[str, Any], Any]:
     """parse_training_run's numbers for the table and the JSON."""
     from cloudai_mbridge.metrics import parse_training_run
+    from cloudai_mbridge.metrics.signals import HANG_KINDS, failure_label
 
     m = parse_training_run(folder, warmup=warmup)
     it, d = m.iteration_time_ms, m.validity.dispatcher
@@ -494,7 +503,8 @@ def measure(folder: Path, warmup: int) -> tuple[dict[str, Any], Any]:
     if m.failure.findings:
         kind = m.failure.primary
         f = next((f for f in m.failure.findings if f.kind == kind), m.failure.findings[0])
-        failure = f"{f.kind}: {f.detail}"
+        # a hang says where: "hang at first dispatch: MBRIDGE_HANG ..." (metrics/signals.py failure_label)
+        failure = f"{f.kind}: {f.detail}" if f.kind not in HANG_KINDS else f"{failure_label(f)}: {f.detail}"
     return {
         "status": m.status, "problems": list(m.problems), "failure": failure, "summary": m.summary(),
         "iteration_ms": {"n": it.n, "n_warmup": it.n_warmup, "mean": it.mean, "median": it.median, "p10": it.p10,
@@ -512,8 +522,13 @@ def failure_reason(row: Mapping[str, Any]) -> str | None:
     if row.get("failure"):
         return row["failure"]
     if row.get("timed_out"):
-        return f"timed out after {row['timeout_s']:.0f} s (all ranks killed)"
+        return f"timed out after {row['timeout_s']:.0f} s (all ranks' process groups killed)"
     return None
+
+
+def hung(row: Mapping[str, Any]) -> bool:
+    """The start hung (the payload's watchdog, or a log that stops at a stage) or ran past its timeout."""
+    return bool(row.get("timed_out")) or str(row.get("failure") or "").startswith("hang ")
 
 
 def catalog_gpu_name() -> str | None:
@@ -746,7 +761,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "/tmp/mbridge_stack/hybridep/site from benchmarks/gpu_hybridep_build.sh): the hybridep "
                              "arm runs with it first on PYTHONPATH, without --uccl-dir, and deepep_impl nvidia; the "
                              "other arms are unchanged")
-    parser.add_argument("--timeout-s", type=int, default=240, help="per run")
+    parser.add_argument("--timeout-s", type=int, default=240,
+                        help="per run: the ranks still running then get SIGUSR1 (their stacks into the log), then "
+                             "SIGTERM and SIGKILL to their process groups; the start is a failed start and the "
+                             "remaining starts run")
+    parser.add_argument("--hang-timeout-s", type=int, default=HANG_TIMEOUT_S,
+                        help="the payload's progress watchdog (config key hang_timeout_s): a rank with no new stage or "
+                             "iteration for this long prints its stacks and MBRIDGE_HANG and exits 124 (0 = off); "
+                             "keep it under --timeout-s")
     parser.add_argument("--budget-s", type=float, help="skip runs that would start later than this many seconds")
     parser.add_argument("--min-run-s", type=float, default=45.0,
                         help="with --budget-s: start a run only while this much of the budget is left (a bridge-engine "
@@ -778,6 +800,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.overlaps = {"off": [False], "on": [True], "both": list(OVERLAPS)}[args.overlap]
     if args.starts < 1:
         parser.error("--starts must be >= 1")
+    if args.hang_timeout_s < 0:
+        parser.error(f"--hang-timeout-s {args.hang_timeout_s} must be >= 0 (0 = off)")
     return args
 
 
@@ -890,7 +914,7 @@ def main(argv: list[str] | None = None) -> int:
             row["reason"] = reason or "no identifiable reason: " + ", ".join(numbers["problems"])
             if pt.arm == BASELINE or reason is None:
                 unexpected.append(pt.name)
-            else:
+            elif not hung(row):  # a hang may be intermittent: the arm's other starts run and count it
                 failed_arm[pt.arm] = f"{pt.point}: {reason}"
         it = row.get("iteration_ms") or {}
         # What the process spent outside its iterations: imports, init, model build, the first step's set-up is in it
