@@ -8,6 +8,7 @@ its CSV streamed into the file in pieces."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -56,6 +57,8 @@ def test_records_that_change_pattern_are_the_lines_parsed_one_by_one(tmp_path: P
     assert m.steady_iterations == tuple(iterations[warm:])
     assert all((i in m.steady_iterations) == (i in iterations[warm:]) for i in range(0, 12_000, 7))
     assert repr(m.iteration_time_ms) == repr(steady_state([r.elapsed_ms for r in plain], warm))
+    step = iterations[1] - iterations[0]  # the log interval of the first two lines (GPU hours, as summary() says)
+    assert m.gpu_hours == m.world_size * math.fsum(r.elapsed_ms * step for r in plain) / 3.6e6
 
 
 def _report(run: Path) -> None:
