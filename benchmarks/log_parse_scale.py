@@ -13,6 +13,8 @@ Writes into a temporary folder (removed at the end):
 Then each is parsed by the entry point generate-report's reports call (metrics.parse_training_run,
 metrics.parse_refit_run), then turned into the per-test table generate-report writes (metrics.iterations_csv for
 training, refit_frame for refit), each in a fresh child process, once per size (N = 10^4, 10^5, 10^6 by default).
+The training table is what workloads/reporting.py writes: streamed into mbridge_iterations.csv where the
+code has metrics.training.iterations_csv_chunks (issue 46), the whole text (iterations_csv) before.
 Wall time: perf_counter around the call in the child. Peak memory: the child's peak resident set size
 (resource.getrusage RUSAGE_SELF ru_maxrss, KiB on Linux) minus its RSS just before the call (the interpreter and the
 imports), so the number is what the parse itself adds. One run per size (a 10^6 parse takes minutes on a loaded
@@ -95,7 +97,17 @@ m = (parse_training_run if kind == "training" else parse_refit_run)(run)
 wall = time.perf_counter() - start
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
-table = len(iterations_csv(m)) if kind == "training" else len(refit_frame(m))  # what the per-test report writes
+try:  # since issue 46: the per-test report streams its CSV into the file (workloads/reporting.py)
+    from cloudai_mbridge.metrics.training import iterations_csv_chunks
+except ImportError:  # before: the CSV's whole text
+    iterations_csv_chunks = None
+if kind == "training" and iterations_csv_chunks is not None:
+    with open(run / "mbridge_iterations.csv", "w", encoding="utf-8", newline="") as fh:
+        for chunk in iterations_csv_chunks(m):
+            fh.write(chunk)
+    table = (run / "mbridge_iterations.csv").stat().st_size
+else:
+    table = len(iterations_csv(m)) if kind == "training" else len(refit_frame(m))  # what the per-test report writes
 table_s = time.perf_counter() - start
 table_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 n = len(m.iterations)
