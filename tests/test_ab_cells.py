@@ -29,7 +29,8 @@ def test_recorded_cells_count_five(capsys: pytest.CaptureFixture[str]) -> None:
     # host 7: the same DSV3 mbs 1 ncclep cell as host 5, run by `cloudai run --test-scenario` (its own report)
     assert re.search(r"^dsv3_mbs1_cloudai_h7: deepseek_v3_proxy mbs 1 ep 4 ncclep: counts: within noise, \+1\.0 % "
                      r"\[-7\.2\.\.\+13\.2\], 3 \+ 3 starts", out, flags=re.M)
-    assert re.search(r"^cell deepseek_v3_proxy mbs 1 ep 4 ncclep: dsv3_mbs1_cloudai_h7, dsv3_mbs1_h200$", out, flags=re.M)
+    assert re.search(r"^cell deepseek_v3_proxy mbs 1 ep 4 ncclep: dsv3_mbs1_cloudai_h7, dsv3_mbs1_h200$", out,
+                     flags=re.M)
     # the DSV3 cells of host 4 ran 3 + 3 starts but left the loss envelope: listed, not counted
     assert re.search(r"^dsv3_mbs1_h4: deepseek_v3_proxy mbs 1 ep 4 ncclep: does not count: work gate", out, flags=re.M)
     assert "cell deepseek_v3_proxy mbs 2 ep 4 ncclep: dsv3_mbs2_h200" in out

@@ -352,9 +352,10 @@ def test_a_failed_start_is_named_as_the_reason_the_split_is_missing(tmp_path):
     _with_dispatcher_times(runs, {"alltoall": (120.0, 70.0), "deepep": (90.0, 70.0)})
     arm = sorted(p for p in runs.iterdir() if "_deepep_" in p.name)[0]
     for log in (arm / "logs").glob("rank-*.log"):
-        log.write_text("MBRIDGE_DISPATCHER requested=deepep built=flex backend=deepep\nTraceback (most recent call last):"
-                       "\n  File \"x.py\", line 1, in <module>\nAssertionError: The number of ranks 2 should be "
-                       "divisible by the number of ranks per node 8 at rank=0.\n")
+        log.write_text("MBRIDGE_DISPATCHER requested=deepep built=flex backend=deepep\n"
+                       "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+                       "AssertionError: The number of ranks 2 should be divisible by the number of ranks per node 8 "
+                       "at rank=0.\n")
     row = _report(tmp_path, runs)["deepep"]
     assert row["time_split"] == "not recorded (1 of 8 starts failed)"
     page = (tmp_path / "out" / "mbridge_ab.html").read_text()
