@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import copy
-import functools
 import gc
 import logging
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -276,41 +272,6 @@ class _ParsedOnly(logging.Filter):
         return True
 
 
-def _tests_read_once(command: Any) -> Any:
-    """verify-configs reads the test folder once for every scenario, three times over (CloudAI's check, the plugin's
-    and the sweep sizes): 39 scenarios on 80 test TOMLs were 9,000 decodes, two thirds of its time. While ``command``
-    runs, each regular test TOML is decoded once and every reader gets its own copy; the key is the file's identity,
-    size and times, so a file that changes is read again. A file that does not decode is read each time (CloudAI's
-    error, as before)."""
-
-    @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        import cloudai.test_parser as test_parser
-
-        original = test_parser.load_test_toml_file
-        decoded: dict[tuple, dict[str, Any]] = {}
-
-        def load_test_toml_file(fh: Any, file_path: Path) -> dict[str, Any]:
-            try:
-                st = os.stat(file_path)
-            except OSError:
-                return original(fh, file_path)
-            if not stat.S_ISREG(st.st_mode):
-                return original(fh, file_path)
-            key = (str(file_path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-            if key not in decoded:
-                decoded[key] = original(fh, file_path)
-            return copy.deepcopy(decoded[key])
-
-        test_parser.load_test_toml_file = load_test_toml_file
-        try:
-            return command(*args, **kwargs)
-        finally:
-            test_parser.load_test_toml_file = original
-
-    return wrapper
-
-
 def verify_configs_command() -> click.Command:
     @click.command(name="verify-configs")
     @click.argument("configs_dir", type=click.Path(exists=True, resolve_path=True, path_type=Path))
@@ -319,7 +280,6 @@ def verify_configs_command() -> click.Command:
                   type=click.Path(exists=True, dir_okay=False, resolve_path=True, path_type=Path),
                   help="Check every scenario on this system with dry-run's own checks (default: the folder's only "
                   "system file, if it has exactly one).")
-    @_tests_read_once
     def verify_configs(configs_dir: Path, tests_dir: Path | None, system_cfg: Path | None) -> None:
         """Verify the configuration TOML files; exit 2 with each file that cannot be read and why, 1 when dry-run
         would refuse a scenario. Scenarios are checked
