@@ -41,6 +41,17 @@ def _first_tensor(value: Any) -> Any:
     return None
 
 
+def moe_dispatchers(model_chunks: list[Any]) -> list[Any]:
+    """The token dispatcher of every MoE layer under the model chunks, each instance once, in module order."""
+    found: dict[int, Any] = {}
+    for chunk in model_chunks:
+        for module in chunk.modules():
+            dispatcher = getattr(module, "token_dispatcher", None)
+            if dispatcher is not None:
+                found.setdefault(id(dispatcher), dispatcher)
+    return list(found.values())
+
+
 class DispatcherTimer:
     def __init__(self, use_cuda: bool | None = None, clock: Callable[[], float] | None = None) -> None:
         import torch
@@ -90,21 +101,16 @@ class DispatcherTimer:
 
     def attach(self, model_chunks: list[Any]) -> int:
         """Wrap the dispatcher of every MoE layer under the model chunks (each instance once); returns how many."""
-        seen: set[int] = set()
-        for chunk in model_chunks:
-            for module in chunk.modules():
-                dispatcher = getattr(module, "token_dispatcher", None)
-                if dispatcher is None or id(dispatcher) in seen:
-                    continue
-                seen.add(id(dispatcher))
-                for phase, names in (("dispatch", DISPATCH), ("combine", COMBINE)):
-                    for name in names:
-                        method = getattr(dispatcher, name, None)
-                        if method is None or hasattr(method, _WRAPPED):
-                            continue
-                        setattr(dispatcher, name, self._timed(method, phase, name))
-                        self._wrapped.append((dispatcher, name, method))
-        return len(seen)
+        dispatchers = moe_dispatchers(model_chunks)
+        for dispatcher in dispatchers:
+            for phase, names in (("dispatch", DISPATCH), ("combine", COMBINE)):
+                for name in names:
+                    method = getattr(dispatcher, name, None)
+                    if method is None or hasattr(method, _WRAPPED):
+                        continue
+                    setattr(dispatcher, name, self._timed(method, phase, name))
+                    self._wrapped.append((dispatcher, name, method))
+        return len(dispatchers)
 
     def _ms(self, start: Any, end: Any) -> float:
         if self.use_cuda:

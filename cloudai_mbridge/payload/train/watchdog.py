@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from .dispatch_timing import moe_dispatchers
+
 EXIT_HANG = 124  # as coreutils' timeout: "timed out"; payload/train/__main__.py lists the exit codes
 DEFAULT_HANG_TIMEOUT_S = 1200
 CLASSES = ("init", "first_dispatch", "later")
@@ -187,18 +189,13 @@ _MARKED = "_mbridge_watchdog_mark"
 def watch_dispatch(model_chunks: list[Any]) -> int:
     """Wrap ``token_dispatch`` of every MoE layer's dispatcher so that entering it tells the watchdog (the first
     dispatch is a stage); the method's result is passed through untouched. Returns how many dispatchers."""
-    seen: set[int] = set()
-    for chunk in model_chunks:
-        for module in chunk.modules():
-            dispatcher = getattr(module, "token_dispatcher", None)
-            if dispatcher is None or id(dispatcher) in seen:
-                continue
-            seen.add(id(dispatcher))
-            method = getattr(dispatcher, "token_dispatch", None)
-            if method is None or getattr(method, _MARKED, False):
-                continue
-            dispatcher.token_dispatch = _marked(method)
-    return len(seen)
+    dispatchers = moe_dispatchers(model_chunks)
+    for dispatcher in dispatchers:
+        method = getattr(dispatcher, "token_dispatch", None)
+        if method is None or getattr(method, _MARKED, False):
+            continue
+        dispatcher.token_dispatch = _marked(method)
+    return len(dispatchers)
 
 
 def _marked(method: Any) -> Any:
