@@ -35,6 +35,8 @@ precision): a disagreement means lines were lost or the summary covers other ite
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import math
 import re
@@ -47,7 +49,7 @@ from . import safejson, signals
 from .frames import frame
 from .layout import CONFIG_NAME, load_layout
 from .scan import LogLine, Marker, scan_run
-from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
+from .stats import SAMPLE_CAP, STALL_FACTOR, Stats, StreamedSeries, iteration_time_problem, steady_state
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -106,7 +108,11 @@ STATUS_ORDER = (
 )
 REFIT_FAILURE_MARKERS = (*signals.FAILURE_MARKERS, signals.EFA, signals.SOCKET)
 JOB_PLAN = signals.job_log_markers((*REFIT_FAILURE_MARKERS, REFIT))
-RANK0_PLAN = (*REFIT_FAILURE_MARKERS, REFIT)
+# On rank 0 the iteration lines (10^6 in a long run) are read as the scan finds them (scan.Marker.fold, see
+# _RefitReader) and never all held; its other REFIT_ lines (a few) come after them, as before.
+RANK0_ITER = Marker("refit_iter", (b"time_ms=",))
+RANK0_REFIT = dataclasses.replace(REFIT, needles=REFIT.needles[:3], keep=re.compile(r"^(?!.*time_ms=)"))
+RANK0_PLAN = (*REFIT_FAILURE_MARKERS, RANK0_REFIT, RANK0_ITER)
 OTHER_RANK_PLAN = (*REFIT_FAILURE_MARKERS, REFIT_ERROR, REFIT_RANK)
 
 
@@ -199,6 +205,9 @@ class RefitRunMetrics:
             "verify": self.verify.status if self.verify else None,
             "mismatched": self.verify.mismatched if self.verify else None,
             "invalid_reasons": "; ".join(self.invalid_reasons) or None,
+            # only a log of more than SAMPLE_CAP timed refits: which numbers are of a sample (and the CSV's rows)
+            **({"sample": t.sample_note + "; mbridge_refit_iterations.csv holds the sample's rows"}
+               if t.sampled else {}),
         }
 
     def to_dataframe(self) -> pd.DataFrame:
@@ -206,7 +215,157 @@ class RefitRunMetrics:
 
 
 def refit_frame(metrics: RefitRunMetrics) -> pd.DataFrame:
+    """One row per timed refit; for a log of more than SAMPLE_CAP of them the rows of the 1-in-k sample the order
+    statistics came from, each row saying so (``sample_1_in``: k)."""
+    stride = metrics.time_ms.sample_stride
+    if stride > 1:
+        return frame(({"iter": i, "time_ms": ms, "sample_1_in": stride} for i, ms in metrics.iterations),
+                     columns=["iter", "time_ms", "sample_1_in"])
     return frame(({"iter": i, "time_ms": ms} for i, ms in metrics.iterations), columns=["iter", "time_ms"])
+
+
+class _RefitReader:
+    """What rank 0's ``REFIT_`` lines say, read one line at a time: handed the iteration lines by the scan as it finds
+    them (scan.Marker.fold), then the run's other REFIT_ lines.
+
+    The timed iterations are held by iteration number, exactly as logged, up to :data:`.stats.SAMPLE_CAP`; past it they
+    stream (:class:`.stats.StreamedSeries`): their count, mean, min, max and stdev stay exact, the median, p10, p90,
+    the stalls and the iterations kept for the CSV and the plot come from a 1-in-2^k sample, and memory no longer
+    grows with the log. Streamed iterations must come in order: one logged again or out of order is then a bad
+    iteration line (the run gets no number), never silently placed."""
+
+    def __init__(self, warmup: int = 0, keep_for_findings: bool = True, cap: int | None = None) -> None:
+        self.warmup, self.cap, self.keep_for_findings = warmup, cap or SAMPLE_CAP, keep_for_findings
+        self.by_iter: dict[int, float] | None = {}
+        self.last = -1  # the highest iteration held so far
+        self.series: StreamedSeries | None = None
+        self.warm_rows: list[tuple[int, float]] = []  # streamed: the warm-up iterations (left out of the statistics)
+        self.lines = 0
+        self.problems: list[str] = []
+        self.time_errors = signals.Capped()  # the first 20 messages and a count: 10^6 bad lines hold no 10^6 strings
+        self.damaged = signals.Capped()
+        self.printed: dict[str, float] = {}
+        self.printed_text: dict[str, str] = {}
+        self.tensors: dict[str, str] = {}
+        self.kept: list[LogLine] = []  # for the failure search: every line but the plain REFIT_ITER ones
+        self.bandwidth: float | None = None
+        self.counts: tuple[int | None, ...] = (None, None, None, None)
+        self.verify: RefitVerify | None = None
+        self.result: dict[str, Any] | None = None
+        self.recorded: dict[str, Any] | None = None
+        self.phases: dict[str, float] | None = None
+        self.executor: dict[str, Any] | None = None
+
+    def add(self, line: LogLine) -> None:
+        self.lines += 1
+        if self.keep_for_findings and not (_PLAIN_ITER_RE.fullmatch(line.text) and line.terminated):
+            self.kept.append(line)
+        if not line.terminated:
+            return
+        text = line.text
+        if any(mark in text for mark in _DAMAGE):  # never read a damaged line as what it seems to say
+            shown = text.replace("\ufffd", "?").replace("\x00", "?")[:120]
+            if "ITER" in text or "time_ms=" in text:
+                self.time_errors.append(f"iteration line with damaged bytes: {shown!r}")
+            else:
+                self.damaged.append(f"line with damaged bytes: {shown!r}")
+            return
+        for m in _ITER_RE.finditer(text):
+            try:
+                ms = float(m.group("ms")) if m.group("ms").isascii() and "_" not in m.group("ms") else math.nan
+            except ValueError:
+                ms = math.nan
+            self._timed(int(m.group("iter")), ms, m.group("ms"))
+        if "time_ms=" in text and not _ITER_RE.search(text):
+            self.time_errors.append(f"iteration line that does not read as REFIT_ITER: {text[:120]!r}")
+        for m in _SUMMARY_RE.finditer(text):
+            self.printed[m.group("which").lower()] = float(m.group("ms"))
+            self.printed_text[m.group("which").lower()] = m.group("ms")
+        if m := _BANDWIDTH_RE.search(text):
+            bandwidth = float(m.group("gbps"))
+            self.bandwidth = bandwidth if math.isfinite(bandwidth) and bandwidth >= 0.0 else None
+        if m := _STATS_RE.search(text):
+            self.counts = tuple(_count(m, group) for group in ("remote", "local", "send", "recv"))
+        if m := _PHASES_RE.search(text):
+            self.phases = {k[:-3]: float(v) for k, _, v in (kv.partition("=") for kv in m.group(1).split())}
+        if m := _EXECUTOR_RE.search(text):
+            self.executor = ({"name": "megatron", "fallback": m.group("reason")} if m.group("reason") else
+                             {"name": m.group("name"), "ops_send": int(m.group("sends")),
+                              "ops_recv": int(m.group("recvs"))})
+        if m := _VERIFY_RE.search(text):
+            self.verify = RefitVerify(
+                m.group("status"), int(m.group("params")), int(m.group("mismatched")), (m.group("detail") or "").strip()
+            )
+        # a tensor reported twice counts as its worst result
+        if (m := _TENSOR_RE.search(text)) and self.tensors.get(m.group("name")) != "mismatch":
+            self.tensors[m.group("name")] = m.group("result")
+        for regex, what in ((_RESULT_RE, "REFIT_RESULT"), (_CONFIG_RE, "REFIT_CONFIG")):
+            if m := regex.search(text):
+                try:
+                    decoded = safejson.loads(m.group("json"))
+                except ValueError as exc:
+                    self.problems.append("bad_result_json")
+                    self.damaged.append(f"{what} unreadable: {exc}")
+                    continue
+                if what == "REFIT_RESULT":
+                    self.result = decoded if isinstance(decoded, dict) else None
+                else:
+                    self.recorded = decoded if isinstance(decoded, dict) else None
+
+    def _timed(self, i: int, ms: float, raw: str) -> None:
+        by_iter = self.by_iter
+        if by_iter is not None and i in by_iter and "duplicate_iterations" not in self.problems:
+            self.problems.append("duplicate_iterations")
+        why = iteration_time_problem(ms)
+        if why is not None:  # a damaged time never enters a statistic; the run is invalid
+            self.time_errors.append(f"REFIT_ITER iter={i} time_ms={raw} is {why}")
+            if by_iter is not None:
+                by_iter.pop(i, None)
+            return
+        if by_iter is not None:
+            by_iter[i] = ms
+            if len(by_iter) > self.cap:
+                self._start_streaming()
+            return
+        if i <= self.last:
+            self.time_errors.append(f"REFIT_ITER iter={i} comes after iter={self.last}: past {self.cap:,} timed "
+                                    f"refits a log is read in order (in bounded memory), and an iteration logged "
+                                    f"again or out of order cannot be placed")
+            return
+        self._stream(i, ms)
+
+    def _start_streaming(self) -> None:
+        assert self.by_iter is not None
+        held, self.by_iter = sorted(self.by_iter.items()), None
+        self.series = StreamedSeries("dq", self.cap)
+        for i, ms in held:
+            self._stream(i, ms)
+
+    def _stream(self, i: int, ms: float) -> None:
+        assert self.series is not None
+        self.last = i
+        if len(self.warm_rows) < self.warmup:
+            self.warm_rows.append((i, ms))
+        else:
+            self.series.add(ms, i)
+
+    def finish(self, stall_factor: float) -> tuple[tuple[tuple[int, float], ...], Stats]:
+        """(the timed iterations kept, in order: all of them up to the cap, else the warm-up and the sample; their
+        statistics after the warm-up)."""
+        if self.series is None:
+            assert self.by_iter is not None
+            iterations = tuple(sorted(self.by_iter.items()))
+            return iterations, steady_state([ms for _, ms in iterations], self.warmup, stall_factor)
+        times, numbers = self.series.sample.columns
+        stats = self.series.stats(len(self.warm_rows), 0, stall_factor)
+        return (*self.warm_rows, *zip(numbers, times, strict=True)), stats
+
+    def for_findings(self) -> list[LogLine]:
+        """The lines kept for the failure search, in the order the scan of one REFIT marker gives them (by needle,
+        then by place in the file)."""
+        needles = [n.decode() for n in REFIT.needles]
+        return sorted(self.kept, key=lambda line: (next((k for k, n in enumerate(needles) if n in line.text),
+                                                        len(needles)), line.offset))
 
 
 def _tolerance(printed: str) -> float:
@@ -233,7 +392,8 @@ def parse_refit_run(
 ) -> RefitRunMetrics:
     """Parse one refit run folder; ``warmup=0`` because the payload already leaves its warm-up out."""
     layout = load_layout(run_dir)
-    run = scan_run(layout, lambda rank: RANK0_PLAN if rank == 0 else OTHER_RANK_PLAN, JOB_PLAN, workers)
+    rank0_plan = (*RANK0_PLAN[:-1], dataclasses.replace(RANK0_ITER, fold=functools.partial(_RefitReader, warmup)))
+    run = scan_run(layout, lambda rank: rank0_plan if rank == 0 else OTHER_RANK_PLAN, JOB_PLAN, workers)
     problems: list[str] = []
     if not layout.rank_logs and not layout.job_logs:
         problems.append("no_logs")
@@ -241,108 +401,49 @@ def parse_refit_run(
         problems.append("missing_config" if layout.config_status == "missing" else "invalid_config")
 
     rank0 = run.ranks.get(0)
-    # taken from the scan and let go as they are read; the failure search below gets back every line but the plain
-    # REFIT_ITER ones (10^6 of them in a long run: none is a failure line)
+    # rank 0's iteration lines were read during the scan; its other REFIT_ lines are taken from the scan and let go as
+    # they are read; the failure search below gets back every line but the plain REFIT_ITER ones
+    reader = rank0.folded.get(RANK0_ITER.name) if rank0 is not None else None
     lines: list[LogLine | None] = list(rank0.take(REFIT.name)) if rank0 else []
-    for_findings: list[LogLine] = []
-    from_rank0 = bool(lines)
-    if not lines:
+    from_rank0 = isinstance(reader, _RefitReader) and bool(lines or reader.lines)
+    if not from_rank0:
+        reader = _RefitReader(warmup, keep_for_findings=False)
         lines = list(run.labelled(REFIT.name, (None, 0)))
         if lines:
             problems.append("refit_from_job_logs")
-
-    by_iter: dict[int, float] = {}
-    time_errors = signals.Capped()  # the first 20 messages and a count: a log of 10^6 bad lines holds no 10^6 strings
-    damaged = signals.Capped()
-    printed: dict[str, float] = {}
-    printed_text: dict[str, str] = {}
-    tensors: dict[str, str] = {}
-    bandwidth = stats_match = verify = result = recorded = phases = executor = None
+    assert isinstance(reader, _RefitReader)
     for index, line in enumerate(lines):
         lines[index] = None
         assert line is not None
-        if from_rank0 and not (_PLAIN_ITER_RE.fullmatch(line.text) and line.terminated):
-            for_findings.append(line)
-        if not line.terminated:
-            continue
-        text = line.text
-        if any(mark in text for mark in _DAMAGE):  # never read a damaged line as what it seems to say
-            shown = text.replace("\ufffd", "?").replace("\x00", "?")[:120]
-            if "ITER" in text or "time_ms=" in text:
-                time_errors.append(f"iteration line with damaged bytes: {shown!r}")
-            else:
-                damaged.append(f"line with damaged bytes: {shown!r}")
-            continue
-        for m in _ITER_RE.finditer(text):
-            i = int(m.group("iter"))
-            try:
-                ms = float(m.group("ms")) if m.group("ms").isascii() and "_" not in m.group("ms") else math.nan
-            except ValueError:
-                ms = math.nan
-            if i in by_iter and "duplicate_iterations" not in problems:
-                problems.append("duplicate_iterations")
-            why = iteration_time_problem(ms)
-            if why is not None:  # a damaged time never enters a statistic; the run is invalid
-                time_errors.append(f"REFIT_ITER iter={i} time_ms={m.group('ms')} is {why}")
-                by_iter.pop(i, None)
-                continue
-            by_iter[i] = ms
-        if "time_ms=" in text and not _ITER_RE.search(text):
-            time_errors.append(f"iteration line that does not read as REFIT_ITER: {text[:120]!r}")
-        for m in _SUMMARY_RE.finditer(text):
-            printed[m.group("which").lower()] = float(m.group("ms"))
-            printed_text[m.group("which").lower()] = m.group("ms")
-        if m := _BANDWIDTH_RE.search(text):
-            bandwidth = float(m.group("gbps"))
-            if not (math.isfinite(bandwidth) and bandwidth >= 0.0):
-                bandwidth = None
-        stats_match = _STATS_RE.search(text) or stats_match
-        if m := _PHASES_RE.search(text):
-            phases = {k[:-3]: float(v) for k, _, v in (kv.partition("=") for kv in m.group(1).split())}
-        if m := _EXECUTOR_RE.search(text):
-            executor = ({"name": "megatron", "fallback": m.group("reason")} if m.group("reason") else
-                        {"name": m.group("name"), "ops_send": int(m.group("sends")), "ops_recv": int(m.group("recvs"))})
-        if m := _VERIFY_RE.search(text):
-            verify = RefitVerify(
-                m.group("status"), int(m.group("params")), int(m.group("mismatched")), (m.group("detail") or "").strip()
-            )
-        # a tensor reported twice counts as its worst result
-        if (m := _TENSOR_RE.search(text)) and tensors.get(m.group("name")) != "mismatch":
-            tensors[m.group("name")] = m.group("result")
-        for regex, what in ((_RESULT_RE, "REFIT_RESULT"), (_CONFIG_RE, "REFIT_CONFIG")):
-            if m := regex.search(text):
-                try:
-                    decoded = safejson.loads(m.group("json"))
-                except ValueError as exc:
-                    problems.append("bad_result_json")
-                    damaged.append(f"{what} unreadable: {exc}")
-                    continue
-                if what == "REFIT_RESULT":
-                    result = decoded if isinstance(decoded, dict) else None
-                else:
-                    recorded = decoded if isinstance(decoded, dict) else None
+        reader.add(line)
+    problems += reader.problems
+    time_errors, damaged, printed, printed_text = (reader.time_errors, reader.damaged, reader.printed,
+                                                   reader.printed_text)
+    bandwidth, verify, result, recorded = reader.bandwidth, reader.verify, reader.result, reader.recorded
 
     if time_errors:
         problems.append("bad_iteration_time")
-    iterations = tuple(sorted(by_iter.items()))
-    time_ms = steady_state([ms for _, ms in iterations], warmup, stall_factor)
+    iterations, time_ms = reader.finish(stall_factor)
+    n_timed = time_ms.n + time_ms.n_warmup
     if time_ms.n == 0:
         problems.append("no_iterations")
     if warmup == 0 and time_ms.n:
         computed = {"mean": time_ms.mean, "min": time_ms.min, "max": time_ms.max, "median": time_ms.median}
         for which, value in printed.items():
+            if which == "median" and time_ms.sampled:  # a sample's median is no check of the printed one
+                continue
             reference = computed[which]
             if reference is None or not math.isclose(
                 value, reference, rel_tol=1e-9, abs_tol=_tolerance(printed_text[which]) * (1 + 1e-9)
             ):
                 problems.append("summary_mismatch")
     invalid: list[str] = []
-    verify, why_verify = _recompute_verify(verify, tensors, result, recorded)
+    verify, why_verify = _recompute_verify(verify, reader.tensors, result, recorded)
     if why_verify:
         problems.append("verify_inconsistent")
         invalid += why_verify
     # a run that failed before it printed REFIT_CONFIG has nothing to check; numbers without one do
-    has_numbers = bool(by_iter or time_errors or verify is not None or result is not None or tensors)
+    has_numbers = bool(n_timed or time_errors or verify is not None or result is not None or reader.tensors)
     why_foreign, why_changed = _provenance(layout, recorded if recorded is not None or has_numbers else {}, run)
     if why_foreign:
         problems.append("foreign_logs")
@@ -356,16 +457,16 @@ def parse_refit_run(
     configured = (recorded or {}).get("config", {}) if isinstance((recorded or {}).get("config"), dict) else {}
     wanted = configured.get("iterations")
     if (isinstance(wanted, int) and not isinstance(wanted, bool) and verify is not None and verify.status != "fail"
-            and len(by_iter) + time_errors.total < wanted):
+            and n_timed + time_errors.total < wanted):
         problems.append("missing_iterations")
-        invalid.append(f"{len(by_iter)} timed iterations in the log, the run was configured for {wanted}")
+        invalid.append(f"{n_timed} timed iterations in the log, the run was configured for {wanted}")
     if verify is not None and verify.status == "skipped":
         problems.append("verify_skipped")
     if result is None:
         problems.append("no_result")
 
     if rank0 is not None and from_rank0:
-        rank0.give_back(REFIT.name, for_findings)
+        rank0.give_back(REFIT.name, reader.for_findings())
     files = [*run.ranks.items(), *((None, j) for j in run.jobs)]
     dispatcher = signals.DispatcherReport()
     validity = signals.validity_signals(files, dispatcher, world_size=layout.world_size)
@@ -397,10 +498,10 @@ def parse_refit_run(
         time_ms=time_ms,
         printed=printed,
         bandwidth_gbps=bandwidth,
-        bytes_remote=_count(stats_match, "remote"),
-        bytes_local=_count(stats_match, "local"),
-        send_ops=_count(stats_match, "send"),
-        recv_ops=_count(stats_match, "recv"),
+        bytes_remote=reader.counts[0],
+        bytes_local=reader.counts[1],
+        send_ops=reader.counts[2],
+        recv_ops=reader.counts[3],
         verify=verify,
         result=result,
         validity=validity,
@@ -408,8 +509,8 @@ def parse_refit_run(
         time_errors=time_errors.done(),
         recorded=recorded,
         invalid_reasons=tuple(invalid),
-        phases=phases,
-        executor=executor,
+        phases=reader.phases,
+        executor=reader.executor,
     )
 
 

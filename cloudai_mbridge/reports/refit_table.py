@@ -186,7 +186,9 @@ def refit_row(test: str, step: int, config: Mapping[str, Any], m: Any, run: str)
         "time_ms_p90": t.p90 if verified else None,
         "time_ms_max": t.max if verified else None,
         "n": t.n if verified else 0,
-        "times_ms": [ms for _, ms in m.iterations] if verified else [],
+        "times_ms": [ms for _, ms in m.iterations] if verified else [],  # a 1-in-k sample past SAMPLE_CAP refits
+        # a run of more than SAMPLE_CAP timed refits: which of its numbers are of a sample (a CSV column only then)
+        **({"sample": t.sample_note} if verified and t.sampled else {}),
         "bandwidth_gbps": m.bandwidth_gbps if verified else None,
         "bytes_moved": None if m.bytes_remote is None else m.bytes_remote + (m.bytes_local or 0),
         "verification": m.verify.status if m.verify else "missing",
@@ -378,7 +380,8 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
         "red failed verification or did not finish: they carry no time.</p>"
     )
     classes = ["" if r["verification"] == "pass" and r["status"] == "ok" else "bad" for r in ordered]
-    sections.append(html_table(COLUMNS, ([r.get(c) for c in COLUMNS] for r in ordered), classes, HEADERS, DEFINITIONS))
+    sections.append(html_table(COLUMNS, ([_cell(r, c) for c in COLUMNS] for r in ordered), classes, HEADERS,
+                               DEFINITIONS))
     paths = [r for r in ordered if "megatron_n" in r]
     if paths:
         sections.insert(2, headline("Megatron-Core's copy service vs ours (same job, same ranks, same ceiling)",
@@ -398,6 +401,13 @@ def write_refit_report(root: Any, title: str, rows: list[dict[str, Any]], prov: 
         sections.append(skipped)
     write_atomic(root / "mbridge_refit.html", redact_report(html_page(title, sections, prov, kind="refit report")))
     logging.info("mbridge_refit: %d row(s) written to %s", len(rows), root / "mbridge_refit.html")
+
+
+def _cell(row: Mapping[str, Any], column: str) -> Any:
+    """A cell of the main table: n says when the run's order statistics are of a sample (more than SAMPLE_CAP)."""
+    if column == "n" and row.get("sample"):
+        return f"{row['n']:,} ({row['sample']})"
+    return row.get(column)
 
 
 PATH_COLUMNS = ["mapping", "mode", "transport", "megatron", "ours", "ceiling", "speedup"]

@@ -1,0 +1,135 @@
+"""Issue 46: a log longer than SAMPLE_CAP is summarised in memory that does not grow with it, and says so where its
+numbers are read. Each test would fail if the kept values grew with the log again (counts and lengths, no timing)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from cloudai_mbridge.metrics import parse_refit_run, refit, refit_frame, steady_state
+from cloudai_mbridge.metrics.stats import SAMPLE_CAP, StreamedSeries, SystematicSample
+
+from .conftest import make_run
+
+CAP = 1024  # the tests' cap: the same code as SAMPLE_CAP = 2^16, on logs a test writes in milliseconds
+CONFIG = {"workload": "refit", "world_size": 2, "num_nodes": 1, "gpus_per_node": 2}
+
+
+def _ms(i: int) -> float:
+    return round(45.0 + (i * 7919) % 97 / 100, 2)
+
+
+def _refit_log(n: int, summary: bool = True, extra: str = "") -> str:
+    lines = ["REFIT_CONFIG {}\n"] + [f"REFIT_ITER iter={i} time_ms={_ms(i):.2f}\n" for i in range(n)]
+    lines.append(extra)
+    times = [_ms(i) for i in range(n)]
+    if summary:
+        lines.append(f"Mean refit time: {statistics.fmean(times):.2f} ms\nMin refit time: {min(times):.2f} ms\n"
+                     f"Max refit time: {max(times):.2f} ms\nMedian refit time: {statistics.median(times):.2f} ms\n")
+    lines.append("REFIT_STATS bytes_remote=1073741824 bytes_local=536870912 send_ops=512 recv_ops=384\n"
+                 "REFIT_VERIFY status=pass params=1234 mismatched=0 detail=bit-exact\n"
+                 'REFIT_RESULT {"refit_time_ms": 45.5}\n')
+    return "".join(lines)
+
+
+@pytest.fixture
+def small_cap(monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setattr(refit, "SAMPLE_CAP", CAP)
+    return CAP
+
+
+def test_the_cap_is_a_power_of_two_that_normal_logs_stay_under() -> None:
+    assert SAMPLE_CAP == 1 << 16
+
+
+def test_a_systematic_sample_never_holds_more_than_its_cap() -> None:
+    sample = SystematicSample("qd", cap=8)
+    for i in range(1000):
+        sample.add(i, float(i))
+        assert len(sample) <= 8
+    assert sample.stride == 128  # 1000 values: 1-in-2^7 keeps 8
+    assert list(sample.columns[0]) == list(range(0, 1000, 128))
+    assert list(sample.columns[1]) == [float(i) for i in range(0, 1000, 128)]
+
+
+def test_a_series_up_to_the_cap_is_summarised_as_before() -> None:
+    values = [float(_ms(i)) for i in range(CAP)]
+    capped, whole = steady_state(values, 4, cap=CAP), steady_state(values, 4, cap=1 << 30)
+    assert capped == whole and not capped.sampled and capped.sample_note is None
+
+
+def test_a_series_past_the_cap_keeps_a_sample_and_says_so() -> None:
+    values = [float(_ms(i)) for i in range(20 * CAP)] + [None, math.nan, 900.0]
+    whole, capped = steady_state(values, 4, cap=1 << 30), steady_state(values, 4, cap=CAP)
+    # streamed exactly: the count, the invalid values, the mean (fsum of every value), min and max
+    assert (capped.n, capped.n_invalid, capped.n_warmup) == (whole.n, whole.n_invalid, whole.n_warmup)
+    assert (capped.mean, capped.min, capped.max) == (whole.mean, whole.min, whole.max)
+    assert capped.stdev == pytest.approx(whole.stdev, rel=1e-9)
+    # the order statistics of at most CAP of them, and it says so
+    assert capped.sampled and capped.sample_stride == 32 and CAP // 2 <= capped.n_sampled <= CAP
+    assert capped.median == pytest.approx(whole.median, abs=0.02)
+    assert "1-in-32 sample" in capped.sample_note and f"{whole.n:,}" in capped.sample_note
+
+
+def test_a_streamed_series_holds_at_most_its_cap() -> None:
+    series = StreamedSeries("dq", cap=CAP)
+    for i in range(50 * CAP):
+        series.add(_ms(i), i)
+    assert len(series.sample) <= CAP and len(series.sample.columns[1]) <= CAP
+    assert len(series.partials) < 64  # Shewchuk's partials: a handful, whatever the count
+    assert series.stats().n == 50 * CAP
+
+
+def test_a_refit_log_past_the_cap_is_read_in_bounded_memory(tmp_path: Path, small_cap: int) -> None:
+    n = 10 * small_cap + 7
+    m = parse_refit_run(make_run(tmp_path / "run", CONFIG, {0: _refit_log(n), 1: "ok\n"}))
+    assert m.status == "ok", m.problems
+    assert len(m.iterations) <= small_cap  # what is held after the parse: the sample, not n
+    t = m.time_ms
+    times = [_ms(i) for i in range(n)]
+    assert (t.n, t.min, t.max) == (n, min(times), max(times))
+    assert t.mean == math.fsum(times) / n
+    assert t.sampled and t.sample_stride == 16
+    assert m.iterations[:3] == ((0, _ms(0)), (16, _ms(16)), (32, _ms(32)))
+    # the printed median is of every refit: a sample's median is not held against it (no summary_mismatch)
+    assert "summary_mismatch" not in m.problems
+
+
+def test_a_sampled_refit_says_so_in_its_summary_and_csv(tmp_path: Path, small_cap: int) -> None:
+    m = parse_refit_run(make_run(tmp_path / "run", CONFIG, {0: _refit_log(4 * small_cap + 1), 1: "ok\n"}))
+    summary = m.summary()
+    assert summary["n"] == 4 * small_cap + 1
+    assert "1-in-8 sample" in summary["sample"] and "mbridge_refit_iterations.csv" in summary["sample"]
+    frame = refit_frame(m)
+    assert list(frame.columns) == ["iter", "time_ms", "sample_1_in"] and set(frame.sample_1_in) == {8}
+
+
+def test_a_refit_under_the_cap_says_nothing_about_samples(tmp_path: Path, small_cap: int) -> None:
+    m = parse_refit_run(make_run(tmp_path / "run", CONFIG, {0: _refit_log(small_cap), 1: "ok\n"}))
+    assert m.status == "ok" and not m.time_ms.sampled and len(m.iterations) == small_cap
+    assert "sample" not in m.summary() and list(refit_frame(m).columns) == ["iter", "time_ms"]
+
+
+def test_past_the_cap_an_iteration_out_of_order_invalidates_the_run(tmp_path: Path, small_cap: int) -> None:
+    log = _refit_log(3 * small_cap, summary=False, extra="REFIT_ITER iter=5 time_ms=45.00\n")
+    m = parse_refit_run(make_run(tmp_path / "run", CONFIG, {0: log, 1: "ok\n"}))
+    assert m.status == "bad_iteration_time"
+    assert any("iter=5 comes after" in e and "read in order" in e for e in m.time_errors)
+    assert len(m.iterations) <= small_cap
+
+
+def test_the_plain_iteration_lines_are_not_kept_for_the_failure_search(tmp_path: Path, small_cap: int) -> None:
+    from cloudai_mbridge.metrics.layout import load_layout
+    from cloudai_mbridge.metrics.scan import scan_run
+
+    run = make_run(tmp_path / "run", CONFIG, {0: _refit_log(5 * small_cap), 1: "ok\n"})
+    layout = load_layout(run)
+    plan = (*refit.RANK0_PLAN[:-1], refit.dataclasses.replace(refit.RANK0_ITER, fold=refit._RefitReader))
+    scan = scan_run(layout, lambda rank: plan if rank == 0 else refit.OTHER_RANK_PLAN, refit.JOB_PLAN).ranks[0]
+    reader = scan.folded[refit.RANK0_ITER.name]
+    assert reader.lines == 5 * small_cap and reader.kept == []  # read as found, none held
+    assert reader.by_iter is None and len(reader.series.sample) <= small_cap
+    assert all("REFIT_ITER" not in line.text for line in scan.lines(refit.REFIT.name))
