@@ -12,16 +12,19 @@ Writes into a temporary folder (removed at the end):
 
 Then each is parsed by the entry point generate-report's reports call (metrics.parse_training_run,
 metrics.parse_refit_run), then turned into the per-test table generate-report writes (metrics.iterations_csv for
-training, refit_frame for refit), each in a fresh child process, once per size (N = 10^4, 10^5, 10^6 by default).
+training, refit_frame for refit), each in a fresh child process, once per size (N = 10^5, 10^6 by default).
 The training table is what workloads/reporting.py writes: streamed into mbridge_iterations.csv where the
 code has metrics.training.iterations_csv_chunks (issue 46), the whole text (iterations_csv) before.
+Bounded memory (issue 46): the RESULT lines give each kind's peak (parse and table) at 10^6 iterations and its growth
+from 10^5 to 10^6 (flat when the parse keeps at most metrics.stats.SAMPLE_CAP values of a log, whatever its length),
+and the parse time per 10^5 lines at each size (the same at both when the time is linear in the log).
 Wall time: perf_counter around the call in the child. Peak memory: the child's peak resident set size
 (resource.getrusage RUSAGE_SELF ru_maxrss, KiB on Linux) minus its RSS just before the call (the interpreter and the
 imports), so the number is what the parse itself adds. One run per size (a 10^6 parse takes minutes on a loaded
 2-core machine); the growth line compares time and memory per iteration between the smallest and the
 largest size (1.0 = linear).
 
-Usage: .venv/bin/python benchmarks/log_parse_scale.py [--sizes 10000,100000,1000000]
+Usage: .venv/bin/python benchmarks/log_parse_scale.py [--sizes 100000,1000000] [--kinds training,refit]
 """
 
 from __future__ import annotations
@@ -110,9 +113,12 @@ else:
     table = len(iterations_csv(m)) if kind == "training" else len(refit_frame(m))  # what the per-test report writes
 table_s = time.perf_counter() - start
 table_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-n = len(m.iterations)
+stats = m.iteration_time_ms if kind == "training" else m.time_ms
+kept = len(m.iterations)  # the rows held after the parse: every iteration, or a sample past SAMPLE_CAP
+n = kept if getattr(stats, "sample_stride", 1) == 1 else stats.n + stats.n_warmup
 print(json.dumps({"wall_s": wall, "peak_mib": (peak - before) / 1024, "base_mib": before / 1024, "status": m.status,
-                  "iterations": n, "table_s": table_s, "table_peak_mib": (table_peak - before) / 1024}))
+                  "iterations": n, "kept": kept, "stride": getattr(stats, "sample_stride", 1), "table_s": table_s,
+                  "table_peak_mib": (table_peak - before) / 1024}))
 """
 
 
@@ -126,7 +132,7 @@ def measure(kind: str, run: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="10000,100000,1000000")
+    ap.add_argument("--sizes", default="100000,1000000")
     ap.add_argument("--kinds", default="training,refit", help="which logs (training, refit or both)")
     args = ap.parse_args()
     kinds = args.kinds.split(",")
@@ -148,9 +154,11 @@ def main() -> None:
                 size = write(run, n)
                 r = measure(kind, run)
                 results[kind][n] = r
+                sampled = f" (a 1-in-{r['stride']} sample)" if r["stride"] > 1 else ""
                 print(f"{kind} {n:,} iterations ({size / 1e6:,.1f} MB log, written in {time.perf_counter() - t0:.1f} "
                       f"s): parse {r['wall_s']:.2f} s, peak +{r['peak_mib']:.0f} MiB over the {r['base_mib']:.0f} MiB "
-                      f"of the interpreter; status {r['status']}, {r['iterations']:,} iterations read; then its "
+                      f"of the interpreter; status {r['status']}, {r['iterations']:,} iterations read, "
+                      f"{r['kept']:,} rows kept{sampled}; then its "
                       f"per-test table ({'mbridge_iterations.csv' if kind == 'training' else 'refit_frame'}) "
                       f"{r['table_s']:.2f} s, peak +{r['table_peak_mib']:.0f} MiB", flush=True)
                 if r["iterations"] != n:
@@ -167,6 +175,18 @@ def main() -> None:
         print(f"RESULT {kind}_parse_s_{large}_iterations={by[large]['wall_s']:.2f} s")
         print(f"RESULT {kind}_parse_peak_mib_{large}_iterations={by[large]['peak_mib']:.0f} MiB")
         print(f"RESULT {kind}_parse_and_table_peak_mib_{large}_iterations={by[large]['table_peak_mib']:.0f} MiB")
+        for n in sizes:
+            print(f"RESULT {kind}_parse_s_per_1e5_lines_at_{n}={by[n]['wall_s'] / n * 1e5:.2f} s")
+    # bounded memory: the peak (parse and its per-test table) at 10^6 and what it grew by from 10^5, per kind, and the
+    # worst kind unprefixed
+    if 100_000 in sizes and 1_000_000 in sizes:
+        peak = {kind: by[1_000_000]["table_peak_mib"] for kind, by in results.items()}
+        growth = {kind: by[1_000_000]["table_peak_mib"] - by[100_000]["table_peak_mib"] for kind, by in results.items()}
+        for kind in results:
+            print(f"RESULT {kind}_log_parse_peak_mib_1e6={peak[kind]:.0f} MiB")
+            print(f"RESULT {kind}_log_parse_peak_growth_1e5_to_1e6={growth[kind]:.0f} MiB")
+        print(f"RESULT log_parse_peak_mib_1e6={max(peak.values()):.0f} MiB")
+        print(f"RESULT log_parse_peak_growth_1e5_to_1e6={max(growth.values()):.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -227,11 +227,13 @@ class StreamedSeries:
 
 
 def steady_state(values: Iterable[float | None], warmup: int = 4, stall_factor: float = STALL_FACTOR,
-                 cap: int = SAMPLE_CAP) -> Stats:
+                 cap: int | None = None) -> Stats:
     """Drop the first ``warmup`` values, then summarise the rest (see :class:`Stats`).
 
-    Up to ``cap`` kept values, every statistic is of all of them; beyond, memory stays ``cap`` values: the order
-    statistics come from a systematic sample (:attr:`Stats.sample_stride`, :attr:`Stats.sample_note`)."""
+    Up to ``cap`` kept values (None: no cap), every statistic is of all of them; beyond, memory stays ``cap`` values:
+    the order statistics come from a systematic sample (:attr:`Stats.sample_stride`, :attr:`Stats.sample_note`). The
+    training parse passes none: it still holds every record, and its stall flags (the CSV's ``stall``) must be of
+    every iteration until that path streams too (issue 46)."""
     if warmup < 0:
         raise ValueError(f"warmup={warmup} must be >= 0")
     # One pass, the kept values in an array('d') (8 B each, not a list of float objects), at most ``cap`` of them.
@@ -242,7 +244,7 @@ def steady_state(values: Iterable[float | None], warmup: int = 4, stall_factor: 
         n_seen += 1
         if n_seen > warmup and v is not None and math.isfinite(v):
             finite.append(v)
-            if len(finite) > cap:
+            if cap is not None and len(finite) > cap:
                 return _streamed(finite, values, n_seen, warmup, stall_factor, cap)
     n_warmup = min(n_seen, warmup)
     n_invalid = n_seen - n_warmup - len(finite)
