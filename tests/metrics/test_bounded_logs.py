@@ -133,3 +133,24 @@ def test_the_plain_iteration_lines_are_not_kept_for_the_failure_search(tmp_path:
     assert reader.lines == 5 * small_cap and reader.kept == []  # read as found, none held
     assert reader.by_iter is None and len(reader.series.sample) <= small_cap
     assert all("REFIT_ITER" not in line.text for line in scan.lines(refit.REFIT.name))
+
+
+def test_the_refit_page_says_which_run_was_sampled(tmp_path: Path, small_cap: int) -> None:
+    import csv
+
+    from cloudai_mbridge.reports.provenance import collect
+    from cloudai_mbridge.reports.refit_table import refit_row, write_refit_report
+
+    mapping = {"model": {"name": "m", "num_layers": 1}, "src": {"tp": 1, "ep": 1, "pp": 1},
+               "dst": {"tp": 2, "ep": 1, "pp": 1}, "mode": "collocated", "transport": "nccl", "dtype": "bf16"}
+    long = parse_refit_run(make_run(tmp_path / "long", CONFIG, {0: _refit_log(3 * small_cap), 1: "ok\n"}))
+    short = parse_refit_run(make_run(tmp_path / "short", CONFIG, {0: _refit_log(100), 1: "ok\n"}))
+    rows = [refit_row("long", 0, mapping, long, "long"), refit_row("short", 1, mapping, short, "short")]
+    (tmp_path / "page").mkdir()
+    write_refit_report(tmp_path / "page", "Refit", rows, collect(tmp_path, [], system="s", scenario="sc"))
+    page = (tmp_path / "page" / "mbridge_refit.html").read_text()
+    assert f"{3 * small_cap:,} (median, p10, p90 and stalls from a 1-in-4 sample" in page
+    with (tmp_path / "page" / "mbridge_refit.csv").open() as f:
+        by_run = {r["run"]: r for r in csv.DictReader(f)}
+    assert "1-in-4 sample" in by_run["long"]["sample"] and by_run["short"]["sample"] == ""
+    assert by_run["long"]["n"] == str(3 * small_cap)
