@@ -316,23 +316,27 @@ def _finder(buf: _Buffer, size: int) -> Callable[[bytes, int], int]:
 
 
 def _needle_lines(data: mmap.mmap, size: int, marker: Marker, needle: bytes, find: Callable[[bytes, int], int],
-                  seen: set[int]) -> Iterator[LogLine]:
+                  seen: set[int], last: bool = False) -> Iterator[LogLine]:
     """The lines of one needle that ``marker`` keeps, each line once over the marker's needles (``seen``: their
-    offsets so far)."""
+    offsets so far). Only what a later needle could find again is remembered: not the last needle's lines (one needle
+    never finds a line twice), nor a whole line ``keep`` dropped (every needle cuts the same text from it, and drops
+    it too), so a marker that hits 10^6 lines holds no 10^6 offsets (issue 46)."""
     pos = find(needle, 0)
     while pos != -1:
         resume, line = _cut(data, size, pos)
         if line.offset not in seen:
-            seen.add(line.offset)
-            if marker.keep is None or marker.keep.search(line.text):
+            kept = marker.keep is None or marker.keep.search(line.text)
+            if not last and (kept or not line.terminated):  # a cut line's text depends on where it was hit
+                seen.add(line.offset)
+            if kept:
                 yield line
         pos = find(needle, resume) if resume < size else -1
 
 
 def _find_lines(data: mmap.mmap, size: int, marker: Marker, find: Callable[[bytes, int], int]) -> Iterator[LogLine]:
     seen: set[int] = set()
-    for needle in marker.needles:
-        for line in _needle_lines(data, size, marker, needle, find, seen):
+    for k, needle in enumerate(marker.needles):
+        for line in _needle_lines(data, size, marker, needle, find, seen, k == len(marker.needles) - 1):
             yield line
             if marker.first_only:
                 return
@@ -366,9 +370,10 @@ def _lines_by_needle(data: mmap.mmap, size: int, marker: Marker, find: Callable[
     """:func:`_find_lines` of one window, by needle, offsets made absolute (``base``: the window's offset)."""
     seen: set[int] = set()
     return [[LogLine(line.offset + base, line.text, line.label_rank, line.terminated)
-             for line in itertools.islice(_needle_lines(data, size, marker, needle, find, seen),
+             for line in itertools.islice(_needle_lines(data, size, marker, needle, find, seen,
+                                                        k == len(marker.needles) - 1),
                                           1 if marker.first_only else None)]
-            for needle in marker.needles]
+            for k, needle in enumerate(marker.needles)]
 
 
 def _wanted(marker: Marker, state: Mapping[str, bool]) -> bool:

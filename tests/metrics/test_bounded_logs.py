@@ -154,3 +154,33 @@ def test_the_refit_page_says_which_run_was_sampled(tmp_path: Path, small_cap: in
         by_run = {r["run"]: r for r in csv.DictReader(f)}
     assert "1-in-4 sample" in by_run["long"]["sample"] and by_run["short"]["sample"] == ""
     assert by_run["long"]["n"] == str(3 * small_cap)
+
+
+class _Count:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def add(self, line: object) -> None:
+        self.n += 1
+
+
+def test_a_scan_remembers_no_offset_per_line_of_a_one_needle_marker(tmp_path: Path) -> None:
+    import tracemalloc
+
+    from cloudai_mbridge.metrics.scan import Marker, scan_file
+
+    n = 30_000
+    log = tmp_path / "rank-0.log"
+    log.write_text("".join(f"REFIT_ITER iter={i} time_ms=45.00\n" for i in range(n)))
+    folded = Marker("it", (b"time_ms=",), fold=_Count)
+    dropped = Marker("other", (b"REFIT_", b"refit time:"), keep=refit.RANK0_REFIT.keep)  # every hit dropped by keep
+    scan_file(log, [folded, dropped])  # warm: the reused read buffer, the regexes
+    tracemalloc.start()
+    try:
+        scan = scan_file(log, [folded, dropped])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert scan.folded["it"].n == n and scan.lines("other") == ()
+    # a set of 3 x 10^4 offsets alone is ~3 MB: what the scan holds must not grow with the lines it hands on or drops
+    assert peak < 1 << 20, f"{peak / 2**20:.2f} MiB traced while scanning {n:,} lines"
