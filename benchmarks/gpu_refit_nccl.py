@@ -345,7 +345,7 @@ def derive(row: dict, world: int, ceiling: dict | None, batched: list[dict]) -> 
         row["batched_ceiling"] = {k: near[k] for k in ("bytes", "ops", "op_bytes", "gbps_per_gpu")}
         row["pct_of_batched"] = 100 * row["remote_gbps_per_gpu"] / near["gbps_per_gpu"]
     if row.get("compare"):  # executor "both": Megatron-Core's service and ours of the same job, the same ceilings
-        from cloudai_mbridge.reports.refit_table import compare_paths
+        from cloudai_mbridge.reports.refit_stats import compare_paths
 
         paths = compare_paths(row["compare"])
         for path in ("megatron", "ours"):
