@@ -19,10 +19,14 @@ def _run(capsys: pytest.CaptureFixture[str], *cells: Path) -> tuple[int, str]:
     return rc, capsys.readouterr().out
 
 
-def test_recorded_cells_count_five(capsys: pytest.CaptureFixture[str]) -> None:
+def test_recorded_cells_count_six(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out = _run(capsys)
     assert rc == 0
-    assert re.search(r"^RESULT ab_bridge_cells=5 ", out, flags=re.M)
+    assert re.search(r"^RESULT ab_bridge_cells=6 ", out, flags=re.M)
+    # host 10: the first hybridep cell (2 GPUs, through `cloudai run`); host 9's run of it failed and does not count
+    assert re.search(r"^dsv3_mbs1_hybridep_2gpu_h10: deepseek_v3_proxy mbs 1 ep 2 hybridep: counts: within noise, "
+                     r"-12\.6 % \[-26\.5\.\.\+2\.7\], 3 \+ 3 starts", out, flags=re.M)
+    assert re.search(r"^dsv3_mbs1_hybridep_2gpu_h9: .* does not count: verdict: invalid", out, flags=re.M)
     # host 6: the first UCCL-EP cell with 3 + 3 starts, alltoall faster
     assert re.search(r"^dsv3_mbs1_deepep_h6: deepseek_v3_proxy mbs 1 ep 4 deepep: counts: alltoall faster, \+6\.5 %",
                      out, flags=re.M)
