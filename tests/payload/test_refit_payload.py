@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from forked_ranks import launch_forked
 
-from cloudai_mbridge.payload.refit.local import LocalRun, launch
+from cloudai_mbridge.payload.refit.local import LocalRun, config_text, launch
 
 pytestmark = pytest.mark.payload
 
@@ -31,7 +32,9 @@ def config(src: dict, dst: dict, **extra) -> dict:
 
 
 def run(cfg: dict) -> LocalRun:
-    return launch(cfg, WORLD, timeout=900)
+    """The payload on WORLD ranks, forked from one process that imported torch and Megatron-Core once (forked_ranks:
+    the same module, argv, variables and gloo world as `launch`; `launch` itself runs the tests that name it)."""
+    return launch_forked(cfg, WORLD, timeout=900)
 
 
 def _positions(g: dict, local_len: int) -> torch.Tensor:
@@ -85,6 +88,15 @@ def assert_verified(result: LocalRun, dump: Path) -> dict:
     assert stats["bytes_remote"] + stats["bytes_local"] == final["held_bytes"]["dst"]
     assert stats["send_ops"] == stats["recv_ops"] > 0
     return final
+
+
+def run_folder(folder: Path, cfg: dict, result: LocalRun) -> Path:
+    """A run folder as a job leaves it (the config the ranks read, one log per rank), for the metrics to read back."""
+    (folder / "logs").mkdir(parents=True)
+    (folder / "mbridge_config.json").write_text(config_text(cfg))
+    for rank, (out, err) in enumerate(zip(result.stdout, result.stderr, strict=True)):
+        (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
+    return folder
 
 
 @pytest.mark.parametrize(
@@ -173,7 +185,7 @@ def test_non_collocated_refit_with_an_idle_rank_is_bit_exact(tmp_path):
 
 def test_profile_adds_one_untimed_refit_and_a_summary_line(tmp_path, monkeypatch):
     monkeypatch.setenv("MBRIDGE_REFIT_PROFILE", "1")
-    result = launch(config({"tp": 2}, {"tp": 1}, dump_shards=str(tmp_path)), 2, timeout=240)
+    result = launch_forked(config({"tp": 2}, {"tp": 1}, dump_shards=str(tmp_path)), 2, timeout=240)
     assert_verified(result, tmp_path)  # two timed refits: the profiled one is not among them
     (line,) = [x for x in result.stdout[0].splitlines() if x.startswith("REFIT_PROFILE ")]
     fields = dict(kv.split("=") for kv in line.split()[1:])
@@ -245,8 +257,6 @@ def test_the_same_layout_with_the_real_coalescing_service_sends_every_new_versio
 
 @pytest.mark.parametrize("coalesce_mib", [0, 1], ids=["gloo-service", "coalescing"])
 def test_profile_prints_phases_that_the_parser_reads_and_stays_bit_exact(tmp_path, coalesce_mib):
-    import json
-
     from cloudai_mbridge.metrics import parse_refit_run
 
     cfg = config({"tp": 2, "ep": 2, "etp": 1}, {"tp": 1, "ep": 4}, profile=True, coalesce_mib=coalesce_mib,
@@ -255,11 +265,7 @@ def test_profile_prints_phases_that_the_parser_reads_and_stays_bit_exact(tmp_pat
     final = assert_verified(result, tmp_path / "shards")
     assert final["config"]["profile"] is True
     (line,) = [x for x in result.out.splitlines() if x.startswith("REFIT_PHASES ")]
-    folder = tmp_path / "run"
-    (folder / "logs").mkdir(parents=True)
-    (folder / "mbridge_config.json").write_text(json.dumps(cfg))
-    for rank, (out, err) in enumerate(zip(result.stdout, result.stderr, strict=True)):
-        (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
+    folder = run_folder(tmp_path / "run", cfg, result)
     phases = parse_refit_run(folder).phases
     expected = {"submit", "run", "rest"} | ({"local", "pack", "comm", "unpack"} if coalesce_mib else set())
     assert phases is not None and set(phases) == expected, line
@@ -286,7 +292,7 @@ def test_a_benchmark_run_folder_reads_back_as_the_run_that_happened(tmp_path):
     finally:
         sys.path.remove(str(bench))
     cfg = config({"tp": 2}, {"tp": 1})
-    result = run(cfg)
+    result = launch(cfg, WORLD, timeout=900)  # the ranks as the benchmark starts them
     folder = tmp_path / "runs" / "refit"
     module.write_run_folder(folder, cfg, result)
     metrics = parse_refit_run(folder)
@@ -325,15 +331,9 @@ def test_replay_executor_hands_strided_views_to_the_service_and_stays_bit_exact(
     counts = dict(kv.split("=") for kv in strided.split()[2:4])
     side = "strided_recv" if dst["tp"] == 1 else "strided_send"
     assert int(counts[side]) > 0, strided
-    import json
-
     from cloudai_mbridge.metrics import parse_refit_run
 
-    folder = tmp_path / "run"
-    (folder / "logs").mkdir(parents=True)
-    (folder / "mbridge_config.json").write_text(json.dumps(cfg))
-    for rank, (out, err) in enumerate(zip(result.stdout, result.stderr, strict=True)):
-        (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
+    folder = run_folder(tmp_path / "run", cfg, result)
     metrics = parse_refit_run(folder)
     assert metrics.status == "ok", metrics.problems
     assert metrics.executor == {"name": "replay", "ops_send": int(fields["ops_send"]),
@@ -362,8 +362,6 @@ def test_executor_both_times_megatron_service_and_ours_in_one_job_against_one_ce
     """executor "both": one job, the same 4 gloo ranks and models: Megatron-Core's own gloo service, then replay over
     the coalescing service (pairwise), then the exchange ceiling of the plan's own traffic; every refit of both is
     checked, and the run folder reads back with both series and the ceiling."""
-    import json
-
     from cloudai_mbridge.metrics import parse_refit_run
 
     cfg = config({"tp": 2, "ep": 1}, {"tp": 1, "ep": 2}, coalesce_mib=1, executor="both",
@@ -386,11 +384,7 @@ def test_executor_both_times_megatron_service_and_ours_in_one_job_against_one_ce
     assert paths[-1].startswith("REFIT_COMPARE speedup=")
     # every refit of both paths was checked against the version it sent (versions run on across the two)
     assert "each-refit" in result.parsed["refit_verify"]["detail"]
-    folder = tmp_path / "run"
-    (folder / "logs").mkdir(parents=True)
-    (folder / "mbridge_config.json").write_text(json.dumps(cfg))
-    for rank, (out, err) in enumerate(zip(result.stdout, result.stderr, strict=True)):
-        (folder / "logs" / f"rank-{rank}.log").write_text(out + err)
+    folder = run_folder(tmp_path / "run", cfg, result)
     metrics = parse_refit_run(folder)
     assert metrics.status == "ok", metrics.problems
     assert metrics.result["compare"]["megatron"]["times_ms"] == compare["megatron"]["times_ms"]
