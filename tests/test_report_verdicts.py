@@ -249,8 +249,11 @@ def test_the_demo_picks_the_best_recorded_cell_by_the_projects_rule(tmp_path: Pa
 
     cells = recorded_cells()
     best = best_cell(cells)
-    assert best is not None and best.folder == CLOUDAI_CELL
-    assert best.counts and best.engines == {"bridge"} and best.starts == 3 and best.via_cloudai
+    assert best is not None and best.folder == CLOUDAI_CELL.parent / "dsv3_mbs1_hybridep_2gpu_h10"
+    assert best.counts and best.engines == {"bridge"} and best.starts == 3 and best.via_cloudai and best.time_split
+    # of two cells with as many starts, both through cloudai run, the one that recorded where the time went wins
+    h7 = next(c for c in cells if c.folder == CLOUDAI_CELL)
+    assert h7.counts and h7.via_cloudai and not h7.time_split and best_cell([h7, best]) is best
     assert len(best.runs) == 6
     assert all(not c.counts for c in cells if c.starts < 3)
     # more starts win over a cloudai run; a cell that does not count or ran another engine is never shown
@@ -264,3 +267,6 @@ def test_the_demo_picks_the_best_recorded_cell_by_the_projects_rule(tmp_path: Pa
     assert best_cell([best, cell("five")]).folder.name == "five"
     assert best_cell([best, cell("mcore", engines=frozenset({"mcore"})), cell("no", counts=False)]) is best
     assert best_cell([cell("no", counts=False)]) is None
+    split = cell("a_split", cloudai=True)
+    split.rows = [{**r, "time_split": "recorded"} for r in split.rows]
+    assert split.time_split and best_cell([split, cell("z_no_split", cloudai=True)]) is split

@@ -6,8 +6,9 @@ The A/B page shows the best recorded dispatcher A/B cell (:func:`best_cell`): am
 benchmarks/results/bridge_ab_4gpu/ that benchmarks/ab_cells.py counts (>= 3 process starts per arm, the same routing
 in every run, the loss inside the baseline's envelope, a verdict), those whose runs all used the Megatron-Bridge
 engine; of those, the most starts per arm, then a cell run through ``cloudai run`` itself (its folder keeps
-CloudAI's ``mbridge_inputs/``). Today that is dsv3_mbs1_cloudai_h7 (DeepSeek-V3 proxy, alltoall against ncclep, 3 + 3
-starts through ``cloudai run`` on 4 x H200, 2026-11-28). The refit page shows three Megatron-Core refits over NCCL
+CloudAI's ``mbridge_inputs/``), then one that recorded where the time went (dispatch / combine / the rest). Today that
+is dsv3_mbs1_hybridep_2gpu_h10 (DeepSeek-V3 proxy, alltoall against hybridep, 3 + 3 starts through ``cloudai run`` on
+2 x H200, 2026-11-29, with the time split). The refit page shows three Megatron-Core refits over NCCL
 from tests/fixtures/logs/gpu (see SOURCES.md there; 2 x H200, 2026-11-22), with the record of their device command
 (benchmarks/results/gpu_refit_nccl.json, "provenance") for what their logs do not carry.
 
@@ -56,6 +57,12 @@ class RecordedCell:
         return min((min(_int(r.get("base_starts")), _int(r.get("arm_starts"))) for r in self.rows if r.get("arm")),
                    default=0)
 
+    @property
+    def time_split(self) -> bool:
+        """Every paired row recorded where the time went (dispatch / combine / the rest: the payload's timer)."""
+        paired = [r for r in self.rows if r.get("arm")]
+        return bool(paired) and all(r.get("time_split") == "recorded" for r in paired)
+
 
 def _int(text: Any) -> int:
     try:
@@ -97,9 +104,11 @@ def recorded_cells(root: Path = AB_CELLS) -> list[RecordedCell]:
 
 def best_cell(cells: list[RecordedCell]) -> RecordedCell | None:
     """The best recorded evidence: a cell that counts and ran the bridge engine only; the most starts per arm, then
-    one run through ``cloudai run``, then the most runs."""
+    one run through ``cloudai run``, then one that recorded where the time went (the page's dispatch / combine /
+    rest split), then the most runs."""
     eligible = [c for c in cells if c.counts and c.engines == {"bridge"}]
-    return max(eligible, key=lambda c: (c.starts, c.via_cloudai, len(c.runs), c.folder.name), default=None)
+    return max(eligible, key=lambda c: (c.starts, c.via_cloudai, c.time_split, len(c.runs), c.folder.name),
+               default=None)
 
 
 def cell_provenance(cell: RecordedCell, copies: list[Path], eligible: int) -> tuple[dict[str, str], str, str, str]:
