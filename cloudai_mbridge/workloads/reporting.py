@@ -261,9 +261,11 @@ class MBridgeRefitReport(MBridgeReport):
                        defer_folder_sync=True)
         if m.iterations and not skipped:
             verify = m.verify.status if m.verify else "not verified"
+            t = m.time_ms  # past SAMPLE_CAP timed refits the points are a 1-in-k sample: the title says so
+            sample = f", points: a 1-in-{t.sample_stride} sample of {t.n:,} refits" if t.sampled else ""
             series_plot(
                 out / "mbridge_refit_iterations.png",
-                f"{self.test_run.name}: refit on {m.world_size} ranks\n{m.status}, verification {verify}",
+                f"{self.test_run.name}: refit on {m.world_size} ranks\n{m.status}, verification {verify}{sample}",
                 [("refit time (ms)", {"refit time": list(m.iterations)})],
                 "timed refit (after warm-up)",
             )

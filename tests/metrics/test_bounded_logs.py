@@ -184,3 +184,31 @@ def test_a_scan_remembers_no_offset_per_line_of_a_one_needle_marker(tmp_path: Pa
     assert scan.folded["it"].n == n and scan.lines("other") == ()
     # a set of 3 x 10^4 offsets alone is ~3 MB: what the scan holds must not grow with the lines it hands on or drops
     assert peak < 1 << 20, f"{peak / 2**20:.2f} MiB traced while scanning {n:,} lines"
+
+
+def test_the_per_test_refit_report_of_a_sampled_run_says_so(tmp_path: Path, small_cap: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import csv
+    import json
+
+    from helpers import CONF, slurm_strategy
+
+    from cloudai_mbridge.workloads import reporting
+
+    titles: list[str] = []
+    monkeypatch.setattr(reporting, "series_plot", lambda path, title, *a, **k: titles.append(title))
+    out = tmp_path / "run"
+    strategy = slurm_strategy(CONF / "system" / "local_slurm.toml", CONF / "test" / "refit_cpu_smoke.toml", 2, out,
+                              {"dst": {"tp": 1, "ep": 4, "etp": 1}})
+    strategy.gen_exec_command()
+    (out / "logs").mkdir()
+    (out / "logs" / "rank-0.log").write_text(_refit_log(5 * small_cap))
+    for rank in (1, 2, 3):
+        (out / "logs" / f"rank-{rank}.log").write_text("ok\n")
+    reporting.MBridgeRefitReport(strategy.system, strategy.test_run).generate_report()
+    summary = json.loads((out / "mbridge_summary.json").read_text())
+    assert summary["n"] == 5 * small_cap and "1-in-8 sample" in summary["sample"]
+    with (out / "mbridge_refit_iterations.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) <= small_cap and {r["sample_1_in"] for r in rows} == {"8"}
+    assert titles and f"a 1-in-8 sample of {5 * small_cap:,} refits" in titles[0]
