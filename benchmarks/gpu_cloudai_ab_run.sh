@@ -76,10 +76,15 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONPATH=$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p /tmp/nccl_ep_jit_cache
 # The system file with this host's environment (as data: the plugin quotes every value into the job's script).
-SYSTEM=$RESULTS/standalone_4gpu.toml
-python3 - "$SYSTEM" "$NCCL_LIB" <<'PY'
+# The shipped standalone system of this host's GPU count (standalone_2gpu.toml on 2 GPUs), else the 4-GPU one: the
+# run folder and the pages name the system that matches the host.
+NGPU=$(nvidia-smi -L | wc -l)
+TEMPLATE=conf/system/standalone_${NGPU}gpu.toml
+[ -f "$TEMPLATE" ] || TEMPLATE=conf/system/standalone_4gpu.toml
+SYSTEM=$RESULTS/$(basename "$TEMPLATE")
+python3 - "$SYSTEM" "$NCCL_LIB" "$TEMPLATE" <<'PY'
 import sys, os, toml
-data = toml.load("conf/system/standalone_4gpu.toml")
+data = toml.load(sys.argv[3])
 data["output_path"] = os.path.dirname(sys.argv[1])
 data["install_path"] = "/tmp/gpu_work/cloudai_install"
 env = data.setdefault("global_env_vars", {})
