@@ -246,6 +246,8 @@ REFIT_SCENARIO = (
     '  [Tests.cmd_args]\n  coalesce_mib = 1024\n  executor = "replay"\n'
     '[[Tests]]\nid = "ep8pp2_to_tp8_pairwise"\ntest_name = "case"\nnum_nodes = 2\ntime_limit = "01:00:00"\n'
     '  [Tests.cmd_args]\n  coalesce_mib = 1024\n  executor = "replay"\n  coalesce_schedule = "pairwise"\n'
+    '[[Tests]]\nid = "ep8pp2_to_tp8_both"\ntest_name = "case"\nnum_nodes = 2\ntime_limit = "01:00:00"\n'
+    '  [Tests.cmd_args]\n  coalesce_mib = 1024\n  executor = "both"\n  coalesce_schedule = "pairwise"\n'
 )
 
 
@@ -271,8 +273,17 @@ def test_refit_points_show_predicted_seconds_that_follow_the_byte_plan(tmp_path:
     pw = rows["ep8pp2_to_tp8_pairwise"]
     assert "267.44 GB/s" in pw["refit_predicted_basis"], pw
     assert float(pw["refit_predicted_s"]) < float(rp["refit_predicted_s"])
+    # executor "both" times two paths in one job: ours is the row's time (the pairwise rate, as the refit page's row),
+    # Megatron-Core's own service is priced beside it at its own measured rate, not at a rate of neither path
+    both = rows["ep8pp2_to_tp8_both"]
+    assert both["refit_predicted_s"] == pw["refit_predicted_s"], both
+    assert both["refit_predicted_megatron_s"] == tp8["refit_predicted_s"], both
+    assert "ours" in both["refit_predicted_basis"] and "57.68 GB/s" in both["refit_predicted_basis"]
+    assert all(rows[t]["refit_predicted_megatron_s"] == "" for t in rows if t != "ep8pp2_to_tp8_both")
+    assert f"{both['refit_predicted_s']} (Megatron-Core's {both['refit_predicted_megatron_s']})" in proc.stdout
     html = (tmp_path / "out" / "preflight.html").read_text()
     assert "predicted refit (s)" in html and "prediction, not a measurement" in html and "2 x H200" in html
+    assert f"{both['refit_predicted_s']} (Megatron-Core&#x27;s {both['refit_predicted_megatron_s']})" in html
     assert f"<td>{tp8['refit_predicted_s']}</td>" in html and f"<td>{tp4['refit_predicted_s']}</td>" in html
     # the terminal table carries them too, in its own column, with the rates they rest on underneath
     head = next(line for line in proc.stdout.splitlines() if line.startswith("test "))

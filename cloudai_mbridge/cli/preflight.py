@@ -68,7 +68,7 @@ def summary_lines(report: PreflightReport) -> list[str]:
 
 def render_text(report: PreflightReport) -> str:
     shown = report.shown()
-    table = [row(p) for p in shown]
+    table = [{**row(p), "refit_predicted_s": p.refit_cell} for p in shown]
     cols: tuple[str, ...] = ("test", "point", "varies", "verdict", "gpus", "memory_gib_per_gpu", "memory_band_pct",
                              "memory_verdict", "bridge_estimate_gib", "largest_term_gib", "gpu_hours")
     if any(r["refit_predicted_s"] for r in table):  # refit tests: the predicted seconds of one refit beside the rest
@@ -275,7 +275,7 @@ def _table_html(report: PreflightReport) -> str:
                               f"<td>{e(p.bridge_gib) or '—'}</td>",
                               f"<td class='text short'>{e(p.largest_term) or '—'}</td>"]
                 if refit:
-                    cells += [f"<td>{e(p.refit_s) or '—'}</td>", f"<td>{e(p.refit_recv_gb) or '—'}</td>"]
+                    cells += [f"<td>{e(p.refit_cell) or '—'}</td>", f"<td>{e(p.refit_recv_gb) or '—'}</td>"]
                 cells.append(f"<td>{_hours_html(p)}</td>")
             body.append(f"<tr class='{cls}'>{''.join(cells)}</tr>")
     legend = (_legend_html() if memory else "") + (_refit_note_html() if refit else "")

@@ -456,12 +456,21 @@ class RefitPrediction:
     recv_gb: float  # most bytes one GPU receives, local copies included
     remote_gb: float  # most remote bytes one GPU receives
     rate: Bandwidth
+    # executor "both": the job also times Megatron-Core's own copy service (one message per planned slice), priced
+    # at the uncoalesced measured rate; ``seconds`` is ours (the refit page's row time is ours too)
+    megatron_seconds: float | None = None
+    megatron_rate: Bandwidth | None = None
 
     @property
     def basis(self) -> str:
         r = self.rate
-        return (f"{r.name}: {r.nvlink_gbps:.2f} GB/s/GPU in a node (measured, {r.measured_on}), "
+        text = (f"{r.name}: {r.nvlink_gbps:.2f} GB/s/GPU in a node (measured, {r.measured_on}), "
                 f"{r.nic_gbps:.2f} GB/s/GPU between nodes (assumed)")
+        if self.megatron_rate is not None:
+            m = self.megatron_rate
+            text += (f" (ours; executor \"both\" also times Megatron-Core's own service, priced at {m.name}: "
+                     f"{m.nvlink_gbps:.2f} GB/s/GPU in a node, {m.nic_gbps:.2f} between nodes)")
+        return text
 
 
 _PLANS: dict[tuple, BytePlan] = {}
@@ -470,10 +479,12 @@ _PREDICTIONS: dict[tuple, RefitPrediction] = {}
 
 def _rate_name(config: dict) -> str:
     """Which measured rate prices a refit payload config: its copy service, executor and schedule. The pairwise
-    schedule was measured with the replay executor only: with executor "megatron" it is priced as "coalesced"."""
+    schedule was measured with the replay executor only: with executor "megatron" it is priced as "coalesced".
+    Executor "both" is priced as ours (replay); Megatron-Core's service of the same job is priced apart
+    (:func:`predict_payload`)."""
     if (config.get("coalesce_mib") or 0) <= 0:
         return "measured"
-    if config.get("executor") != "replay":
+    if config.get("executor") not in ("replay", "both"):
         return "coalesced"
     return "replay-pairwise" if config.get("coalesce_schedule") == "pairwise" else "replay"
 
@@ -485,12 +496,15 @@ def predict_payload(config: dict, world_size: int, gpus_per_node: int) -> RefitP
     Kimi-K2 plan takes seconds to build and every point of a sweep that changes something else shares it."""
     layout = (json.dumps({k: config.get(k) for k in ("model", "src", "dst", "mode", "dtype")}, sort_keys=True),
               world_size, gpus_per_node)
-    key = (*layout, _rate_name(config))
+    key = (*layout, _rate_name(config), config.get("executor") == "both")
     if key not in _PREDICTIONS:
         if layout not in _PLANS:  # one byte plan per layout pair, whichever service and executor price it
             _PLANS[layout] = payload_plan(config, world_size, gpus_per_node)
         plan = _PLANS[layout]
-        rate = {b.name: b for b in bandwidths()}[key[-1]]
+        rates = {b.name: b for b in bandwidths()}
+        rate = rates[key[-2]]
+        theirs = rates["measured"] if config.get("executor") == "both" else None
         _PREDICTIONS[key] = RefitPrediction(predict_seconds(plan, rate), plan.worst("recv") / 1e9,
-                                            plan.worst("recv_remote") / 1e9, rate)
+                                            plan.worst("recv_remote") / 1e9, rate,
+                                            None if theirs is None else predict_seconds(plan, theirs), theirs)
     return _PREDICTIONS[key]

@@ -116,6 +116,17 @@ class PointResult:
         return "" if self.refit is None else f"{self.refit.seconds:.2f}"
 
     @property
+    def refit_megatron_s(self) -> str:
+        """Executor "both": the predicted seconds of Megatron-Core's own service in the same job, else ""."""
+        m = None if self.refit is None else self.refit.megatron_seconds
+        return "" if m is None else f"{m:.2f}"
+
+    @property
+    def refit_cell(self) -> str:
+        """What a table shows: ours, and for executor "both" Megatron-Core's beside it."""
+        return self.refit_s + (f" (Megatron-Core's {self.refit_megatron_s})" if self.refit_megatron_s else "")
+
+    @property
     def refit_recv_gb(self) -> str:
         return "" if self.refit is None else f"{self.refit.recv_gb:.1f}"
 
@@ -928,7 +939,8 @@ def reason_summary(counts: dict[str, int], points: int, other: int = 0, limit: i
 
 COLUMNS = ("test", "point", "varies", "verdict", "rule", "reason_and_fix", "gpus", "memory_gib_per_gpu",
            "memory_verdict", "memory_band_pct", "bridge_estimate_gib", "largest_term_gib", "gpu_hours",
-           "gpu_hours_basis", "refit_predicted_s", "refit_recv_gb_per_gpu", "refit_predicted_basis")
+           "gpu_hours_basis", "refit_predicted_s", "refit_predicted_megatron_s", "refit_recv_gb_per_gpu",
+           "refit_predicted_basis")
 
 
 def row(p: PointResult) -> dict[str, str]:
@@ -939,7 +951,8 @@ def row(p: PointResult) -> dict[str, str]:
         "bridge_estimate_gib": p.bridge_gib, "largest_term_gib": p.largest_term,
         "gpu_hours": "" if p.gpu_hours is None or not p.ok else f"{p.gpu_hours:.1f}",
         "gpu_hours_basis": p.hours_basis if p.ok else "",
-        "refit_predicted_s": p.refit_s, "refit_recv_gb_per_gpu": p.refit_recv_gb,
+        "refit_predicted_s": p.refit_s, "refit_predicted_megatron_s": p.refit_megatron_s,
+        "refit_recv_gb_per_gpu": p.refit_recv_gb,
         "refit_predicted_basis": "" if p.refit is None else p.refit.basis,
     }
 
