@@ -143,6 +143,25 @@ def _rule_of(reason: str) -> str:
     return found.group(1) if found else ""
 
 
+def _reading_tests_once(parser_cls: Any) -> Any:
+    """CloudAI's ``Parser`` with its ``parse_tests`` done once per list of test TOMLs, for one command: verify-configs
+    parses every scenario of a folder against the same test folder, and CloudAI's ``parse`` reads and validates that
+    whole folder again for each (conf/: 39 scenarios x 80 test TOMLs). A subclass of ours, nothing of CloudAI's is
+    replaced; the definitions it returns are only read (a scenario's test runs get copies, test_scenario_parser.py's
+    ``_prepare_tdef``), and a parse that fails is not kept: the next scenario reads and reports it again."""
+    done: dict[tuple[Path, ...], list] = {}
+
+    class ReadingTestsOnce(parser_cls):  # type: ignore[misc, valid-type]
+        @staticmethod
+        def parse_tests(test_tomls: list[Path], system: Any) -> list:
+            key = tuple(test_tomls)
+            if key not in done:
+                done[key] = parser_cls.parse_tests(test_tomls, system)
+            return list(done[key])
+
+    return ReadingTestsOnce
+
+
 def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path | None,
                     system_cfg: Path, skipped: list[str] | None = None,
                     unreadable: list[str] | None = None) -> list[str]:
@@ -163,13 +182,14 @@ def scenario_checks(configs: Path, kinds: dict[str, list[Path]], tests_dir: Path
     from .session import describe_error
 
     problems = []
+    parser_cls = _reading_tests_once(Parser)
     if tests_dir is None:  # the folder holding the test TOMLs (CloudAI reads one folder)
         folders = {p.parent for p in kinds["test"]}
         tests_dir = folders.pop() if len(folders) == 1 else configs if configs.is_dir() else configs.parent
     for path in kinds["scenario"]:
         files = f"{path} (system {system_cfg})"
         try:
-            _system, _tests, scenario = Parser(system_cfg, HOOK_ROOT).parse(tests_dir, path)
+            _system, _tests, scenario = parser_cls(system_cfg, HOOK_ROOT).parse(tests_dir, path)
         except SystemExit:
             problems.append(f"{files}: CloudAI could not read it (its messages above)")
             if unreadable is not None:
