@@ -18,11 +18,12 @@ code has metrics.training.iterations_csv_chunks (issue 46), the whole text (iter
 Bounded memory (issue 46): the RESULT lines give each kind's peak (parse and table) at 10^6 iterations and its growth
 from 10^5 to 10^6 (flat when the parse keeps at most metrics.stats.SAMPLE_CAP values of a log, whatever its length),
 and the parse time per 10^5 lines at each size (the same at both when the time is linear in the log).
-Wall time: perf_counter around the call in the child. Peak memory: the child's peak resident set size
-(resource.getrusage RUSAGE_SELF ru_maxrss, KiB on Linux) minus its RSS just before the call (the interpreter and the
-imports), so the number is what the parse itself adds. One run per size (a 10^6 parse takes minutes on a loaded
-2-core machine); the growth line compares time and memory per iteration between the smallest and the
-largest size (1.0 = linear).
+Wall time: perf_counter around the call in the child. Peak memory: the child's peak resident set size (VmHWM of
+/proc/self/status; getrusage's ru_maxrss before 2026-11-29 18:00, which on Linux also carries the parent's resident
+size at the fork across the exec: a parent holding 100 MB showed as +100 MB in a child that never held them) minus its
+RSS just before the call (the interpreter and the imports), so the number is what the parse itself adds. One run
+per size (a 10^6 parse takes minutes on a loaded 2-core machine); the growth line compares time and memory per
+iteration between the smallest and the largest size (1.0 = linear).
 
 Usage: .venv/bin/python benchmarks/log_parse_scale.py [--sizes 100000,1000000] [--kinds training,refit]
 """
@@ -71,12 +72,10 @@ def write_refit(run: Path, n: int) -> int:
     (run / "logs").mkdir(parents=True)
     (run / "mbridge_config.json").write_text(json.dumps({"workload": "refit", "world_size": 2, "num_nodes": 1,
                                                          "gpus_per_node": 2, "iterations": n}))
-    times = []
     with open(run / "logs" / "rank-0.log", "w", buffering=1 << 20) as fh:
         fh.write("REFIT_CONFIG {}\n")
         for i in range(n):
             ms = 45.0 + (i * 7919) % 97 / 100
-            times.append(ms)
             fh.write(f"REFIT_ITER iter={i} time_ms={ms:.2f}\n")
         fh.write("REFIT_STATS bytes_remote=1073741824 bytes_local=536870912 send_ops=512 recv_ops=384\n"
                  "REFIT_VERIFY status=pass params=1234 mismatched=0 detail=bit-exact\n")
@@ -88,17 +87,21 @@ CHILD = r"""
 import json, resource, sys, time
 from pathlib import Path
 from cloudai_mbridge.metrics import iterations_csv, parse_refit_run, parse_training_run, refit_frame
-def rss_kib():
+def status_kib(field):
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1])
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def rss_kib():
+    return status_kib("VmRSS")
+def peak_kib():  # this process's own peak: ru_maxrss also carries the parent's RSS at the fork across the exec
+    return status_kib("VmHWM")
 kind, run = sys.argv[1], Path(sys.argv[2])
 before = rss_kib()
 start = time.perf_counter()
 m = (parse_training_run if kind == "training" else parse_refit_run)(run)
 wall = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = peak_kib()
 start = time.perf_counter()
 try:  # since issue 46: the per-test report streams its CSV into the file (workloads/reporting.py)
     from cloudai_mbridge.metrics.training import iterations_csv_chunks
@@ -112,7 +115,7 @@ if kind == "training" and iterations_csv_chunks is not None:
 else:
     table = len(iterations_csv(m)) if kind == "training" else len(refit_frame(m))  # what the per-test report writes
 table_s = time.perf_counter() - start
-table_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+table_peak = peak_kib()
 stats = m.iteration_time_ms if kind == "training" else m.time_ms
 kept = len(m.iterations)  # the rows held after the parse: every iteration, or a sample past SAMPLE_CAP
 n = kept if getattr(stats, "sample_stride", 1) == 1 else stats.n + stats.n_warmup
@@ -139,7 +142,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"method: each log written to a temp folder, parsed once per size in a fresh child process by "
           f"metrics.parse_training_run / parse_refit_run (generate-report's entry points); wall by perf_counter, peak "
-          f"memory = ru_maxrss (getrusage RUSAGE_SELF) minus VmRSS before the call (the table's: the child's "
+          f"memory = VmHWM (the child's own peak) minus VmRSS before the call (the table's: the child's "
           f"whole peak, parse included); n=1 per size (no spread); "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     results: dict[str, dict[int, dict]] = {kind: {} for kind in kinds}
