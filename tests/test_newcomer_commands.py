@@ -26,6 +26,39 @@ def test_verify_configs_of_the_conf_folder_passes_on_every_shipped_system(system
             assert ("not for this system" in line or "rules named in expected_rejections" in line) and "[" in line
 
 
+def test_verify_configs_of_a_folder_reads_its_test_folder_once_for_all_scenarios(tmp_path: Path, monkeypatch) -> None:
+    """dry-run's checks of every scenario in a folder (what `verify-configs conf/ --system-config` runs after CloudAI's
+    own pass) parse the test folder once, not once per scenario (conf/: 39 scenarios x 80 test TOMLs, 10 of the
+    command's 27 s of CPU on local_slurm), and still check each scenario."""
+    from cloudai.test_parser import TestParser
+
+    from cloudai_mbridge.cli.commands import config_kinds, scenario_checks
+    from cloudai_mbridge.cli.session import session
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF / "test", conf / "test")
+    (conf / "test_scenario").mkdir()
+    for name in ("refit_cpu_smoke.toml", "refit_cpu_expected_rejection.toml", "nvidia_dsv3_h100.toml"):
+        shutil.copy(CONF / "test_scenario" / name, conf / "test_scenario" / name)
+    folder_reads = []
+    parse_all = TestParser.parse_all
+
+    def counting(self: TestParser) -> list:
+        if len(self.test_tomls) > 1:
+            folder_reads.append(len(self.test_tomls))
+        return parse_all(self)
+
+    monkeypatch.setattr(TestParser, "parse_all", counting)
+    kinds = config_kinds(conf)
+    skipped: list[str] = []
+    with session("dry-run"):
+        problems = scenario_checks(conf, kinds, conf / "test", CONF / "system" / "local_slurm.toml", skipped, [])
+    # the two CPU scenarios checked and passed, the H100 one skipped as meant for another system
+    assert problems == [] and len(skipped) == 1, (problems, skipped)
+    assert skipped[0].startswith("nvidia_dsv3_h100.toml: not for this system"), skipped
+    assert folder_reads == [len(list((conf / "test").glob("*.toml")))], folder_reads
+
+
 def test_a_scenario_named_alone_on_a_system_it_does_not_fit_is_still_an_error(tmp_path: Path) -> None:
     proc = run_cli("verify-configs", str(CONF / "test_scenario" / "nvidia_dsv3_gb300.toml"), "--system-config",
                    str(CONF / "system" / "slurm_h100_ib.toml"), cwd=tmp_path)
