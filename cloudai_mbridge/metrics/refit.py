@@ -229,10 +229,10 @@ class _RefitReader:
     them (scan.Marker.fold), then the run's other REFIT_ lines.
 
     The timed iterations are held by iteration number, exactly as logged, up to :data:`.stats.SAMPLE_CAP`; past it they
-    stream (:class:`.stats.StreamedSeries`): their count, mean, min, max and stdev stay exact, the median, p10, p90,
-    the stalls and the iterations kept for the CSV and the plot come from a 1-in-2^k sample, and memory no longer
-    grows with the log. Streamed iterations must come in order: one logged again or out of order is then a bad
-    iteration line (the run gets no number), never silently placed."""
+    stream (:class:`.stats.StreamedSeries`): their count, mean, min and max stay exact and the stdev is of every one
+    (Welford's), the median, p10, p90, the stalls and the iterations kept for the CSV and the plot come from a
+    1-in-2^k sample, and memory no longer grows with the log. Streamed iterations must come in order: one logged
+    again or out of order is then a bad iteration line (the run gets no number), never silently placed."""
 
     def __init__(self, warmup: int = 0, keep_for_findings: bool = True, cap: int | None = None) -> None:
         self.warmup, self.cap, self.keep_for_findings = warmup, cap or SAMPLE_CAP, keep_for_findings
