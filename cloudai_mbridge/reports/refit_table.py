@@ -215,8 +215,10 @@ def compare(best: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
     base = [t for t in best["times_ms"] if t is not None]
     got = ratio_interval(base, times)
     n = (len(base), len(times))
+    # what each side timed in all (past SAMPLE_CAP refits ``times_ms`` is a 1-in-k sample of them)
+    n_all = (max(len(base), int(best.get("n") or 0)), max(len(times), int(row.get("n") or 0)))
     if got is None:
-        return {"change": row["vs_fastest_pct"], "ci": None, "n": n, "verdict": NOT_DISTINGUISHABLE,
+        return {"change": row["vs_fastest_pct"], "ci": None, "n": n, "n_all": n_all, "verdict": NOT_DISTINGUISHABLE,
                 "why": "no timed refits to compare"}
     change, lo, hi = got
     if lo <= 0.0 <= hi:
@@ -225,7 +227,15 @@ def compare(best: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
         verdict, why = NOT_DISTINGUISHABLE, f"n < {MIN_N} timed refits"
     else:
         verdict, why = (SLOWER, None) if lo > 0.0 else (NOT_DISTINGUISHABLE, "the interval lies below 0")
-    return {"change": change, "ci": (lo, hi), "n": n, "verdict": verdict, "why": why}
+    return {"change": change, "ci": (lo, hi), "n": n, "n_all": n_all, "verdict": verdict, "why": why}
+
+
+def _n_text(c: Mapping[str, Any]) -> str:
+    """"n = a + b timed refits", each side saying when its times are a sample of more refits."""
+    sides = []
+    for used, total in zip(c["n"], c.get("n_all") or c["n"], strict=True):
+        sides.append(f"{used:,}" if used >= total else f"{used:,} (a sample of {total:,})")
+    return f"n = {' + '.join(sides)} timed refits"
 
 
 def rank_mappings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -420,7 +430,7 @@ def _vs_fastest(r: Mapping[str, Any], clear: bool) -> str | None:
 def _comparison_html(r: Mapping[str, Any], c: Mapping[str, Any]) -> str:
     e = html.escape
     interval = "no interval" if c["ci"] is None else f"95 % interval {c['ci'][0]:+.1f}..{c['ci'][1]:+.1f} %"
-    n = f"n = {c['n'][0]} + {c['n'][1]} timed refits"
+    n = _n_text(c)
     if c["verdict"] == SLOWER:
         return (f"→ {e(r['dst_layout'])}: {r['time_ms_median']:,.1f} ms median, {c['change']:+.1f} % ({interval}, "
                 f"{n}) {verdict_badge('slower', 'ok')}")

@@ -150,6 +150,11 @@ def test_the_refit_page_says_which_run_was_sampled(tmp_path: Path, small_cap: in
     write_refit_report(tmp_path / "page", "Refit", rows, collect(tmp_path, [], system="s", scenario="sc"))
     page = (tmp_path / "page" / "mbridge_refit.html").read_text()
     assert f"{3 * small_cap:,} (median, p10, p90 and stalls from a 1-in-4 sample" in page
+    # the comparison's n says how many refits each side's times stand for (a sample of the long run's)
+    n_long = len(long.iterations)
+    assert n_long < 3 * small_cap
+    assert (f"n = 100 + {n_long:,} (a sample of {3 * small_cap:,}) timed refits" in page
+            or f"n = {n_long:,} (a sample of {3 * small_cap:,}) + 100 timed refits" in page), page
     with (tmp_path / "page" / "mbridge_refit.csv").open() as f:
         by_run = {r["run"]: r for r in csv.DictReader(f)}
     assert "1-in-4 sample" in by_run["long"]["sample"] and by_run["short"]["sample"] == ""
