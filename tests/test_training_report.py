@@ -111,3 +111,73 @@ def test_damaged_run_gets_no_training_report(tmp_path: Path, caplog: pytest.LogC
     assert not path.exists()
     assert (run / "mbridge_summary.json").is_file()
     assert any("no training_report.json" in r.getMessage() for r in caplog.records)
+
+
+def _long_run(path: Path, n: int) -> Path:
+    """A one-rank Bridge log of ``n`` iterations with a memory report every 100 (benchmarks/log_parse_scale.py's)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import log_parse_scale
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    log_parse_scale.write_training(path, n)
+    return path
+
+
+def test_a_run_up_to_the_cap_gets_the_same_report_as_one_json_dump(tmp_path: Path) -> None:
+    """Streamed piece by piece, the file is the text json.dumps gives for CloudAI's TrainingResults of the run."""
+    from dataclasses import asdict
+
+    from cloudai_mbridge.metrics import parse_run
+    from cloudai_mbridge.workloads.training_report import training_report_chunks, training_results
+
+    m = parse_run(_long_run(tmp_path / "run", 9000))
+    results, why = training_results(m)
+    assert why is None and len(results.steps) > 8000
+    pieces = list(training_report_chunks(m))
+    assert len(pieces) > 3  # the steps come in batches, not in one text
+    assert "".join(pieces) == json.dumps(asdict(results), indent=2, allow_nan=False) + "\n"
+
+
+def test_a_run_past_the_cap_is_reported_in_bounded_memory_and_says_what_is_sampled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past stats.SAMPLE_CAP steps every step is still listed, mean / min / max / std are of all of them, t99 / t95
+    of a systematic sample, and mbridge_summary.json says so; what the writer holds does not grow with the run."""
+    import tracemalloc
+
+    from cloudai_mbridge.metrics import parse_run, stats
+    from cloudai_mbridge.workloads import training_report as tr_mod
+
+    cap = 256
+    monkeypatch.setattr(stats, "SAMPLE_CAP", cap)
+    monkeypatch.setattr(tr_mod, "STEP_BATCH", 64)
+
+    def traced_peak(m: object) -> tuple[int, int]:
+        tracemalloc.start()
+        try:
+            size = sum(len(piece) for piece in tr_mod.training_report_chunks(m))
+            return tracemalloc.get_traced_memory()[1], size
+        finally:
+            tracemalloc.stop()
+
+    short = parse_run(_long_run(tmp_path / "short", 1000))
+    traced_peak(short)  # warm: what the first call imports
+    peak_short, size_short = traced_peak(short)
+    run = _long_run(tmp_path / "run", 4000)
+    m = parse_run(run)
+    peak_long, size_long = traced_peak(m)
+    assert size_long > 3.5 * size_short
+    assert peak_long < 1.3 * peak_short + 65536, f"{peak_short:,} -> {peak_long:,} B traced ({size_long:,} B of text)"
+    exact, _ = tr_mod.training_results(m)
+    path = _report(run)
+    data = json.loads(path.read_text(), parse_constant=_strict)
+    assert [s["iteration"] for s in data["steps"]] == [s.iteration for s in exact.steps]
+    agg, want = data["aggregation"]["step_time_sec"], exact.aggregation.step_time_sec
+    assert agg["mean"] == pytest.approx(want.mean, rel=1e-12) and agg["std"] == pytest.approx(want.std, rel=1e-9)
+    assert (agg["min"], agg["max"]) == (want.min, want.max)
+    assert agg["t99"] == pytest.approx(want.t99, rel=0.01) and agg["t95"] == pytest.approx(want.t95, rel=0.01)
+    summary = json.loads((run / "mbridge_summary.json").read_text())
+    assert "t99 and t95 from a 1-in-16 sample" in summary["training_report"], summary.get("training_report")
+    assert f"of {len(exact.steps) - exact.config.exclude_start_steps:,}" in summary["training_report"]

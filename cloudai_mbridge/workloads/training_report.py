@@ -9,10 +9,13 @@ CloudAI's parser: the first ``exclude_start_steps`` steps dropped, ``StepAggrega
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import math
-from collections.abc import Mapping
+import statistics
+from array import array
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -40,14 +43,12 @@ def _memory_series(m: TrainingRunMetrics) -> list[MemoryReport]:
     return sorted((r for r in usable if r.rank == rank), key=lambda r: r.after_iterations)
 
 
-def _memory_at(series: list[MemoryReport], iteration: int) -> MemoryReport:
-    """The report logged at or nearest before ``iteration``; before the first report, the first one."""
-    best = series[0]
-    for r in series:
-        if r.after_iterations > iteration:
-            break
-        best = r
-    return best
+def _memory_at(series: list[MemoryReport], iteration: int, keys: list[int] | None = None) -> MemoryReport:
+    """The report logged at or nearest before ``iteration``; before the first report, the first one. ``keys``: the
+    series' ``after_iterations`` (a binary search: a 10^6-iteration run with a report every 100 iterations took
+    minutes with a scan per step)."""
+    keys = keys if keys is not None else [r.after_iterations for r in series]
+    return series[max(bisect.bisect_right(keys, iteration) - 1, 0)]
 
 
 def training_steps(m: TrainingRunMetrics) -> tuple[list[TrainingStep], str | None]:
@@ -62,24 +63,33 @@ def training_steps(m: TrainingRunMetrics) -> tuple[list[TrainingStep], str | Non
     (and no report)."""
     series = _memory_series(m)
     if not series:
-        return [], "the run logged no memory report (CloudAI's TrainingStep requires memory; NaN is not valid JSON)"
-    steps: list[TrainingStep] = []
+        return [], NO_MEMORY
+    steps = list(_steps(m, series))
+    if not steps:
+        return [], NO_STEPS
+    return steps, None
+
+
+NO_MEMORY = "the run logged no memory report (CloudAI's TrainingStep requires memory; NaN is not valid JSON)"
+NO_STEPS = "no iteration with a finite iteration time and lm loss"
+
+
+def _steps(m: TrainingRunMetrics, series: list[MemoryReport]) -> Iterator[TrainingStep]:
+    """:func:`training_steps`' steps one at a time (never all held: see :func:`training_report_chunks`)."""
+    keys = [r.after_iterations for r in series]
     for r in m.iterations:
         elapsed, loss = _finite(r.elapsed_ms), _finite(r.lm_loss)
         if elapsed is None or loss is None:
             continue
-        mem = _memory_at(series, r.iteration)
-        steps.append(TrainingStep(
+        mem = _memory_at(series, r.iteration, keys)
+        yield TrainingStep(
             iteration=r.iteration,
             step_time_sec=elapsed / 1000.0,
             loss=loss,
             memory_reserved_bytes=float(mem.reserved_bytes),  # type: ignore[arg-type]
             memory_allocated_bytes=float(mem.allocated_bytes),  # type: ignore[arg-type]
             tflops_per_gpu=_finite(r.tflops_per_gpu),
-        ))
-    if not steps:
-        return [], "no iteration with a finite iteration time and lm loss"
-    return steps, None
+        )
 
 
 def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
@@ -160,11 +170,129 @@ def training_results(m: TrainingRunMetrics) -> tuple[TrainingResults | None, str
 
 def training_report_text(m: TrainingRunMetrics, name: str = "") -> str | None:
     """The run's training_report.json text (strict JSON: no NaN/Infinity), or None with one log line saying why."""
-    results, why = training_results(m)
-    if results is None:
+    chunks = training_report_chunks(m, name)
+    return None if chunks is None else "".join(chunks)
+
+
+STEP_FIELDS = tuple(f.name for f in fields(TrainingStep))
+STEP_BATCH = 4096  # steps per piece of text handed on (about 1 MB)
+METRICS = tuple(f.name for f in fields(StepAggregation))  # step_time_sec, loss, memory_*, tflops_per_gpu
+
+
+class _Aggregation:
+    """CloudAI's ``StepAggregation.from_steps`` over the steps after the first ``exclude`` ones, fed one step at a
+    time. Up to ``stats.SAMPLE_CAP`` steps it keeps every value and calls CloudAI's own ``MetricStats.from_values``
+    (the same numbers as before); past the cap, memory stays bounded: mean (exact sum), min, max and population std
+    of every value streamed, t99 / t95 from a 1-in-2^k systematic sample, which :attr:`note` says."""
+
+    def __init__(self, exclude: int, cap: int | None = None) -> None:
+        from ..metrics.stats import SAMPLE_CAP
+
+        self.exclude, self.seen, self.cap = exclude, 0, cap or SAMPLE_CAP
+        self.values: dict[str, array] | None = {k: array("d") for k in METRICS}
+        self.series: dict[str, Any] | None = None
+
+    def add(self, step: TrainingStep) -> None:
+        self.seen += 1
+        if self.seen <= self.exclude:
+            return
+        row = {k: getattr(step, k) for k in METRICS}
+        if self.values is not None:
+            for k, v in row.items():
+                if v is not None:
+                    self.values[k].append(v)
+            if len(self.values["step_time_sec"]) > self.cap:
+                from ..metrics.stats import StreamedSeries
+
+                self.series = {k: StreamedSeries("d", self.cap) for k in METRICS}
+                for k, kept in self.values.items():
+                    for v in kept:
+                        self.series[k].add(v)
+                self.values = None
+            return
+        assert self.series is not None
+        for k, v in row.items():
+            if v is not None:
+                self.series[k].add(v)
+
+    @property
+    def note(self) -> str | None:
+        if self.series is None:
+            return None
+        s = self.series["step_time_sec"]
+        return (f"{REPORT_FILE}: aggregation t99 and t95 from a 1-in-{s.sample.stride} sample ({len(s.sample):,} steps)"
+                f" of {s.count:,}; mean, min, max and std of all; every step is listed")
+
+    def result(self) -> StepAggregation | None:
+        from cloudai.report_generator.training.models import MetricStats
+
+        if self.values is not None:
+            if not self.values["step_time_sec"]:
+                return None
+            got = {k: MetricStats.from_values(list(v)) if v else None for k, v in self.values.items()}
+            return StepAggregation(**got)
+        assert self.series is not None
+
+        def stats(series: Any) -> MetricStats | None:
+            if not series.count:
+                return None
+            try:
+                mean = math.fsum(series.partials) / series.count
+            except OverflowError:
+                mean = series.running
+            sample = list(series.sample.columns[0])
+            q = statistics.quantiles(sample, n=100, method="inclusive")
+            return MetricStats(mean=mean, min=series.lo, max=series.hi, std=math.sqrt(series.m2 / series.count),
+                               t99=q[98], t95=q[94])
+
+        return StepAggregation(**{k: stats(v) for k, v in self.series.items()})
+
+
+def _nested(value: Any, level: int) -> str:
+    """``value`` as ``json.dumps(..., indent=2)`` renders it ``level`` levels deep in a larger document."""
+    return json.dumps(value, indent=2, allow_nan=False).replace("\n", "\n" + "  " * level)
+
+
+def training_report_chunks(m: TrainingRunMetrics, name: str = "", notes: list[str] | None = None,
+                           cap: int | None = None) -> Iterator[str] | None:
+    """The run's training_report.json piece by piece (the text :func:`training_report_text` joins; a 10^6-iteration
+    run's ~200 MB is never held, nor its steps), or None with one log line saying why there is none. A note for the
+    reader (the aggregation of a run past ``stats.SAMPLE_CAP`` steps is partly sampled) is appended to ``notes`` and
+    logged when the last piece has been produced."""
+    series = _memory_series(m)
+    why = None if series else NO_MEMORY
+    if why is None and next(_steps(m, series), None) is None:
+        why = NO_STEPS
+    config = None
+    if why is None:
+        try:
+            config = training_config(m.config)
+        except (KeyError, TypeError, ValueError) as exc:
+            why = f"mbridge_config.json lacks what CloudAI's TrainingConfig needs ({exc!r})"
+    if why is not None or config is None:
         logging.info("%s: no %s in %s: %s", name or m.run_dir.name, REPORT_FILE, m.run_dir, why)
         return None
-    return json.dumps(asdict(results), indent=2, allow_nan=False) + "\n"
+    return _chunks(m, series, config, name, notes, cap)
+
+
+def _chunks(m: TrainingRunMetrics, series: list[MemoryReport], config: TrainingConfig, name: str,
+            notes: list[str] | None, cap: int | None) -> Iterator[str]:
+    yield '{\n  "config": ' + _nested(asdict(config), 1) + ',\n  "steps": [\n'
+    agg = _Aggregation(config.exclude_start_steps, cap)
+    batch: list[str] = []
+    for step in _steps(m, series):
+        batch.append(("    " if agg.seen == 0 else ",\n    ") + _nested({k: getattr(step, k) for k in STEP_FIELDS}, 2))
+        agg.add(step)
+        if len(batch) >= STEP_BATCH:
+            yield "".join(batch)
+            batch = []
+    yield "".join(batch)
+    aggregation = agg.result()
+    yield '\n  ],\n  "aggregation": ' + _nested(None if aggregation is None else asdict(aggregation), 1) + "\n}\n"
+    if agg.note is not None:
+        logging.info("%s: %s", name or m.run_dir.name, agg.note)
+        if notes is not None:
+            notes.append(agg.note)
 
 
 def results_from_json(data: Mapping[str, Any]) -> TrainingResults:
@@ -189,5 +317,6 @@ def write_training_report(run_dir: Path, m: TrainingRunMetrics) -> Path | None:
     from ..atomic import write_atomic
     from ..redact import redact_report
 
-    text = training_report_text(m)
-    return None if text is None else write_atomic(Path(run_dir) / REPORT_FILE, redact_report(text))
+    chunks = training_report_chunks(m)
+    return None if chunks is None else write_atomic(Path(run_dir) / REPORT_FILE,
+                                                    "".join(redact_report(c) for c in chunks))
