@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import shutil
@@ -181,3 +182,23 @@ def test_a_run_past_the_cap_is_reported_in_bounded_memory_and_says_what_is_sampl
     summary = json.loads((run / "mbridge_summary.json").read_text())
     assert "t99 and t95 from a 1-in-16 sample" in summary["training_report"], summary.get("training_report")
     assert f"of {len(exact.steps) - exact.config.exclude_start_steps:,}" in summary["training_report"]
+
+
+def test_the_iteration_plot_of_a_run_past_the_cap_draws_a_sample_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past stats.SAMPLE_CAP iterations the PNG's points are a 1-in-k systematic sample (a 10^6-iteration run held
+    and drew 3 x 10^6 points), and its title says so; up to the cap every point is drawn and nothing is said."""
+    from cloudai_mbridge.metrics import parse_run, stats
+    from cloudai_mbridge.workloads import reporting
+
+    m = parse_run(_long_run(tmp_path / "run", 1000))
+    whole = reporting.training_figure_panels(m)
+    assert len(whole[0].series["iteration time"]) == 1000 - m.warmup and reporting.plot_note(m) == ""
+    monkeypatch.setattr(stats, "SAMPLE_CAP", 64)
+    panels = reporting.training_figure_panels(m)
+    times = panels[0].series["iteration time"]
+    assert 32 <= len(times) <= 64 and set(times) <= set(whole[0].series["iteration time"])
+    assert {b[0] - a[0] for a, b in itertools.pairwise(times)} == {16}  # every 16th iteration
+    assert len(panels[2].series["lm loss"]) <= 64
+    assert reporting.plot_note(m) == ", points: a 1-in-16 sample of 1,000 iterations"
+    assert reporting.training_title("t", m).endswith(", points: a 1-in-16 sample of 1,000 iterations")

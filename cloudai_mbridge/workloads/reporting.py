@@ -211,11 +211,40 @@ class MBridgeTrainingReport(MBridgeReport):
             training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
 
 
+def _points(m: TrainingRunMetrics, attr: str) -> tuple[list[tuple[int, float]], int, int]:
+    """(points, stride, count): (iteration, value) of every iteration that has the value, in log order; past
+    ``stats.SAMPLE_CAP`` of them a 1-in-``stride`` systematic sample (a 10^6-iteration run's points are never all
+    held, nor drawn; the title says so, :func:`plot_note`)."""
+    from ..metrics.stats import SAMPLE_CAP, SystematicSample
+
+    sample = SystematicSample("qd", SAMPLE_CAP)
+    for r in m.iterations:
+        value = getattr(r, attr)
+        if value is not None:
+            sample.add(r.iteration, value)
+    return list(zip(*sample.columns, strict=True)), sample.stride, sample.seen
+
+
+def plot_note(m: TrainingRunMetrics) -> str:
+    """", points: a 1-in-k sample of n iterations" for a run past ``stats.SAMPLE_CAP`` iterations, else ""."""
+    from ..metrics.stats import SAMPLE_CAP
+
+    if len(m.iterations) <= SAMPLE_CAP:
+        return ""
+    n = sum(1 for r in m.iterations if r.elapsed_ms is not None)  # the iteration-time panel's points
+    if n <= SAMPLE_CAP:
+        return ""
+    stride = 1
+    while -(-n // stride) > SAMPLE_CAP:  # what SystematicSample's halving reaches for n values
+        stride *= 2
+    return f", points: a 1-in-{stride} sample of {n:,} iterations"
+
+
 def training_figure_panels(m: TrainingRunMetrics, golden: GoldenComparison | None = None) -> list[Panel]:
     """Iteration time (warm-up left out), TFLOP/s per GPU (same) and lm loss (with the golden curve)."""
-    times = [(r.iteration, r.elapsed_ms) for r in m.iterations if r.elapsed_ms is not None]
-    tflops = [(r.iteration, r.tflops_per_gpu) for r in m.iterations if r.tflops_per_gpu is not None]
-    loss = Panel("lm loss (nats)", {"lm loss": sorted(m.loss_curve.items())})
+    times = _points(m, "elapsed_ms")[0]
+    tflops = _points(m, "tflops_per_gpu")[0]
+    loss = Panel("lm loss (nats)", {"lm loss": sorted(dict(_points(m, "lm_loss")[0]).items())})
     if golden is not None and golden.error is None:
         from ..metrics.golden import LOSS_KEY, load_golden_values, step_values
 
@@ -232,7 +261,7 @@ def training_title(name: str, m: TrainingRunMetrics, golden: GoldenComparison | 
     verdict = "ok" if m.ok else f"{m.status}: {m.failure.reason()['failure_class'] or ', '.join(m.problems)}"
     if golden is not None:
         verdict += ", golden values " + ("met" if golden.passed else "breached")
-    return f"{name}: {run_title(m.config)}\n{verdict} (engine {m.engine or 'unknown'})"
+    return f"{name}: {run_title(m.config)}\n{verdict} (engine {m.engine or 'unknown'}){plot_note(m)}"
 
 
 def training_figure_path(
