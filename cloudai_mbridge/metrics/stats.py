@@ -192,6 +192,14 @@ class StreamedSeries:
         elif v > self.hi:
             self.hi = v
 
+    @property
+    def mean(self) -> float:
+        """The mean of every value added (``math.fsum``'s sum over the count; at least one value)."""
+        try:
+            return math.fsum(self.partials) / self.count
+        except OverflowError:  # values near float max: Welford's running mean stays finite
+            return self.running
+
     def stats(self, n_warmup: int = 0, n_invalid: int = 0, stall_factor: float = STALL_FACTOR) -> Stats:
         """The :class:`Stats` of the values added (sampled order statistics once more than ``cap`` came)."""
         if not self.count:
@@ -200,10 +208,7 @@ class StreamedSeries:
         ordered = _sorted(kept)
         median = percentile(ordered, 50.0)
         threshold = stall_factor * median
-        try:
-            mean = math.fsum(self.partials) / self.count
-        except OverflowError:  # values near float max: Welford's running mean stays finite
-            mean = self.running
+        mean = self.mean
         stdev = 0.0
         if self.count > 1:
             stdev = math.sqrt(self.m2 / (self.count - 1)) if math.isfinite(self.m2) else math.inf

@@ -496,14 +496,15 @@ def predict_payload(config: dict, world_size: int, gpus_per_node: int) -> RefitP
     Kimi-K2 plan takes seconds to build and every point of a sweep that changes something else shares it."""
     layout = (json.dumps({k: config.get(k) for k in ("model", "src", "dst", "mode", "dtype")}, sort_keys=True),
               world_size, gpus_per_node)
-    key = (*layout, _rate_name(config), config.get("executor") == "both")
+    name, both = _rate_name(config), config.get("executor") == "both"
+    key = (*layout, name, both)
     if key not in _PREDICTIONS:
         if layout not in _PLANS:  # one byte plan per layout pair, whichever service and executor price it
             _PLANS[layout] = payload_plan(config, world_size, gpus_per_node)
         plan = _PLANS[layout]
         rates = {b.name: b for b in bandwidths()}
-        rate = rates[key[-2]]
-        theirs = rates["measured"] if config.get("executor") == "both" else None
+        rate = rates[name]
+        theirs = rates["measured"] if both else None
         _PREDICTIONS[key] = RefitPrediction(predict_seconds(plan, rate), plan.worst("recv") / 1e9,
                                             plan.worst("recv_remote") / 1e9, rate,
                                             None if theirs is None else predict_seconds(plan, theirs), theirs)

@@ -40,14 +40,12 @@ from .common import (
 )
 from .page import headline, verdict_badge
 from .provenance import RunSource, collect
-from .refit_stats import (  # noqa: F401  (compare_paths, ratio_interval and the verdict words are read from here too)
+from .refit_stats import (
     MEGATRON_FASTER,
     MIN_N,
     NOT_DISTINGUISHABLE,
     OURS_FASTER,
     RESAMPLES,
-    SEED,
-    _median,
     compare_paths,
     ratio_interval,
 )

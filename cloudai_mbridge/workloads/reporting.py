@@ -229,15 +229,10 @@ def plot_note(m: TrainingRunMetrics) -> str:
     """", points: a 1-in-k sample of n iterations" for a run past ``stats.SAMPLE_CAP`` iterations, else ""."""
     from ..metrics.stats import SAMPLE_CAP
 
-    if len(m.iterations) <= SAMPLE_CAP:
+    if len(m.iterations) <= SAMPLE_CAP:  # no panel can have more points than iterations
         return ""
-    n = sum(1 for r in m.iterations if r.elapsed_ms is not None)  # the iteration-time panel's points
-    if n <= SAMPLE_CAP:
-        return ""
-    stride = 1
-    while -(-n // stride) > SAMPLE_CAP:  # what SystematicSample's halving reaches for n values
-        stride *= 2
-    return f", points: a 1-in-{stride} sample of {n:,} iterations"
+    _, stride, n = _points(m, "elapsed_ms")  # the iteration-time panel's sample
+    return "" if stride == 1 else f", points: a 1-in-{stride} sample of {n:,} iterations"
 
 
 def training_figure_panels(m: TrainingRunMetrics, golden: GoldenComparison | None = None) -> list[Panel]:

@@ -43,11 +43,10 @@ def _memory_series(m: TrainingRunMetrics) -> list[MemoryReport]:
     return sorted((r for r in usable if r.rank == rank), key=lambda r: r.after_iterations)
 
 
-def _memory_at(series: list[MemoryReport], iteration: int, keys: list[int] | None = None) -> MemoryReport:
+def _memory_at(series: list[MemoryReport], keys: list[int], iteration: int) -> MemoryReport:
     """The report logged at or nearest before ``iteration``; before the first report, the first one. ``keys``: the
     series' ``after_iterations`` (a binary search: a 10^6-iteration run with a report every 100 iterations took
     minutes with a scan per step)."""
-    keys = keys if keys is not None else [r.after_iterations for r in series]
     return series[max(bisect.bisect_right(keys, iteration) - 1, 0)]
 
 
@@ -81,7 +80,7 @@ def _steps(m: TrainingRunMetrics, series: list[MemoryReport]) -> Iterator[Traini
         elapsed, loss = _finite(r.elapsed_ms), _finite(r.lm_loss)
         if elapsed is None or loss is None:
             continue
-        mem = _memory_at(series, r.iteration, keys)
+        mem = _memory_at(series, keys, r.iteration)
         yield TrainingStep(
             iteration=r.iteration,
             step_time_sec=elapsed / 1000.0,
@@ -236,13 +235,8 @@ class _Aggregation:
         def stats(series: Any) -> MetricStats | None:
             if not series.count:
                 return None
-            try:
-                mean = math.fsum(series.partials) / series.count
-            except OverflowError:
-                mean = series.running
-            sample = list(series.sample.columns[0])
-            q = statistics.quantiles(sample, n=100, method="inclusive")
-            return MetricStats(mean=mean, min=series.lo, max=series.hi, std=math.sqrt(series.m2 / series.count),
+            q = statistics.quantiles(list(series.sample.columns[0]), n=100, method="inclusive")
+            return MetricStats(mean=series.mean, min=series.lo, max=series.hi, std=math.sqrt(series.m2 / series.count),
                                t99=q[98], t95=q[94])
 
         return StepAggregation(**{k: stats(v) for k, v in self.series.items()})
@@ -280,8 +274,10 @@ def _chunks(m: TrainingRunMetrics, series: list[MemoryReport], config: TrainingC
     yield '{\n  "config": ' + _nested(asdict(config), 1) + ',\n  "steps": [\n'
     agg = _Aggregation(config.exclude_start_steps, cap)
     batch: list[str] = []
+    separator = "    "  # before the first step; ",\n    " before every other
     for step in _steps(m, series):
-        batch.append(("    " if agg.seen == 0 else ",\n    ") + _nested({k: getattr(step, k) for k in STEP_FIELDS}, 2))
+        batch.append(separator + _nested({k: getattr(step, k) for k in STEP_FIELDS}, 2))
+        separator = ",\n    "
         agg.add(step)
         if len(batch) >= STEP_BATCH:
             yield "".join(batch)
