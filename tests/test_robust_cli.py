@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -178,6 +179,82 @@ def test_a_signal_python_swallows_in_a_callback_still_stops_the_command_quietly(
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 128 + 15, proc.stderr
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+# A real signal sent by the process to itself at one chosen place of a real dry-run (the console entry point, as
+# `python -m cloudai_mbridge` calls it): where a timed signal lands only now and then, this lands every time.
+_SELF_SIGNAL = """
+import atexit, os, signal, sys, time
+SIG = signal.SIGTERM
+
+def send():
+    os.kill(os.getpid(), SIG)  # the handler runs at the next Python instruction, the sleep's return at the latest
+    time.sleep(0.05)
+
+def swallowing(fn):
+    def wrapped(*a, **k):
+        try:
+            send()
+        except:  # noqa: E722  as a library's bare except does (uuid.getnode, fsspec's version lookup)
+            pass
+        return fn(*a, **k)
+    return wrapped
+
+def before(fn):
+    def wrapped(*a, **k):
+        send()
+        return fn(*a, **k)
+    return wrapped
+
+where = sys.argv.pop(1)
+if where == "atexit":
+    atexit.register(lambda: (send(), time.sleep(1)))  # registered first: the last one Python runs
+import cloudai_mbridge.registration as registration, cloudai_mbridge.redact as redact
+import cloudai_mbridge.cli.field_check as field_check
+if where == "start-swallowed":  # CloudAI imported, the plugin registering itself
+    registration.register = swallowing(registration.register)
+elif where == "inputs-swallowed":  # the inputs read, before the sweep
+    field_check.typo_problems = swallowing(field_check.typo_problems)
+elif where == "last-flush":  # the command's work done, its output flushed
+    redact.output_errors = before(redact.output_errors)
+sys.argv[0] = "cloudai-mbridge"
+from cloudai_mbridge.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize(("where", "said"), [
+    ("start-swallowed", "stopped by SIGTERM while starting"),
+    ("inputs-swallowed", "stopped by SIGTERM after 0 of 4 point(s)"),
+    ("last-flush", "SIGTERM arrived while the command was finishing"),
+])
+def test_a_signal_is_never_lost_or_a_traceback_wherever_it_lands(tmp_path: Path, where: str, said: str) -> None:
+    """A signal's exception lands wherever the main thread is. A library's bare ``except:`` swallowed it and the
+    command ran to its end with exit 0 (starting, or reading the inputs); one during the last flush escaped as a
+    traceback. Each now stops the command (or, once its work is done, sets its exit status) with one line."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SELF_SIGNAL, where, "--log-file", str(tmp_path / "debug.log"), "dry-run",
+         "--system-config", str(LOCAL), "--test-scenario", str(SMOKE), "--output-dir", str(tmp_path / "r")],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    assert "Traceback" not in out and "Exception ignored" not in out, out[-3000:]
+    assert said in out, out[-3000:]
+    if where != "last-flush":  # stopped before any point: no job was written
+        assert not list((tmp_path / "r").rglob("cloudai_sbatch_script.sh")), out[-3000:]
+
+
+def test_a_signal_while_python_exits_ends_the_process_as_killed_not_exit_0(tmp_path: Path) -> None:
+    """After the exit status is taken the handlers are the system's again: a signal while Python runs its exit
+    functions ended the process with exit 0 (Python swallowed the Interrupted there); now it is killed by it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _SELF_SIGNAL, "atexit", "--log-file", str(tmp_path / "debug.log"), "dry-run",
+         "--system-config", str(LOCAL), "--test-scenario", str(SMOKE), "--output-dir", str(tmp_path / "r")],
+        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == -signal.SIGTERM, out[-3000:]  # a shell sees 143
+    assert "Traceback" not in out and "Exception ignored" not in out, out[-3000:]
+    assert "dry-run: 4 point(s): 4 job(s) written" in out  # the work itself was done
 
 
 def test_a_terminal_control_string_from_a_toml_reaches_the_console_as_text(tmp_path: Path) -> None:

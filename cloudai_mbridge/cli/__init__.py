@@ -19,15 +19,18 @@ def main(argv: list[str] | None = None) -> None:
     from .. import interrupts
 
     interrupts.install()  # before anything heavy is imported: a signal then is one line, not a traceback
-    problem = problem or startup.memory_limit_problem()
-    if problem:
-        startup.print_error(problem)
-        raise SystemExit(EXIT_ENVIRONMENT)
+    # every statement from here to the command's own handling is inside this try: a signal can land on any of them
     try:
+        problem = problem or startup.memory_limit_problem()
+        if problem:
+            startup.print_error(problem)
+            raise SystemExit(EXIT_ENVIRONMENT)
         startup.load_numeric_libraries()  # under ulimit -v: OpenBLAS with one thread, or a MemoryError caught here
+        from .. import redact  # noqa: F401  (app.main's first line: loaded here, where a signal is one line)
         from .app import main as _main
 
         interrupts.raise_swallowed()  # a signal the import machinery swallowed still stops the command here
+        _main(argv)  # always ends in SystemExit
     except (interrupts.Interrupted, KeyboardInterrupt, Exception) as exc:
         code = interrupts.stop_code(exc)  # a signal, also one Python wrapped into another exception
         if code is None and startup.is_memory_error(exc):
@@ -36,4 +39,3 @@ def main(argv: list[str] | None = None) -> None:
         if code is None:
             raise
         raise SystemExit(code) from None
-    _main(argv)

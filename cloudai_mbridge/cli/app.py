@@ -239,16 +239,13 @@ def _quiet_log_file_errors() -> None:
 def main(argv: list[str] | None = None) -> None:
     from .. import interrupts, redact
 
-    interrupts.install()  # Ctrl-C, SIGTERM, SIGHUP: a clean stop with a message, never a half-written file
-    redact.install()  # nothing printed by this process (ours or CloudAI's) shows a secret-looking value
     code: Any = 0
     try:
+        interrupts.install()  # Ctrl-C, SIGTERM, SIGHUP: a clean stop with a message, never a half-written file
+        redact.install()  # nothing printed by this process (ours or CloudAI's) shows a secret-looking value
         _main(argv)
-        code = interrupts.swallowed_at_end() or 0
     except SystemExit as exc:
         code = exc.code
-        if not code:
-            code = interrupts.swallowed_at_end() or code
     except (interrupts.Interrupted, KeyboardInterrupt, Exception) as exc:
         # outside the command's own handling: while starting (a signal, also one Python wrapped into another
         # exception while CloudAI's classes build)
@@ -259,8 +256,14 @@ def main(argv: list[str] | None = None) -> None:
         if code is None:
             raise
     finally:
+        interrupts.closing()  # the work is done: a signal from here is noted, never a traceback or lost
         sys.stdout.flush()
         failed = redact.output_errors()
+    from ..atomic import sync_folders
+
+    sync_folders()  # the per-test reports' deferred folder syncs: here, not in an atexit function
+    if not code:
+        code = interrupts.swallowed_at_end() or code  # swallowed on the way, or came while the command finished
     if failed:  # stdout (or stderr) redirected to a full disk, /dev/full, a closed pipe: one line, never exit 0
         from ..atomic import os_reason
 
@@ -276,8 +279,9 @@ def main(argv: list[str] | None = None) -> None:
             if stream is not None:
                 with contextlib.suppress(OSError, ValueError, AttributeError):  # standard error may refuse it too
                     print(f"cloudai-mbridge: {line}", file=stream, flush=True)
-        raise SystemExit(code if isinstance(code, int) and code else 1)
-    raise SystemExit(code)
+        code = code if isinstance(code, int) and code else 1
+    late = interrupts.release(console=argv is None)  # a signal from here ends the process as a killed one
+    raise SystemExit(code or late or 0)
 
 
 def _main(argv: list[str] | None) -> None:
@@ -357,6 +361,7 @@ def _main(argv: list[str] | None) -> None:
         logging.error("%s", exc)
         raise SystemExit(1) from None
     except interrupts.Interrupted as exc:
+        interrupts.handled()
         print(f"cloudai-mbridge: {_verb(args)} stopped by {exc} before it finished: no file was left half-written "
               "(each appears whole or not at all; an earlier one is kept as it was). Run the command again to "
               "finish", file=sys.stderr)

@@ -523,7 +523,8 @@ def preflight_signal_trial(tmp: Path, attempts: int = 6) -> Trial:
         finally:
             reap(proc)
         t.returncode, t.output = proc.returncode, output
-        if proc.returncode not in (0, 128 + signal.SIGTERM) or "Traceback" in output:
+        # -SIGTERM: it came after the exit status was taken (interrupts.release): killed by it, a shell sees 143
+        if proc.returncode not in (0, 128 + signal.SIGTERM, -signal.SIGTERM) or "Traceback" in output:
             t.problems.append(f"exit {proc.returncode}: {output[-300:]}")
         for n in PREFLIGHT_FILES:
             data = (p["out"] / n).read_bytes()
