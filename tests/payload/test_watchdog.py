@@ -99,7 +99,10 @@ def test_the_entry_point_reports_a_hang_at_init_with_the_configured_timeout(tmp_
     proc = _run([sys.executable, "-c", MAIN_WITH_A_STUCK_ENGINE, str(_config(tmp_path, 1))],
                 env={"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
     assert proc.returncode == 124, proc.stdout
-    assert re.search(r"^MBRIDGE_HANG class=init stage=init after_s=1 rank=0 timeout_s=1$", proc.stdout, re.M)
+    hang = re.search(r"^MBRIDGE_HANG class=init stage=init after_s=(\d+) rank=0 timeout_s=1$", proc.stdout, re.M)
+    # after_s is the time it measured without progress: the timeout, or more where a loaded host ran its check late
+    # (the fresh-clone CI saw after_s=2)
+    assert hang and 1 <= int(hang.group(1)) <= 30, proc.stdout[-2000:]
     # the main thread's stack, wherever init was when a second was up (on a loaded host: still importing torch)
     # the stacks are written (where init was when 1 s ran out depends on the machine's load: imports, or main)
     assert re.search(r'File ".*", line \d+ in ', proc.stdout), proc.stdout
