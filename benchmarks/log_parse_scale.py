@@ -62,8 +62,8 @@ def write_training(run: Path, n: int) -> int:
         for i in range(1, n + 1):
             fh.write(LINE.format(s=i % 60, i=i, n=n, c=i * gbs, ms=680.0 + (i * 7919) % 97 / 10, gbs=gbs,
                                  loss=10.5 - i / (n * 2)))
+            fh.write(STEP)  # as Megatron-Bridge prints: a Step Time line after every iteration's line
             if i % 100 == 0:
-                fh.write(STEP)
                 fh.write(MEMORY.format(i=i))
     return (run / "logs" / "rank-0.log").stat().st_size
 

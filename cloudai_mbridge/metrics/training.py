@@ -46,6 +46,7 @@ from .frames import csv_chunks_of, csv_text_of, frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
 from .loss import loss_problem, vocab_of
 from .scan import FileScan, LogLine, Marker, RunScan, scan_run
+from .spill import Arena, SpilledArray
 from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
 
 if TYPE_CHECKING:
@@ -166,12 +167,13 @@ class _Column:
     first value that breaks the progression turns it into the ``array`` it stands for; the values read back are the
     same either way."""
 
-    __slots__ = ("_data", "_first", "_fits", "_n", "_step", "typecode")
+    __slots__ = ("_arena", "_data", "_first", "_fits", "_n", "_step", "typecode")
 
-    def __init__(self, typecode: str, values: Iterable[Any] = ()) -> None:
+    def __init__(self, typecode: str, values: Iterable[Any] = (), arena: Arena | None = None) -> None:
         self.typecode = typecode
         self._fits = _FITS[typecode]
-        self._data: array | None = None
+        self._arena = arena
+        self._data: SpilledArray | array | None = None  # past spill.BLOCK values, the file holds the older ones
         self._first: Any = None
         self._step = 0
         self._n = 0
@@ -200,7 +202,7 @@ class _Column:
             elif v == self._first + n * self._step:
                 self._n = n + 1
                 return
-        data = self._data = array(self.typecode, self._progression())
+        data = self._data = SpilledArray(self.typecode, self._progression(), arena=self._arena)
         data.append(v)  # raises as the array does for a value it cannot hold
 
     def _progression(self) -> Iterator[Any]:
@@ -260,15 +262,16 @@ class IterationRecords(Sequence[IterationRecord]):
                  "_text_at", "_total", "_whole")
 
     def __init__(self, records: Iterable[IterationRecord] = ()) -> None:
-        self._it, self._total = _Column("q"), _Column("q")
-        self._floats = tuple(_Column("d") for _ in _FLOAT_COLUMNS)
-        self._ints = tuple(_Column("q") for _ in _INT_COLUMNS)
-        self._shape = _Column("I")
+        arena = Arena()  # past spill.BLOCK records, the columns' older values are in one temporary file
+        self._it, self._total = _Column("q", arena=arena), _Column("q", arena=arena)
+        self._floats = tuple(_Column("d", arena=arena) for _ in _FLOAT_COLUMNS)
+        self._ints = tuple(_Column("q", arena=arena) for _ in _INT_COLUMNS)
+        self._shape = _Column("I", arena=arena)
         self._shapes: list[tuple[int, tuple[str, ...], tuple[str, ...], str, bool, bool]] = []
         self._shape_ids: dict[tuple, int] = {}
         self._fields: list[tuple[tuple[str, _Column], ...]] = []  # per shape: the (field, column) pairs present
-        self._num, self._num_at = array("d"), _Column("q", [0])
-        self._text, self._text_at = bytearray(), _Column("q", [0])
+        self._num, self._num_at = SpilledArray("d", arena=arena), _Column("q", [0], arena=arena)
+        self._text, self._text_at = SpilledArray("B", arena=arena), _Column("q", [0], arena=arena)
         self._whole: dict[int, IterationRecord] = {}
         self.extend(records)
 
@@ -532,6 +535,54 @@ class StepTimeRecord:
     tflops_per_gpu: float
 
 
+class StepTimes(Sequence[StepTimeRecord]):
+    """Bridge's Step Time lines (one an iteration) as two float columns of :mod:`spill` arrays: a long log's step
+    times cost no object each, and past a block no memory each. Indexing and iteration build each record on demand;
+    equal to the tuple of the same records."""
+
+    __slots__ = ("_t", "_tf")
+
+    def __init__(self, records: Iterable[StepTimeRecord] = ()) -> None:
+        arena = Arena()
+        self._t, self._tf = SpilledArray("d", arena=arena), SpilledArray("d", arena=arena)
+        for r in records:
+            self.append(r)
+
+    def append(self, r: StepTimeRecord) -> None:
+        self._t.append(r.step_time_s)
+        self._tf.append(r.tflops_per_gpu)
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    @overload
+    def __getitem__(self, index: int) -> StepTimeRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> StepTimes: ...
+    def __getitem__(self, index: int | slice) -> StepTimeRecord | StepTimes:
+        if isinstance(index, slice):
+            return StepTimes(self[i] for i in range(*index.indices(len(self))))
+        return StepTimeRecord(self._t[index], self._tf[index])
+
+    def __iter__(self) -> Iterator[StepTimeRecord]:
+        return itertools.starmap(StepTimeRecord, zip(self._t, self._tf, strict=True))
+
+    def values(self, name: str) -> Iterator[float]:
+        """One field of every record, in order, without building the records."""
+        return iter({"step_time_s": self._t, "tflops_per_gpu": self._tf}[name])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StepTimes | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"StepTimes({list(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryReport:
     """Bytes, whatever the unit printed (Megatron-LM: MiB, Megatron-Bridge: 10^9)."""
@@ -660,7 +711,7 @@ class TrainingRunMetrics:
     truncated_files: tuple[str, ...]
     iteration_source: str | None
     iterations: Sequence[IterationRecord]  # an IterationRecords: columns, each record built when read
-    step_times: tuple[StepTimeRecord, ...]
+    step_times: Sequence[StepTimeRecord]  # a StepTimes (equal to the tuple of the same records)
     memory: tuple[MemoryReport, ...]
     warmup: int
     steady_iterations: Sequence[int]  # an IterationNumbers (equal to the tuple of the same numbers)
@@ -810,7 +861,7 @@ def _rank_plan(rank: int, last: int | None, dp0: tuple[int, ...] | None, uccl_ev
     if uccl_everywhere or rank == 0:
         plan += [signals.UCCL_PROXY, signals.UCCL_NIC]
     if rank == 0:
-        plan += [STEP_TIME, signals.BRIDGE_SKIP]
+        plan += [RANK_STEP_TIME, signals.BRIDGE_SKIP]
     if rank == last:
         plan.append(RANK_ITERATION)
     if rank in (0, last):
@@ -867,6 +918,22 @@ def _add_iteration_line(records: IterationRecords, line: LogLine, source: str) -
 
 
 RANK_ITERATION = dataclasses.replace(ITERATION, fold=_IterationFold)
+
+
+class _StepFold:
+    """Rank 0's Step Time lines read into :class:`StepTimes` as the scan finds them (one line an iteration)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self) -> None:
+        self.steps = StepTimes()
+
+    def add(self, line: LogLine) -> None:
+        for s in parse_step_time_line(line.text):
+            self.steps.append(s)
+
+
+RANK_STEP_TIME = dataclasses.replace(STEP_TIME, fold=_StepFold)
 
 
 def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[IterationRecords, str | None]:
@@ -1040,8 +1107,8 @@ def _nan_evidence(records: Sequence[IterationRecord]) -> tuple[list[int], list[i
 
 
 def _drop_bad_times(
-    lost: Sequence[IterationRecord], records: IterationRecords, step_times: list[StepTimeRecord], problems: list[str]
-) -> tuple[IterationRecords, list[StepTimeRecord], tuple[str, ...]]:
+    lost: Sequence[IterationRecord], records: IterationRecords, step_times: StepTimes, problems: list[str]
+) -> tuple[IterationRecords, StepTimes, tuple[str, ...]]:
     """A damaged time (negative, zero, nan/inf, absurd) never enters a statistic and makes the run invalid.
 
     ``lost``: the iteration lines whose head was damaged (see _collect_iterations), each an error; ``records``: the
@@ -1069,13 +1136,14 @@ def _drop_bad_times(
     kept = records
     if replaced:
         kept = IterationRecords(replaced.get(i) or records[i] for i in range(len(records)))
-    steps = []
-    for i, s in enumerate(step_times):
-        why = iteration_time_problem(s.step_time_s * 1000.0)
+    steps = step_times
+    n_errors = errors.total
+    for i, t in enumerate(step_times.values("step_time_s")):
+        why = iteration_time_problem(t * 1000.0)
         if why is not None:
-            errors.append(f"Step Time line {i + 1}: {s.step_time_s} s is {why}")
-            continue
-        steps.append(s)
+            errors.append(f"Step Time line {i + 1}: {t} s is {why}")
+    if errors.total > n_errors:  # the good ones only (a second pass: no list of the bad positions)
+        steps = StepTimes(s for s in step_times if iteration_time_problem(s.step_time_s * 1000.0) is None)
     if errors:
         problems.append("bad_iteration_time")
     return kept, steps, errors.done()
@@ -1209,8 +1277,12 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         problems.append("no_iterations")
 
     rank0 = run.ranks.get(0)
-    step_lines = list(rank0.lines(STEP_TIME.name)) if rank0 else run.labelled(STEP_TIME.name, (None, 0))
-    step_times = [s for line in step_lines for s in parse_step_time_line(line.text)]
+    folded_steps = rank0.folded.get(STEP_TIME.name) if rank0 else None
+    if isinstance(folded_steps, _StepFold):  # read during the scan, the lines never held
+        step_times = folded_steps.steps
+    else:
+        step_lines = list(rank0.lines(STEP_TIME.name)) if rank0 else run.labelled(STEP_TIME.name, (None, 0))
+        step_times = StepTimes(s for line in step_lines for s in parse_step_time_line(line.text))
     records, step_times, time_errors = _drop_bad_times(lost, records, step_times, problems)
     memory_lines = [line for s in (*run.ranks.values(), *run.jobs) for line in s.lines(MEMORY.name)]
     memory = sorted(
@@ -1314,7 +1386,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         truncated_files=truncated,
         iteration_source=source,
         iterations=records,
-        step_times=tuple(step_times),
+        step_times=step_times,
         memory=tuple(memory),
         warmup=warmup,
         steady_iterations=steady,
@@ -1324,8 +1396,8 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
         tokens_per_s=steady_state((_rate(b, ms, gbs, seq) for b, ms in zip(records.values("global_batch_size"),
                                                                             records.values("elapsed_ms"), strict=True)),
                                   n_warm, stall_factor),
-        step_time_s=steady_state([s.step_time_s for s in step_times], step_warm, stall_factor),
-        step_tflops_per_gpu=steady_state([s.tflops_per_gpu for s in step_times], step_warm, stall_factor),
+        step_time_s=steady_state(step_times.values("step_time_s"), step_warm, stall_factor),
+        step_tflops_per_gpu=steady_state(step_times.values("tflops_per_gpu"), step_warm, stall_factor),
         validity=validity,
         failure=failure,
         engine_requested=engine.get("requested"),
