@@ -10,6 +10,7 @@ any folder, and the space is the system's again when the arena is collected or t
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 import weakref
@@ -114,14 +115,24 @@ class SpilledArray:
         return out
 
     def __iter__(self) -> Iterator[Any]:
+        if not self._blocks:
+            return iter(self._tail)
+        return itertools.chain.from_iterable(self.chunks())
+
+    def chunks(self) -> Iterator[array]:
+        """The values in order, a few thousand at a time (what :meth:`__iter__` yields one by one)."""
         n_blocks = len(self._blocks)
         for block in range(n_blocks):
             end = (block + 1) * self._block
             for start in range(block * self._block, end, self._read_n * 4):
-                yield from self._read(start, min(end, start + self._read_n * 4))
+                yield self._read(start, min(end, start + self._read_n * 4))
         if len(self._blocks) != n_blocks:
             raise RuntimeError("SpilledArray changed size during iteration")
-        yield from self._tail
+        yield self._tail
+
+    def reader(self) -> Reader:
+        """Consecutive runs of values, first to last (a record after record read: no index per value)."""
+        return Reader(self)
 
     def __contains__(self, value: Any) -> bool:
         return any(v == value for v in self)
@@ -177,6 +188,33 @@ class SpilledArray:
 
     def __repr__(self) -> str:
         return f"SpilledArray({self.typecode!r}, {len(self)} values, {len(self._blocks)} block(s) in a file)"
+
+
+class Reader:
+    """:meth:`SpilledArray.reader`: ``take(n)`` gives the next ``n`` values (an array; bytes for typecode ``'B'``)."""
+
+    __slots__ = ("_buf", "_bytes", "_chunks", "_off")
+
+    def __init__(self, values: SpilledArray) -> None:
+        self._chunks = values.chunks()
+        self._buf = array(values.typecode)
+        self._off = 0
+        self._bytes = values.typecode == "B"
+
+    def take(self, n: int) -> Any:
+        buf, off = self._buf, self._off
+        if len(buf) - off < n:
+            buf = buf[off:]
+            off = 0
+            while len(buf) < n:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    raise IndexError("read past the last value")
+                buf.extend(chunk)
+            self._buf = buf
+        self._off = off + n
+        part = buf[off: off + n]
+        return part.tobytes() if self._bytes else part
 
 
 def _rebuilt(typecode: str, data: bytes) -> SpilledArray:

@@ -399,18 +399,18 @@ class IterationRecords(Sequence[IterationRecord]):
         # the columns read in step (as _record builds one record: the same records, without an index per field)
         names = (*_FLOAT_COLUMNS, *_INT_COLUMNS)
         present = [tuple(k for k in range(len(names)) if key[0] >> k & 1) for key in self._shapes]
-        shapes, num, text = self._shapes, self._num, self._text
+        shapes, num, text = self._shapes, self._num.reader(), self._text.reader()
         num_at, text_at = iter(self._num_at), iter(self._text_at)
         num0, text0 = next(num_at, 0), next(text_at, 0)
         for it, total, shape, num1, text1, *values in zip(self._it, self._total, self._shape, num_at, text_at,
                                                            *self._floats, *self._ints, strict=True):
             _mask, loss_keys, extra_keys, source, complete, has_timestamp = shapes[shape]
             losses: Mapping[str, float] = _NONE
-            if loss_keys:
-                losses = dict(zip(loss_keys, num[num0:num1], strict=True))
+            if loss_keys:  # a record holds values there exactly when it has losses (text: a timestamp or extras)
+                losses = dict(zip(loss_keys, num.take(num1 - num0), strict=True))
             timestamp, extras = None, _NONE
             if has_timestamp or extra_keys:
-                texts = text[text0:text1].decode("utf-8", "surrogatepass").split("|")
+                texts = text.take(text1 - text0).decode("utf-8", "surrogatepass").split("|")
                 if has_timestamp:
                     timestamp = texts.pop(0)
                 if extra_keys:
