@@ -39,7 +39,7 @@ from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import signals
 from .frames import csv_chunks_of, csv_text_of, frame
@@ -250,7 +250,28 @@ class _Column:
         return all(a < b for a, b in itertools.pairwise(self._data))
 
 
-class IterationRecords(Sequence[IterationRecord]):
+_R = TypeVar("_R")
+
+
+class _Records(Sequence[_R]):
+    """A sequence of frozen records held as columns, each record built when read: equal to the tuple of the same
+    records (or another of its kind), hashed as that tuple, shown as its list."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, type(self) | tuple):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self)!r})"
+
+
+class IterationRecords(_Records[IterationRecord]):
     """A read-only sequence of :class:`IterationRecord`, stored as ``array`` columns.
 
     Numbers sit in ``array('d')`` / ``array('q')`` columns (a field's absence in a per-record shape, so a NaN that was
@@ -458,17 +479,6 @@ class IterationRecords(Sequence[IterationRecord]):
         """The positions of the records kept whole (damaged bytes, numbers or text the columns cannot hold)."""
         return set(self._whole)
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, IterationRecords | tuple):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"IterationRecords({list(self)!r})"
-
 
 class IterationNumbers(Sequence[int]):
     """Iteration numbers in an ``array('q')`` (8 B each; a tuple of 10^6 int objects held 36 MB): equal to a tuple or
@@ -535,7 +545,7 @@ class StepTimeRecord:
     tflops_per_gpu: float
 
 
-class StepTimes(Sequence[StepTimeRecord]):
+class StepTimes(_Records[StepTimeRecord]):
     """Bridge's Step Time lines (one an iteration) as two float columns of :mod:`spill` arrays: a long log's step
     times cost no object each, and past a block no memory each. Indexing and iteration build each record on demand;
     equal to the tuple of the same records."""
@@ -570,17 +580,6 @@ class StepTimes(Sequence[StepTimeRecord]):
     def values(self, name: str) -> Iterator[float]:
         """One field of every record, in order, without building the records."""
         return iter({"step_time_s": self._t, "tflops_per_gpu": self._tf}[name])
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, StepTimes | tuple):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"StepTimes({list(self)!r})"
 
 
 @dataclass(frozen=True, slots=True)
