@@ -774,12 +774,12 @@ class TrainingRunMetrics:
         """GPUs x the time the logged iterations took (each record's time x the iterations it averages); start-up,
         checkpointing and teardown are not in it."""
         # one column at a time (no list of 10^6 records); math.fsum is exact: the sum a list would give
-        first_two = list(itertools.islice(_values(self.iterations, "iteration"), 2))
+        first_two = list(itertools.islice(field_values(self.iterations, "iteration"), 2))
         step = first_two[1] - first_two[0] if len(first_two) > 1 and first_two[1] > first_two[0] else 1
         if not self.world_size or not any(ms is not None and math.isfinite(ms)
-                                          for ms in _values(self.iterations, "elapsed_ms")):
+                                          for ms in field_values(self.iterations, "elapsed_ms")):
             return None
-        return self.world_size * math.fsum(ms * step for ms in _values(self.iterations, "elapsed_ms")
+        return self.world_size * math.fsum(ms * step for ms in field_values(self.iterations, "elapsed_ms")
                                            if ms is not None and math.isfinite(ms)) / 3.6e6
 
     @property
@@ -1033,17 +1033,19 @@ def _contradictions(records: Sequence[IterationRecord], config: Mapping[str, Any
     ln(vocab): metrics/loss.py). Such a log was edited, mixed with another run's or damaged; its times are no
     measurement of this config."""
     found = []
-    totals = set(_values(records, "train_iters"))
+    totals = set(field_values(records, "train_iters"))
     if len(totals) > 1:
         found.append(f"iterations of {len(totals)} different totals")
-    if any(i > t for i, t in zip(_values(records, "iteration"), _values(records, "train_iters"), strict=True)):
+    if any(i > t for i, t in zip(field_values(records, "iteration"), field_values(records, "train_iters"),
+                                 strict=True)):
         found.append("an iteration past its total")
     gbs = config_int(config, "gbs")
-    logged_gbs = {b for b in _values(records, "global_batch_size") if b is not None}
+    logged_gbs = {b for b in field_values(records, "global_batch_size") if b is not None}
     if gbs is not None and logged_gbs and logged_gbs != {gbs}:
         found.append(f"global batch size {sorted(logged_gbs)} where the config says gbs {gbs}")
     vocab = vocab_of(config)
-    absurd = [(i, why) for i, loss in zip(_values(records, "iteration"), _values(records, "lm_loss"), strict=True)
+    absurd = [(i, why) for i, loss in zip(field_values(records, "iteration"), field_values(records, "lm_loss"),
+                                          strict=True)
               if loss is not None
               for why in [loss_problem(loss, vocab)] if why]
     if absurd:  # a finite loss no language model can have (metrics/loss.py): no verdict rests on this log
@@ -1053,7 +1055,7 @@ def _contradictions(records: Sequence[IterationRecord], config: Mapping[str, Any
     return found
 
 
-def _values(records: Sequence[IterationRecord], name: str) -> Iterator[Any]:
+def field_values(records: Sequence[IterationRecord], name: str) -> Iterator[Any]:
     """One field of every record, one at a time (IterationRecords reads it from its column)."""
     if isinstance(records, IterationRecords):
         return records.values(name)
@@ -1086,7 +1088,8 @@ def _nan_evidence(records: Sequence[IterationRecord]) -> tuple[list[int], list[i
     bad_grad: list[int] = []
     details = signals.Capped()  # the first 20 and a count: every iteration of a diverged run is NaN evidence
     loss_seen = False
-    columns = (_values(records, name) for name in ("iteration", "grad_norm", "lm_loss", "nan_iterations", "complete"))
+    columns = (field_values(records, name)
+               for name in ("iteration", "grad_norm", "lm_loss", "nan_iterations", "complete"))
     for iteration, grad_norm, lm_loss, nan_iterations, complete in zip(*columns, strict=True):
         reasons = []
         if grad_norm is not None and not math.isfinite(grad_norm):

@@ -216,12 +216,14 @@ def _points(m: TrainingRunMetrics, attr: str) -> tuple[list[tuple[int, float]], 
     ``stats.SAMPLE_CAP`` of them a 1-in-``stride`` systematic sample (a 10^6-iteration run's points are never all
     held, nor drawn; the title says so, :func:`plot_note`)."""
     from ..metrics.stats import SAMPLE_CAP, SystematicSample
+    from ..metrics.training import field_values
 
     sample = SystematicSample("qd", SAMPLE_CAP)
-    for r in m.iterations:
-        value = getattr(r, attr)
+    # the two columns, not a record built per iteration (four passes over a 10^6-iteration run: three panels, title)
+    for iteration, value in zip(field_values(m.iterations, "iteration"), field_values(m.iterations, attr),
+                                strict=True):
         if value is not None:
-            sample.add(r.iteration, value)
+            sample.add(iteration, value)
     return list(zip(*sample.columns, strict=True)), sample.stride, sample.seen
 
 
