@@ -57,9 +57,12 @@ def test_a_spilled_array_reads_as_the_array_it_stands_for(small_blocks: int, typ
     assert list(pickle.loads(pickle.dumps(spilled))) == list(plain)
 
 
-def test_a_spilled_array_holds_one_block_in_memory_and_its_file_has_no_name(small_blocks: int) -> None:
+def test_a_spilled_array_holds_one_block_in_memory_and_its_file_has_no_name(
+        small_blocks: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Past a block the values are in the file; the file appears in no folder and goes when its arena does."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a $TMPDIR of its own: other tests write to the shared one
     before = set(os.listdir(tempfile.gettempdir()))
+    assert before == set()
     fds_before = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").is_dir() else None
     spilled = SpilledArray("d", (float(i) for i in range(10 * small_blocks + 5)))
     assert len(spilled._tail) < small_blocks  # the rest is in the file
