@@ -52,35 +52,72 @@ MEMORY = ("[Rank 0] (after {i} iterations) memory (GB) | mem-allocated-gigabytes
 STEP = "Step Time : 0.69s GPU utilization: 8.9MODEL_TFLOP/s/GPU\n"
 
 
-def write_training(run: Path, n: int) -> int:
-    (run / "logs").mkdir(parents=True)
+ROUTING = ("MBRIDGE_ROUTING rank={rank} iteration={i} calls=61 hash={h:016x} dispatch_ms={d}.5 combine_ms=2.25 "
+           "dispatcher_calls=122\n")
+NOISE = "[rank0]: NCCL INFO comm 0x5 rank 0 nranks 2 - Init COMPLETE\n"
+
+
+def write_training(run: Path, n: int, job: bool = False, routing: bool = False) -> int:
+    """``job``: no rank logs; the lines in stdout.txt as ``srun --label`` writes them, world size 2: rank 1 (the last)
+    prints the iteration lines, rank 0 the Step Time lines and an NCCL line an iteration. ``routing``: the payload's
+    MBRIDGE_ROUTING line after every iteration line (payload/train/routing.py), as our payload prints them."""
     config = json.loads((SFT / "mbridge_config.json").read_text())
-    config.update(train_iters=n, world_size=1, num_nodes=1, gpus_per_node=1)
+    world = 2 if job else 1
+    config.update(train_iters=n, world_size=world, num_nodes=1, gpus_per_node=world)
+    run.mkdir(parents=True)
     (run / "mbridge_config.json").write_text(json.dumps(config))
+    if not job:
+        (run / "logs").mkdir()
+    path = run / "stdout.txt" if job else run / "logs" / "rank-0.log"
+    last, zero = ("1: ", "0: ") if job else ("", "")
     gbs = config["gbs"]
-    with open(run / "logs" / "rank-0.log", "w", buffering=1 << 20) as fh:
+    with open(path, "w", buffering=1 << 20) as fh:
         for i in range(1, n + 1):
-            fh.write(LINE.format(s=i % 60, i=i, n=n, c=i * gbs, ms=680.0 + (i * 7919) % 97 / 10, gbs=gbs,
-                                 loss=10.5 - i / (n * 2)))
-            fh.write(STEP)  # as Megatron-Bridge prints: a Step Time line after every iteration's line
+            fh.write(last + LINE.format(s=i % 60, i=i, n=n, c=i * gbs, ms=680.0 + (i * 7919) % 97 / 10, gbs=gbs,
+                                        loss=10.5 - i / (n * 2)))
+            if routing:
+                fh.write(last + ROUTING.format(rank=world - 1, i=i, h=i * 2654435761 % (1 << 64), d=i % 7))
+            fh.write(zero + STEP)  # as Megatron-Bridge prints: a Step Time line after every iteration's line
+            if job:
+                fh.write(zero + NOISE)
             if i % 100 == 0:
-                fh.write(MEMORY.format(i=i))
-    return (run / "logs" / "rank-0.log").stat().st_size
+                fh.write(zero + MEMORY.format(i=i))
+    return path.stat().st_size
 
 
-def write_refit(run: Path, n: int) -> int:
-    (run / "logs").mkdir(parents=True)
+def write_refit(run: Path, n: int, job: bool = False) -> int:
+    """``job``: no rank logs; rank 0's lines in stdout.txt with ``srun --label``'s ``0: ``, each iteration line
+    followed by rank 1's copy with another time (never rank 0's), and rank 1's REFIT_ERROR line at the end."""
+    run.mkdir(parents=True)
     (run / "mbridge_config.json").write_text(json.dumps({"workload": "refit", "world_size": 2, "num_nodes": 1,
                                                          "gpus_per_node": 2, "iterations": n}))
-    with open(run / "logs" / "rank-0.log", "w", buffering=1 << 20) as fh:
-        fh.write("REFIT_CONFIG {}\n")
+    if not job:
+        (run / "logs").mkdir()
+        (run / "logs" / "rank-1.log").write_text("ok\n")
+    path = run / "stdout.txt" if job else run / "logs" / "rank-0.log"
+    zero = "0: " if job else ""
+    with open(path, "w", buffering=1 << 20) as fh:
+        fh.write(f"{zero}REFIT_CONFIG {{}}\n")
         for i in range(n):
             ms = 45.0 + (i * 7919) % 97 / 100
-            fh.write(f"REFIT_ITER iter={i} time_ms={ms:.2f}\n")
-        fh.write("REFIT_STATS bytes_remote=1073741824 bytes_local=536870912 send_ops=512 recv_ops=384\n"
-                 "REFIT_VERIFY status=pass params=1234 mismatched=0 detail=bit-exact\n")
-    (run / "logs" / "rank-1.log").write_text("ok\n")
-    return (run / "logs" / "rank-0.log").stat().st_size
+            fh.write(f"{zero}REFIT_ITER iter={i} time_ms={ms:.2f}\n")
+            if job:
+                fh.write(f"1: REFIT_ITER iter={i} time_ms=9{ms:.2f}\n")
+        fh.write(f"{zero}REFIT_STATS bytes_remote=1073741824 bytes_local=536870912 send_ops=512 recv_ops=384\n"
+                 f"{zero}REFIT_VERIFY status=pass params=1234 mismatched=0 detail=bit-exact\n")
+        if job:
+            fh.write('1: REFIT_ERROR phase=exchange rank=1 message="NCCL error: unhandled system error"\n')
+    return path.stat().st_size
+
+
+WRITERS = {
+    "training": write_training,
+    "refit": write_refit,
+    # issue 46: the other places a long log's lines were held (a run whose only log is the job's; routing lines)
+    "training_job": lambda run, n: write_training(run, n, job=True),
+    "refit_job": lambda run, n: write_refit(run, n, job=True),
+    "training_routing": lambda run, n: write_training(run, n, routing=True),
+}
 
 
 CHILD = r"""
@@ -99,6 +136,7 @@ def peak_kib():  # this process's own peak: ru_maxrss also carries the parent's 
 kind, run = sys.argv[1], Path(sys.argv[2])
 before = rss_kib()
 start = time.perf_counter()
+kind = "refit" if kind.startswith("refit") else "training"
 m = (parse_training_run if kind == "training" else parse_refit_run)(run)
 wall = time.perf_counter() - start
 peak = peak_kib()
@@ -136,7 +174,7 @@ def measure(kind: str, run: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="100000,1000000")
-    ap.add_argument("--kinds", default="training,refit", help="which logs (training, refit or both)")
+    ap.add_argument("--kinds", default="training,refit", help=f"which logs, of {', '.join(WRITERS)}")
     args = ap.parse_args()
     kinds = args.kinds.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -149,9 +187,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="log_parse_scale."))
     try:
         for n in sizes:
-            for kind, write in (("training", write_training), ("refit", write_refit)):
-                if kind not in kinds:
-                    continue
+            for kind in kinds:
+                write = WRITERS[kind]
                 run = tmp / f"{kind}-{n}"
                 t0 = time.perf_counter()
                 size = write(run, n)
@@ -162,7 +199,7 @@ def main() -> None:
                       f"s): parse {r['wall_s']:.2f} s, peak +{r['peak_mib']:.0f} MiB over the {r['base_mib']:.0f} MiB "
                       f"of the interpreter; status {r['status']}, {r['iterations']:,} iterations read, "
                       f"{r['kept']:,} rows kept{sampled}; then its "
-                      f"per-test table ({'mbridge_iterations.csv' if kind == 'training' else 'refit_frame'}) "
+                      f"per-test table ({'refit_frame' if kind.startswith('refit') else 'mbridge_iterations.csv'}) "
                       f"{r['table_s']:.2f} s, peak +{r['table_peak_mib']:.0f} MiB", flush=True)
                 if r["iterations"] != n:
                     raise SystemExit(f"{kind}: {r['iterations']} of {n} iterations read: no number")

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from . import safejson, signals
 from .frames import frame
 from .layout import CONFIG_NAME, load_layout
-from .scan import LogLine, Marker, scan_run
+from .scan import LogLine, Marker, Routed, fold_job_logs, scan_run
 from .stats import SAMPLE_CAP, STALL_FACTOR, Stats, StreamedSeries, iteration_time_problem, steady_state
 
 if TYPE_CHECKING:
@@ -368,6 +368,19 @@ class _RefitReader:
                                                         len(needles)), line.offset))
 
 
+def _for_findings(line: LogLine) -> bool:
+    """Whether the failure search needs a REFIT line: all but the whole plain ``REFIT_ITER`` ones (no failure line)."""
+    return not (line.terminated and _PLAIN_ITER_RE.fullmatch(line.text))
+
+
+def _job_plan(reader: _RefitReader | None) -> tuple[Marker, ...]:
+    """JOB_PLAN whose REFIT lines are folded (scan.Routed): those of rank 0 or of no rank into ``reader`` (None: rank
+    0's own log is read instead), and only the lines the failure search needs kept; a job log of 10^6 iteration lines
+    holds none of them."""
+    routed = functools.partial(Routed, reader, (None, 0), _for_findings)
+    return tuple(dataclasses.replace(m, fold=routed) if m.name == REFIT.name else m for m in JOB_PLAN)
+
+
 def _tolerance(printed: str) -> float:
     """Half a unit in the last printed digit (a value printed as 45.23 may be anything in [45.225, 45.235])."""
     mantissa = printed.lower().split("e")[0]
@@ -393,7 +406,9 @@ def parse_refit_run(
     """Parse one refit run folder; ``warmup=0`` because the payload already leaves its warm-up out."""
     layout = load_layout(run_dir)
     rank0_plan = (*RANK0_PLAN[:-1], dataclasses.replace(RANK0_ITER, fold=functools.partial(_RefitReader, warmup)))
-    run = scan_run(layout, lambda rank: rank0_plan if rank == 0 else OTHER_RANK_PLAN, JOB_PLAN, workers)
+    # the job logs' REFIT lines are read during their scan when there is no rank 0 log to read them from
+    job_reader = None if 0 in layout.rank_logs else _RefitReader(warmup, keep_for_findings=False)
+    run = scan_run(layout, lambda rank: rank0_plan if rank == 0 else OTHER_RANK_PLAN, _job_plan(job_reader), workers)
     problems: list[str] = []
     if not layout.rank_logs and not layout.job_logs:
         problems.append("no_logs")
@@ -407,9 +422,10 @@ def parse_refit_run(
     lines: list[LogLine | None] = list(rank0.take(REFIT.name)) if rank0 else []
     from_rank0 = isinstance(reader, _RefitReader) and bool(lines or reader.lines)
     if not from_rank0:
-        reader = _RefitReader(warmup, keep_for_findings=False)
-        lines = list(run.labelled(REFIT.name, (None, 0)))
-        if lines:
+        reader = (job_reader if job_reader is not None
+                  else fold_job_logs(layout, REFIT, _RefitReader(warmup, keep_for_findings=False), (None, 0)))
+        lines = []
+        if reader.lines:
             problems.append("refit_from_job_logs")
     assert isinstance(reader, _RefitReader)
     for index, line in enumerate(lines):

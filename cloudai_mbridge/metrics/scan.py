@@ -30,6 +30,7 @@ What a line can be, and how it is kept honest:
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import mmap
 import os
@@ -37,7 +38,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -66,9 +67,12 @@ class Marker:
     ``requires_absent`` name markers searched earlier in the same plan: the marker is only searched when that one
     kept hits / had none, which keeps rarely needed full passes off the common path.
 
-    ``fold`` (one needle, not ``first_only``): a class whose instance is handed each line as the scan finds it
-    (``add(line)``) and kept in :attr:`FileScan.folded` instead of the lines (``hits`` holds none): a 10^6-iteration
-    log's lines are read into compact records a window at a time and never all held.
+    ``fold`` (not ``first_only``, no condition): a callable whose result is handed each line as the scan finds it
+    (``add(line)``) and kept in :attr:`FileScan.folded` instead of the lines: a 10^6-iteration log's lines are read
+    into compact records a window at a time and never all held. ``hits`` holds none of them, or, when the fold has a
+    ``rest()`` method, the lines it returns (those that other readers, such as the failure search, still need). The
+    lines come in file order for each needle; a fold of several needles gets them needle by needle within each 32 MiB
+    window of a larger log (:func:`_scan_windows`), so it must not depend on the order across needles.
     """
 
     name: str
@@ -315,28 +319,33 @@ def _finder(buf: _Buffer, size: int) -> Callable[[bytes, int], int]:
     return find
 
 
-def _needle_lines(data: mmap.mmap, size: int, marker: Marker, needle: bytes, find: Callable[[bytes, int], int],
-                  seen: set[int], last: bool = False) -> Iterator[LogLine]:
-    """The lines of one needle that ``marker`` keeps, each line once over the marker's needles (``seen``: their
-    offsets so far). Only what a later needle could find again is remembered: not the last needle's lines (one needle
-    never finds a line twice), nor a whole line ``keep`` dropped (every needle cuts the same text from it, and drops
-    it too), so a marker that hits 10^6 lines holds no 10^6 offsets (issue 46)."""
+def _needle_lines(data: mmap.mmap, size: int, marker: Marker, k: int, find: Callable[[bytes, int], int],
+                  seen: set[int]) -> Iterator[LogLine]:
+    """The lines of the marker's ``k``-th needle that it keeps, each line once over the marker's needles.
+
+    A whole line that holds an earlier needle was found by that needle's search (it searched the same bytes), so it is
+    passed over here; nothing per line is remembered for that, so a marker that hits 10^6 lines holds no 10^6 offsets
+    (issue 46). Only a line cut short (the end of the file, a runaway line: its text depends on where it was hit) is
+    remembered by offset in ``seen``, and not for the last needle (one needle never finds a line twice)."""
+    needle, earlier, last = marker.needles[k], marker.needles[:k], k == len(marker.needles) - 1
     pos = find(needle, 0)
     while pos != -1:
         resume, line = _cut(data, size, pos)
-        if line.offset not in seen:
-            kept = marker.keep is None or marker.keep.search(line.text)
-            if not last and (kept or not line.terminated):  # a cut line's text depends on where it was hit
+        if line.terminated:
+            again = any(data.find(e, line.offset, resume - 1) != -1 for e in earlier)
+        else:
+            again = line.offset in seen
+            if not last:
                 seen.add(line.offset)
-            if kept:
-                yield line
+        if not again and (marker.keep is None or marker.keep.search(line.text)):
+            yield line
         pos = find(needle, resume) if resume < size else -1
 
 
 def _find_lines(data: mmap.mmap, size: int, marker: Marker, find: Callable[[bytes, int], int]) -> Iterator[LogLine]:
     seen: set[int] = set()
-    for k, needle in enumerate(marker.needles):
-        for line in _needle_lines(data, size, marker, needle, find, seen, k == len(marker.needles) - 1):
+    for k in range(len(marker.needles)):
+        for line in _needle_lines(data, size, marker, k, find, seen):
             yield line
             if marker.first_only:
                 return
@@ -370,10 +379,9 @@ def _lines_by_needle(data: mmap.mmap, size: int, marker: Marker, find: Callable[
     """:func:`_find_lines` of one window, by needle, offsets made absolute (``base``: the window's offset)."""
     seen: set[int] = set()
     return [[LogLine(line.offset + base, line.text, line.label_rank, line.terminated)
-             for line in itertools.islice(_needle_lines(data, size, marker, needle, find, seen,
-                                                        k == len(marker.needles) - 1),
+             for line in itertools.islice(_needle_lines(data, size, marker, k, find, seen),
                                           1 if marker.first_only else None)]
-            for k, needle in enumerate(marker.needles)]
+            for k in range(len(marker.needles))]
 
 
 def _wanted(marker: Marker, state: Mapping[str, bool]) -> bool:
@@ -469,6 +477,7 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
             folded = {m.name: m.fold() for m in markers if _folds(m)}
             if os.fstat(fh.fileno()).st_size > WINDOW:  # a window at a time: memory does not grow with the log
                 hits, size, truncated = _scan_windows(fh, markers, folded)
+                _rest(markers, folded, hits)
                 if size == 0:
                     return FileScan(path=path, size=0, status="empty")
                 return FileScan(path=path, size=size, status="ok", truncated=truncated, hits=hits,
@@ -491,6 +500,7 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
                 hits[marker.name] = ()
             else:
                 hits[marker.name] = tuple(_find_lines(data, size, marker, find))
+        _rest(markers, folded, hits)
     except FileNotFoundError:
         return FileScan(path=path, size=0, status="missing")
     except InputFileError as exc:  # a FIFO, a device, a log above the limit: never read (issue 32)
@@ -502,9 +512,47 @@ def scan_file(path: Path | str, markers: Sequence[Marker]) -> FileScan:
 
 
 def _folds(marker: Marker) -> bool:
-    """Whether a marker's lines go to its ``fold`` (one needle and every line: the lines in file order)."""
-    return (marker.fold is not None and len(marker.needles) == 1 and not marker.first_only
+    """Whether a marker's lines go to its ``fold`` (every line of it, so no ``first_only`` and no condition)."""
+    return (marker.fold is not None and not marker.first_only
             and marker.requires is None and marker.requires_absent is None)
+
+
+def _needle_rank(marker: Marker, line: LogLine) -> int:
+    """The needle that found ``line`` (the first of the marker's needles its text holds), for ordering."""
+    text = line.text
+    return next((k for k, needle in enumerate(marker.needles) if needle.decode("utf-8", "replace") in text),
+                len(marker.needles))
+
+
+def _rest(markers: Sequence[Marker], folded: Mapping[str, Any], hits: dict[str, tuple[LogLine, ...]]) -> None:
+    """A fold's ``rest()`` lines back into ``hits``, in the order an unfolded scan gives them (by needle, then by
+    place in the file)."""
+    for marker in markers:
+        rest = getattr(folded.get(marker.name), "rest", None)
+        if rest is not None and marker.name in hits:
+            hits[marker.name] = tuple(sorted(rest(), key=lambda line: (_needle_rank(marker, line), line.offset)))
+
+
+class Routed:
+    """A job-level log's fold: the lines labelled one of ``ranks`` (None: unlabelled) are handed to ``into`` (a fold
+    that may be shared by a run's job logs, which :func:`scan_run` then scans one after another, in order; None: no
+    reader wants them); whatever the label, a line that ``keep`` accepts is kept as a hit of this file (the failure
+    search's lines). A job log that holds every rank's 10^6 iteration lines holds none of them after its scan."""
+
+    __slots__ = ("into", "keep", "kept", "ranks")
+
+    def __init__(self, into: Any, ranks: Sequence[int | None], keep: Callable[[LogLine], bool] | None = None) -> None:
+        self.into, self.ranks, self.keep = into, frozenset(ranks), keep
+        self.kept: list[LogLine] = []
+
+    def add(self, line: LogLine) -> None:
+        if self.into is not None and line.label_rank in self.ranks:
+            self.into.add(line)
+        if self.keep is not None and self.keep(line):
+            self.kept.append(line)
+
+    def rest(self) -> list[LogLine]:
+        return self.kept
 
 
 def scan_files(plans: Sequence[tuple[Path, Sequence[Marker]]], workers: int = 1) -> list[FileScan]:
@@ -540,10 +588,27 @@ class RunScan:
 def scan_run(
     layout: RunLayout, rank_plan: Callable[[int], Sequence[Marker]], job_plan: Sequence[Marker], workers: int = 1
 ) -> RunScan:
-    """Every rank log with its own plan, every job-level log with ``job_plan``."""
+    """Every rank log with its own plan, every job-level log with ``job_plan``. The job logs are scanned one after
+    another, in order, on this thread: a fold that they share (:class:`Routed`) gets their lines as one log's."""
     plans = [(path, rank_plan(rank)) for rank, path in layout.rank_logs.items()]
-    plans += [(path, job_plan) for path in layout.job_logs]
-    scans = scan_files(plans, workers=workers)
-    n_ranks = len(layout.rank_logs)
-    ranks = dict(zip(layout.rank_logs, scans[:n_ranks], strict=True))
-    return RunScan(layout=layout, ranks=ranks, jobs=tuple(scans[n_ranks:]))
+    ranks = dict(zip(layout.rank_logs, scan_files(plans, workers=workers), strict=True))
+    return RunScan(layout=layout, ranks=ranks, jobs=tuple(scan_file(path, job_plan) for path in layout.job_logs))
+
+
+def fold_job_logs(layout: RunLayout, marker: Marker, into: Any, ranks: Sequence[int | None]) -> Any:
+    """``into`` handed the ``marker`` lines labelled one of ``ranks`` of every job log, in order (a second read of the
+    job logs, for a run whose rank log turned out to hold none of them); returns ``into``."""
+    plan = [replace(marker, fold=functools.partial(Routed, into, ranks), first_only=False, requires=None,
+                    requires_absent=None)]
+    for path in layout.job_logs:
+        scan_file(path, plan)
+    return into
+
+
+def job_fold(run: RunScan, marker: str) -> Any:
+    """The fold the job logs' :class:`Routed` lines of ``marker`` went into during the scan, None if none."""
+    for job in run.jobs:
+        routed = job.folded.get(marker)
+        if isinstance(routed, Routed) and routed.into is not None:
+            return routed.into
+    return None

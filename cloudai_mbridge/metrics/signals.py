@@ -405,49 +405,26 @@ def engine_line(contract_lines: Iterable[LogLine]) -> dict[str, str]:
     return {}
 
 
-_MS = r"\d{1,9}(?:\.\d{1,6})?"
-_ROUTING_RE = re.compile(
-    r"MBRIDGE_ROUTING rank=(?P<rank>\d{1,6}) iteration=(?P<it>\d{1,9}) calls=\d{1,9} "
-    r"hash=(?P<hash>[0-9a-f]{16}|none)"
-    # optional (payload/train/dispatch_timing.py): time inside the token dispatcher this step; older logs lack them
-    rf"(?: dispatch_ms=(?P<dispatch>{_MS}) combine_ms=(?P<combine>{_MS}) dispatcher_calls=\d{{1,9}})?\s*$"
-)
 _GC_RE = re.compile(r"MBRIDGE_GC manual_gc=(?P<on>True|False) interval=(?P<interval>\d{1,9})\s*$")
 
 
-def routing_hashes(contract_lines: Iterable[LogLine]) -> dict[tuple[int, int], str]:
+def routing_hashes(contract_lines: Iterable[LogLine]) -> Mapping[tuple[int, int], str]:
     """``MBRIDGE_ROUTING rank=<r> iteration=<i> calls=<n> hash=<16 hex>`` (payload/train/routing.py): the fingerprint
     of the routers' expert choices per (rank, iteration). A rank/iteration seen twice with two hashes keeps neither
-    (a log of two runs cannot prove anything); ``none`` (no router ran) is kept as such."""
-    out: dict[tuple[int, int], str] = {}
-    bad: set[tuple[int, int]] = set()
-    for line in contract_lines:
-        match = _ROUTING_RE.search(line.text)
-        if not match or not line.terminated:
-            continue
-        key = (int(match.group("rank")), int(match.group("it")))
-        if key in out and out[key] != match.group("hash"):
-            bad.add(key)
-        out[key] = match.group("hash")
-    return {k: v for k, v in out.items() if k not in bad}
+    (a log of two runs cannot prove anything); ``none`` (no router ran) is kept as such. The parse reads them during
+    its scan instead (metrics/routing.py); this is the same for lines a caller holds."""
+    from .routing import routing_maps
+
+    return routing_maps(contract_lines)[0]
 
 
-def dispatcher_times(contract_lines: Iterable[LogLine]) -> dict[tuple[int, int], tuple[float, float]]:
+def dispatcher_times(contract_lines: Iterable[LogLine]) -> Mapping[tuple[int, int], tuple[float, float]]:
     """(dispatch ms, combine ms) inside the MoE token dispatcher by (rank, iteration), from the optional fields of
     ``MBRIDGE_ROUTING`` (payload/train/dispatch_timing.py). Empty for a log without them (an older payload: "not
     recorded"). A rank/iteration seen twice with two values keeps neither, as routing_hashes does."""
-    out: dict[tuple[int, int], tuple[float, float]] = {}
-    bad: set[tuple[int, int]] = set()
-    for line in contract_lines:
-        match = _ROUTING_RE.search(line.text)
-        if not match or not line.terminated or match.group("dispatch") is None:
-            continue
-        key = (int(match.group("rank")), int(match.group("it")))
-        value = (float(match.group("dispatch")), float(match.group("combine")))
-        if key in out and out[key] != value:
-            bad.add(key)
-        out[key] = value
-    return {k: v for k, v in out.items() if k not in bad}
+    from .routing import routing_maps
+
+    return routing_maps(contract_lines)[1]
 
 
 def gc_interval(contract_lines: Iterable[LogLine]) -> int | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import itertools
 import math
 import operator
@@ -45,7 +46,8 @@ from . import signals
 from .frames import csv_chunks_of, csv_text_of, frame
 from .layout import RunLayout, dp_rank0_ranks, load_layout
 from .loss import loss_problem, vocab_of
-from .scan import FileScan, LogLine, Marker, RunScan, scan_run
+from .routing import RoutingFold, routing_tables
+from .scan import FileScan, LogLine, Marker, Routed, RunScan, fold_job_logs, job_fold, scan_run
 from .spill import Arena, SpilledArray
 from .stats import STALL_FACTOR, Stats, iteration_time_problem, steady_state
 
@@ -864,7 +866,7 @@ def _rank_plan(rank: int, last: int | None, dp0: tuple[int, ...] | None, uccl_ev
     if rank == last:
         plan.append(RANK_ITERATION)
     if rank in (0, last):
-        plan.append(signals.CONTRACT)
+        plan.append(RANK_CONTRACT)
     if dp0 is None or rank in dp0:
         plan.append(MEMORY)
     return plan
@@ -892,7 +894,20 @@ def scan_training_run(layout: RunLayout, workers: int = 1) -> RunScan:
     dp0 = dp_rank0_ranks(layout.config, layout.world_size)
     requested = signals.config_str(layout.config, "dispatcher")
     uccl_everywhere = requested in (None, "deepep")
-    return scan_run(layout, lambda rank: _rank_plan(rank, last, dp0, uccl_everywhere), JOB_PLAN, workers)
+    return scan_run(layout, lambda rank: _rank_plan(rank, last, dp0, uccl_everywhere), _job_plan(layout), workers)
+
+
+def _job_plan(layout: RunLayout) -> tuple[Marker, ...]:
+    """JOB_PLAN whose iteration and Step Time lines are folded (scan.Routed): into records during the scan where no
+    rank log holds them (the last rank's / rank 0's log is missing), else not kept at all (they are read from the
+    rank log, and a job log that repeats them is read again only if that one held none): a job log of every rank's
+    10^6 iteration lines holds none of them."""
+    last = layout.last_rank
+    iterations = None if last is not None and last in layout.rank_logs else _IterationFold()
+    steps = None if 0 in layout.rank_logs else _StepFold()
+    routes = {ITERATION.name: functools.partial(Routed, iterations, (None, last)),
+              STEP_TIME.name: functools.partial(Routed, steps, (None, 0)), signals.CONTRACT.name: RoutingFold}
+    return tuple(dataclasses.replace(m, fold=routes[m.name]) if m.name in routes else m for m in JOB_PLAN)
 
 
 class _IterationFold:
@@ -933,31 +948,27 @@ class _StepFold:
 
 
 RANK_STEP_TIME = dataclasses.replace(STEP_TIME, fold=_StepFold)
+# every rank prints a MBRIDGE_ROUTING line an iteration: read into compact tables as the scan finds them
+RANK_CONTRACT = dataclasses.replace(signals.CONTRACT, fold=RoutingFold)
 
 
 def _collect_iterations(run: RunScan, problems: list[str]) -> tuple[IterationRecords, str | None]:
+    """The last rank's iteration records (read during its scan), else those of the job logs' lines labelled with the
+    last rank or with no rank (read during their scan, or now when the last rank's log held none)."""
     last = run.layout.last_rank
-    candidates: list[tuple[str, Any]] = []
     if last is not None and last in run.ranks:
         scan = run.ranks[last]
-        candidates.append((run.source(scan), lambda: scan.folded.get(ITERATION.name)))
-    candidates.append(("job logs", lambda: run.labelled(ITERATION.name, (None, last))))
-    for source, take in candidates:
-        taken = take()
-        if isinstance(taken, _IterationFold):  # read during the scan, the lines never held
-            records = taken.records
-            records.set_source(source)
-        else:
-            records = IterationRecords()
-            lines: list[LogLine | None] = list(taken or ())
-            for i, line in enumerate(lines):
-                lines[i] = None  # each line let go once read
-                assert line is not None
-                _add_iteration_line(records, line, source)
-        if any(i >= 0 for i in records.values("iteration")):
-            if source == "job logs":
-                problems.append("iterations_from_job_logs")
-            return records, source
+        fold = scan.folded.get(ITERATION.name)
+        if isinstance(fold, _IterationFold):
+            fold.records.set_source(run.source(scan))
+            if any(i >= 0 for i in fold.records.values("iteration")):
+                return fold.records, run.source(scan)
+    jobs = job_fold(run, ITERATION.name) or fold_job_logs(run.layout, ITERATION, _IterationFold(), (None, last))
+    records = jobs.records
+    records.set_source("job logs")
+    if any(i >= 0 for i in records.values("iteration")):
+        problems.append("iterations_from_job_logs")
+        return records, "job logs"
     return IterationRecords(), None
 
 
@@ -1282,9 +1293,11 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     folded_steps = rank0.folded.get(STEP_TIME.name) if rank0 else None
     if isinstance(folded_steps, _StepFold):  # read during the scan, the lines never held
         step_times = folded_steps.steps
-    else:
-        step_lines = list(rank0.lines(STEP_TIME.name)) if rank0 else run.labelled(STEP_TIME.name, (None, 0))
-        step_times = StepTimes(s for line in step_lines for s in parse_step_time_line(line.text))
+    elif rank0 is not None:  # rank 0's log could not be read: no Step Time lines
+        step_times = StepTimes()
+    else:  # no rank 0 log: the job logs' lines of rank 0 or of no rank, read during their scan
+        folded_steps = job_fold(run, STEP_TIME.name)
+        step_times = folded_steps.steps if isinstance(folded_steps, _StepFold) else StepTimes()
     records, step_times, time_errors = _drop_bad_times(lost, records, step_times, problems)
     memory_lines = [line for s in (*run.ranks.values(), *run.jobs) for line in s.lines(MEMORY.name)]
     memory = sorted(
@@ -1299,8 +1312,7 @@ def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, w
     bridge_lines += run.labelled(signals.BRIDGE_SKIP.name, (None, 0))
     dispatcher = signals.dispatcher_report(contract_lines, bridge_lines, signals.config_str(config, "dispatcher"))
     engine = signals.engine_line(contract_lines)
-    routing = signals.routing_hashes(contract_lines)
-    dispatcher_ms = signals.dispatcher_times(contract_lines)
+    routing, dispatcher_ms = routing_tables(s.folded.get(signals.CONTRACT.name) for s in (*contract_files, *run.jobs))
     gc_every = signals.gc_interval(contract_lines)
 
     nan_iters, bad_grad, nan_details = _nan_evidence(records)
