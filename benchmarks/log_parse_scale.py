@@ -64,7 +64,7 @@ def write_training(run: Path, n: int, job: bool = False, routing: bool = False) 
     config = json.loads((SFT / "mbridge_config.json").read_text())
     world = 2 if job else 1
     config.update(train_iters=n, world_size=world, num_nodes=1, gpus_per_node=world)
-    run.mkdir(parents=True)
+    run.mkdir(parents=True, exist_ok=True)
     (run / "mbridge_config.json").write_text(json.dumps(config))
     if not job:
         (run / "logs").mkdir()
@@ -88,7 +88,7 @@ def write_training(run: Path, n: int, job: bool = False, routing: bool = False) 
 def write_refit(run: Path, n: int, job: bool = False) -> int:
     """``job``: no rank logs; rank 0's lines in stdout.txt with ``srun --label``'s ``0: ``, each iteration line
     followed by rank 1's copy with another time (never rank 0's), and rank 1's REFIT_ERROR line at the end."""
-    run.mkdir(parents=True)
+    run.mkdir(parents=True, exist_ok=True)
     (run / "mbridge_config.json").write_text(json.dumps({"workload": "refit", "world_size": 2, "num_nodes": 1,
                                                          "gpus_per_node": 2, "iterations": n}))
     if not job:
