@@ -23,7 +23,7 @@ from typing import Any
 from cloudai.report_generator.training.models import StepAggregation, TrainingConfig, TrainingResults, TrainingStep
 
 from ..catalog.models import get_model
-from ..metrics.training import MemoryReport, TrainingRunMetrics
+from ..metrics.training import MemoryReport, TrainingRunMetrics, field_values
 
 REPORT_FILE = "training_report.json"
 TEST_TEMPLATE = "MBridgeTraining"
@@ -73,22 +73,24 @@ NO_MEMORY = "the run logged no memory report (CloudAI's TrainingStep requires me
 NO_STEPS = "no iteration with a finite iteration time and lm loss"
 
 
-def _steps(m: TrainingRunMetrics, series: list[MemoryReport]) -> Iterator[TrainingStep]:
-    """:func:`training_steps`' steps one at a time (never all held: see :func:`training_report_chunks`)."""
+def _rows(m: TrainingRunMetrics, series: list[MemoryReport]) -> Iterator[tuple[Any, ...]]:
+    """The steps' values in :data:`STEP_FIELDS` order, one step at a time, read from the records' columns (no record
+    built per iteration)."""
     keys = [r.after_iterations for r in series]
-    for r in m.iterations:
-        elapsed, loss = _finite(r.elapsed_ms), _finite(r.lm_loss)
+    columns = (field_values(m.iterations, name) for name in ("iteration", "elapsed_ms", "lm_loss", "tflops_per_gpu"))
+    for iteration, elapsed_ms, lm_loss, tflops in zip(*columns, strict=True):
+        elapsed, loss = _finite(elapsed_ms), _finite(lm_loss)
         if elapsed is None or loss is None:
             continue
-        mem = _memory_at(series, keys, r.iteration)
-        yield TrainingStep(
-            iteration=r.iteration,
-            step_time_sec=elapsed / 1000.0,
-            loss=loss,
-            memory_reserved_bytes=float(mem.reserved_bytes),  # type: ignore[arg-type]
-            memory_allocated_bytes=float(mem.allocated_bytes),  # type: ignore[arg-type]
-            tflops_per_gpu=_finite(r.tflops_per_gpu),
-        )
+        mem = _memory_at(series, keys, iteration)
+        yield (iteration, elapsed / 1000.0, loss, float(mem.reserved_bytes),  # type: ignore[arg-type]
+               float(mem.allocated_bytes), _finite(tflops))  # type: ignore[arg-type]
+
+
+def _steps(m: TrainingRunMetrics, series: list[MemoryReport]) -> Iterator[TrainingStep]:
+    """:func:`training_steps`' steps one at a time (never all held: see :func:`training_report_chunks`)."""
+    for row in _rows(m, series):
+        yield TrainingStep(**dict(zip(STEP_FIELDS, row, strict=True)))
 
 
 def _int(config: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
@@ -176,6 +178,7 @@ def training_report_text(m: TrainingRunMetrics, name: str = "") -> str | None:
 STEP_FIELDS = tuple(f.name for f in fields(TrainingStep))
 STEP_BATCH = 4096  # steps per piece of text handed on (about 1 MB)
 METRICS = tuple(f.name for f in fields(StepAggregation))  # step_time_sec, loss, memory_*, tflops_per_gpu
+_METRIC_AT = tuple((k, STEP_FIELDS.index(k)) for k in METRICS)
 
 
 class _Aggregation:
@@ -191,11 +194,12 @@ class _Aggregation:
         self.values: dict[str, array] | None = {k: array("d") for k in METRICS}
         self.series: dict[str, Any] | None = None
 
-    def add(self, step: TrainingStep) -> None:
+    def add(self, values: tuple[Any, ...]) -> None:
+        """One step's values in :data:`STEP_FIELDS` order."""
         self.seen += 1
         if self.seen <= self.exclude:
             return
-        row = {k: getattr(step, k) for k in METRICS}
+        row = {k: values[i] for k, i in _METRIC_AT}
         if self.values is not None:
             for k, v in row.items():
                 if v is not None:
@@ -242,6 +246,29 @@ class _Aggregation:
         return StepAggregation(**{k: stats(v) for k, v in self.series.items()})
 
 
+def _scalar(value: Any) -> str:
+    """One value as ``json.dumps(..., allow_nan=False)`` writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"Out of range float values are not JSON compliant: {value!r}")
+        return float.__repr__(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__repr__(value)
+    return json.dumps(value, allow_nan=False)
+
+
+_STEP_KEYS = tuple(json.dumps(k) + ": " for k in STEP_FIELDS)
+
+
+def _step_text(row: tuple[Any, ...]) -> str:
+    """One step as :func:`_nested` writes its dict two levels deep (the same text, tests/test_training_report.py),
+    without json's pure-Python indenting encoder: a 10^6-step report spent ~40 s there."""
+    return ("{\n      " + ",\n      ".join(key + _scalar(v) for key, v in zip(_STEP_KEYS, row, strict=True))
+            + "\n    }")
+
+
 def _nested(value: Any, level: int) -> str:
     """``value`` as ``json.dumps(..., indent=2)`` renders it ``level`` levels deep in a larger document."""
     return json.dumps(value, indent=2, allow_nan=False).replace("\n", "\n" + "  " * level)
@@ -275,10 +302,10 @@ def _chunks(m: TrainingRunMetrics, series: list[MemoryReport], config: TrainingC
     agg = _Aggregation(config.exclude_start_steps, cap)
     batch: list[str] = []
     separator = "    "  # before the first step; ",\n    " before every other
-    for step in _steps(m, series):
-        batch.append(separator + _nested({k: getattr(step, k) for k in STEP_FIELDS}, 2))
+    for row in _rows(m, series):
+        batch.append(separator + _step_text(row))
         separator = ",\n    "
-        agg.add(step)
+        agg.add(row)
         if len(batch) >= STEP_BATCH:
             yield "".join(batch)
             batch = []
