@@ -108,6 +108,79 @@ def _sorted(values: array) -> Sequence[float]:
     return ordered
 
 
+# A series with no cap (the training parse's: its stall flags must be of every iteration) longer than this is kept in a
+# spilled array, and its median, p10, p90, min and max are selected exactly from it in four passes (:class:`_Selected`)
+# instead of sorted in a copy: 16 B a value in memory while the statistics run -> a few blocks whatever the length.
+SPILL_AT = 1 << 16
+
+
+class _Selected:
+    """The few positions of a sorted series that :func:`steady_state` reads (min, max and the two neighbours of each
+    percentile), each the value numpy's stable sort would put there, selected by a radix select over the values' order
+    keys, 16 bits a pass, every chunk counted with numpy: the same numbers as :func:`_sorted`, -0.0 and 0.0 included
+    (equal in the order; the one at a position is the one that came first, as a stable sort leaves them)."""
+
+    QUANTILES = (10.0, 50.0, 90.0)
+
+    def __init__(self, values: Any) -> None:
+        self.values, self.n = values, len(values)
+        wanted = {0, self.n - 1}
+        for q in self.QUANTILES:
+            lo = math.floor((self.n - 1) * q / 100.0)
+            wanted |= {lo, min(lo + 1, self.n - 1)}
+        self.at = self._select(sorted(wanted))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __bool__(self) -> bool:
+        return self.n > 0
+
+    def __getitem__(self, index: int) -> float:
+        return self.at[index % self.n]
+
+    @staticmethod
+    def _keys(np: Any, chunk: Any) -> Any:
+        """Unsigned keys in the values' order (-0.0 made 0.0 first: equal, as the sort compares them)."""
+        u = (np.frombuffer(chunk, dtype=np.float64) + 0.0).view(np.uint64)
+        return np.where(u >> np.uint64(63), ~u, u | np.uint64(1 << 63))
+
+    def _select(self, ranks: list[int]) -> dict[int, float]:
+        import numpy as np
+
+        state = {r: (0, 0) for r in ranks}  # rank -> (the key's bits chosen so far, how many values are below them)
+        for level in range(4):
+            shift = np.uint64(48 - 16 * level)
+            hist: dict[int, Any] = {prefix: np.zeros(1 << 16, np.int64) for prefix, _ in state.values()}
+            for chunk in self.values.chunks():
+                if not len(chunk):
+                    continue
+                keys = self._keys(np, chunk)
+                top = keys >> np.uint64(64 - 16 * level) if level else None
+                for prefix, counts in hist.items():
+                    part = keys if top is None else keys[top == np.uint64(prefix)]
+                    counts += np.bincount(((part >> shift) & np.uint64(0xFFFF)).astype(np.int64), minlength=1 << 16)
+            for r, (prefix, below) in state.items():
+                cumulative = np.cumsum(hist[prefix])
+                digit = int(np.searchsorted(cumulative, r - below, side="right"))
+                state[r] = ((prefix << 16) | digit, below + (int(cumulative[digit - 1]) if digit else 0))
+        out = {}
+        for r, (key, below) in state.items():
+            bits = key & ~(1 << 63) if key >> 63 else ~key & ((1 << 64) - 1)
+            value = float(np.array([bits], dtype=np.uint64).view(np.float64)[0])
+            out[r] = self._zero(r - below) if value == 0.0 else value
+        return out
+
+    def _zero(self, k: int) -> float:
+        """The ``k``-th zero of the series in its order (0.0 or -0.0: what a stable sort puts at that position)."""
+        for v in self.values:
+            if v == 0.0:
+                if k == 0:
+                    return v
+                k -= 1
+        return 0.0
+
+
 # The most values of one series an order statistic (median, percentiles, stalls) or a plot is computed from: 2^16.
 # Up to it a log's numbers are exactly what they were before logs were sampled (every value kept, 8-16 B each: at most
 # ~1 MiB a series); a longer series keeps a 1-in-2^k systematic sample of at most this many (:class:`SystematicSample`)
@@ -241,8 +314,10 @@ def steady_state(values: Iterable[float | None], warmup: int = 4, stall_factor: 
     every iteration until that path streams too (issue 46)."""
     if warmup < 0:
         raise ValueError(f"warmup={warmup} must be >= 0")
-    # One pass, the kept values in an array('d') (8 B each, not a list of float objects), at most ``cap`` of them.
-    finite = array("d")
+    # One pass, the kept values in an array('d') (8 B each, not a list of float objects), at most ``cap`` of them;
+    # with no cap, past SPILL_AT values they go on in a spilled array (metrics/spill.py: a block in memory, the rest
+    # in a temporary file) and the order statistics are selected from it (:class:`_Selected`), not sorted in memory.
+    finite: Any = array("d")
     n_seen = 0
     values = iter(values)
     for v in values:
@@ -251,11 +326,15 @@ def steady_state(values: Iterable[float | None], warmup: int = 4, stall_factor: 
             finite.append(v)
             if cap is not None and len(finite) > cap:
                 return _streamed(finite, values, n_seen, warmup, stall_factor, cap)
+            if cap is None and len(finite) == SPILL_AT:
+                from .spill import SpilledArray
+
+                finite = SpilledArray("d", finite)
     n_warmup = min(n_seen, warmup)
     n_invalid = n_seen - n_warmup - len(finite)
     if not finite:
         return Stats(n=0, n_warmup=n_warmup, n_invalid=n_invalid)
-    ordered = _sorted(finite)
+    ordered = _sorted(finite) if isinstance(finite, array) else _Selected(finite)
     median = percentile(ordered, 50.0)
     try:
         mean = math.fsum(finite) / len(finite)
