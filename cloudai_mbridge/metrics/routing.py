@@ -144,6 +144,8 @@ def routing_tables(folds: Iterable[Any]) -> tuple[Table, Table]:
 
     folds = [f for f in {id(f): f for f in folds}.values()  # a log read twice (rank 0 = the last rank) counts once
              if isinstance(f, RoutingFold) and len(f.columns[0])]
+    if _in_order(np, folds):  # one rank a log, each in iteration order (the payload's logs): read once, in step
+        return _streamed(folds)
 
     def column(j: int, dtype: Any) -> Any:
         parts = [np.frombuffer(chunk, dtype=dtype) for f in folds for chunk in f.columns[j].chunks() if len(chunk)]
@@ -158,6 +160,53 @@ def routing_tables(folds: Iterable[Any]) -> tuple[Table, Table]:
     timed = (flags & _TIMED) != 0
     dispatcher = _unique("dispatcher", keys, column(3, np.float64)[order], column(4, np.float64)[order], timed, arena)
     return routing, dispatcher
+
+
+def _in_order(np: Any, folds: list[RoutingFold]) -> bool:
+    """Whether the folds' keys, one after the other, never go down (each chunk checked with numpy)."""
+    last = None
+    for fold in folds:
+        for chunk in fold.columns[0].chunks():
+            if not len(chunk):
+                continue
+            keys = np.frombuffer(chunk, dtype=np.int64)
+            if (last is not None and keys[0] < last) or bool((keys[1:] < keys[:-1]).any()):
+                return False
+            last = int(keys[-1])
+    return True
+
+
+def _streamed(folds: list[RoutingFold]) -> tuple[Table, Table]:
+    """:func:`routing_tables` of entries already in key order: each key's entries are side by side, so one pass keeps
+    the first of a key whose entries agree (memory: the tables' blocks, whatever the number of entries)."""
+    arena = Arena()
+    tables = (Table("routing", arena=arena), Table("dispatcher", arena=arena))
+    held: list[list[Any]] = [[None, None, True], [None, None, True]]  # per table: key, value, entries agree
+
+    def flush(j: int) -> None:
+        key, value, agree = held[j]
+        if key is not None and agree:
+            table = tables[j]
+            table._keys.append(key)
+            table._a.append(value[0])
+            table._b.append(value[1])
+        held[j] = [None, None, True]
+
+    for fold in folds:
+        for key, digest, flags, dispatch, combine in zip(*fold.columns, strict=True):
+            entries = ((0, (digest, flags & _NO_HASH)), (1, (dispatch, combine)) if flags & _TIMED else None)
+            for entry in entries:
+                if entry is None:
+                    continue
+                j, value = entry
+                if held[j][0] != key:
+                    flush(j)
+                    held[j][:2] = key, value
+                elif held[j][1] != value:
+                    held[j][2] = False
+    flush(0)
+    flush(1)
+    return tables
 
 
 def _unique(kind: str, keys: Any, a: Any, b: Any, wanted: Any, arena: Arena) -> Table:
