@@ -1264,6 +1264,11 @@ def _fingerprint(run_dir: Path) -> tuple | None:
 
 _PARSED: dict[tuple, TrainingRunMetrics] = {}
 _PARSED_MAX = 4096
+# What the cache may hold, whatever the number of runs (a sweep of hundreds of long runs): the records a parsed run
+# keeps in memory (up to spill.BLOCK a column) summed over the cached runs, and the runs whose records went to a
+# temporary file (each holds its file open). Past either, the runs parsed first are let go (parsed again if asked for).
+_PARSED_RECORDS = 1 << 20
+_PARSED_SPILLED = 16
 
 
 def parse_training_run(
@@ -1279,10 +1284,24 @@ def parse_training_run(
         return _PARSED[key]
     metrics = _parse_training_run(run_dir, warmup, stall_factor, workers)
     if key is not None:
-        if len(_PARSED) >= _PARSED_MAX:
-            _PARSED.clear()
         _PARSED[key] = metrics
+        _trim_parsed()
     return metrics
+
+
+def _trim_parsed() -> None:
+    """Let the runs parsed first go until the cache is within :data:`_PARSED_MAX` runs, :data:`_PARSED_RECORDS`
+    records in memory and :data:`_PARSED_SPILLED` runs with a temporary file (the newest run always stays)."""
+    from . import spill
+
+    def held() -> tuple[int, int]:
+        sizes = [len(m.iterations) for m in _PARSED.values()]
+        return sum(min(n, spill.BLOCK) for n in sizes), sum(n > spill.BLOCK for n in sizes)
+
+    records, spilled = held()
+    while len(_PARSED) > 1 and (len(_PARSED) > _PARSED_MAX or records > _PARSED_RECORDS or spilled > _PARSED_SPILLED):
+        n = len(_PARSED.pop(next(iter(_PARSED))).iterations)
+        records, spilled = records - min(n, spill.BLOCK), spilled - (n > spill.BLOCK)
 
 
 def _parse_training_run(run_dir: Path | str, warmup: int, stall_factor: float, workers: int) -> TrainingRunMetrics:
