@@ -186,15 +186,15 @@ def test_a_run_past_the_cap_is_reported_in_bounded_memory_and_says_what_is_sampl
 
 def test_the_iteration_plot_of_a_run_past_the_cap_draws_a_sample_and_says_so(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past stats.SAMPLE_CAP iterations the PNG's points are a 1-in-k systematic sample (a 10^6-iteration run held
+    """Past reporting.PLOT_POINTS iterations the PNG's points are a 1-in-k systematic sample (a 10^6-iteration run held
     and drew 3 x 10^6 points), and its title says so; up to the cap every point is drawn and nothing is said."""
-    from cloudai_mbridge.metrics import parse_run, stats
+    from cloudai_mbridge.metrics import parse_run
     from cloudai_mbridge.workloads import reporting
 
     m = parse_run(_long_run(tmp_path / "run", 1000))
     whole = reporting.training_figure_panels(m)
     assert len(whole[0].series["iteration time"]) == 1000 - m.warmup and reporting.plot_note(m) == ""
-    monkeypatch.setattr(stats, "SAMPLE_CAP", 64)
+    monkeypatch.setattr(reporting, "PLOT_POINTS", 64)
     panels = reporting.training_figure_panels(m)
     times = panels[0].series["iteration time"]
     assert 32 <= len(times) <= 64 and set(times) <= set(whole[0].series["iteration time"])

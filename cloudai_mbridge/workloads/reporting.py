@@ -211,14 +211,20 @@ class MBridgeTrainingReport(MBridgeReport):
             training_figure_path(self.test_run.name, m, out / "mbridge_iterations.png", golden)
 
 
+# The most points a curve of the iteration PNG draws: 2^14, ~10 a pixel column of its ~1,600-pixel-wide panels. With
+# 2^16 (stats.SAMPLE_CAP) matplotlib took +144 MiB for a 10^6-iteration run's three panels (62,500 points each), the
+# largest part of the per-run report's peak.
+PLOT_POINTS = 1 << 14
+
+
 def _points(m: TrainingRunMetrics, attr: str) -> tuple[list[tuple[int, float]], int, int]:
     """(points, stride, count): (iteration, value) of every iteration that has the value, in log order; past
-    ``stats.SAMPLE_CAP`` of them a 1-in-``stride`` systematic sample (a 10^6-iteration run's points are never all
+    :data:`PLOT_POINTS` of them a 1-in-``stride`` systematic sample (a 10^6-iteration run's points are never all
     held, nor drawn; the title says so, :func:`plot_note`)."""
-    from ..metrics.stats import SAMPLE_CAP, SystematicSample
+    from ..metrics.stats import SystematicSample
     from ..metrics.training import field_values
 
-    sample = SystematicSample("qd", SAMPLE_CAP)
+    sample = SystematicSample("qd", PLOT_POINTS)
     # the two columns, not a record built per iteration (four passes over a 10^6-iteration run: three panels, title)
     for iteration, value in zip(field_values(m.iterations, "iteration"), field_values(m.iterations, attr),
                                 strict=True):
@@ -228,10 +234,8 @@ def _points(m: TrainingRunMetrics, attr: str) -> tuple[list[tuple[int, float]], 
 
 
 def plot_note(m: TrainingRunMetrics) -> str:
-    """", points: a 1-in-k sample of n iterations" for a run past ``stats.SAMPLE_CAP`` iterations, else ""."""
-    from ..metrics.stats import SAMPLE_CAP
-
-    if len(m.iterations) <= SAMPLE_CAP:  # no panel can have more points than iterations
+    """", points: a 1-in-k sample of n iterations" for a run past :data:`PLOT_POINTS` iterations, else ""."""
+    if len(m.iterations) <= PLOT_POINTS:  # no panel can have more points than iterations
         return ""
     _, stride, n = _points(m, "elapsed_ms")  # the iteration-time panel's sample
     return "" if stride == 1 else f", points: a 1-in-{stride} sample of {n:,} iterations"
