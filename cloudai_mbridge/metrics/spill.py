@@ -19,18 +19,34 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 BLOCK = 1 << 16  # values kept in memory before a block is written out (512 KiB of doubles)
+_WARNED: list[bool] = []  # the warning that the file could not be written is given once a process
 _READ = 1 << 12  # values read back at once for a position in the file (32 KiB of doubles)
 
 
 class Arena:
     """One unnamed temporary file that many arrays append their blocks to (one descriptor per parsed log, not one
-    per column); created at the first block written."""
+    per column); created at the first block written.
 
-    __slots__ = ("__weakref__", "_end", "_file")
+    When the file cannot be made or written (no usable ``$TMPDIR``, a full disk, a file size limit), ``failed`` holds
+    why and the arrays keep their values in memory from then on, as they did before there was a file: the parse and
+    its numbers are the same, only its memory grows with the log. That is said once, as a warning naming the fix."""
+
+    __slots__ = ("__weakref__", "_end", "_file", "failed")
 
     def __init__(self) -> None:
         self._file: Any = None
         self._end = 0
+        self.failed: str | None = None
+
+    def fail(self, exc: OSError) -> None:
+        self.failed = f"{type(exc).__name__}: {exc}"
+        if not _WARNED:
+            _WARNED.append(True)
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "a long log's parsed values stay in memory: the temporary folder could not take them (%s); "
+                "free space there, or point TMPDIR at a folder with room", self.failed)
 
     def write(self, data: bytes) -> int:
         """Append ``data``; its offset in the file."""
@@ -90,11 +106,19 @@ class SpilledArray:
         return self
 
     def _spill(self) -> None:
+        arena = self._arena
+        if arena.failed is not None:  # the file could not be written: the values stay in memory (Arena)
+            return
         tail = self._tail
         full = len(tail) - len(tail) % self._block
-        for start in range(0, full, self._block):
-            self._blocks.append(self._arena.write(tail[start:start + self._block].tobytes()))
-        self._tail = tail[full:]
+        done = 0
+        try:
+            for start in range(0, full, self._block):
+                self._blocks.append(arena.write(tail[start:start + self._block].tobytes()))
+                done = start + self._block
+        except OSError as exc:
+            arena.fail(exc)
+        self._tail = tail[done:]
         self._cache_at = -1  # a window read before holds only what was in the file then
 
     def __len__(self) -> int:

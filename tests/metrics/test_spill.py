@@ -114,3 +114,41 @@ def test_a_long_parsed_run_holds_no_more_memory_per_iteration(tmp_path: Path, mo
         del m
     per_iteration = (held[36_000] - held[12_000]) / 24_000
     assert per_iteration < 16, f"{per_iteration:.1f} B held per extra iteration"
+
+
+@pytest.mark.parametrize("where", ["create", "write"])
+def test_a_temporary_folder_without_room_keeps_the_values_in_memory_and_says_so_once(
+        small_blocks: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        where: str) -> None:
+    """No usable $TMPDIR, or a disk that fills while a long log is parsed: the parse gives the same numbers (its
+    values stay in memory from then on) and one warning that names the fix, never an OSError."""
+    import errno
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import log_parse_scale
+
+    from cloudai_mbridge.metrics import training
+
+    log_parse_scale.write_training(tmp_path / "run", 1000)
+    reference = training._parse_training_run(tmp_path / "run", 5, 3.0, 1)
+    full = OSError(errno.ENOSPC, "No space left on device")
+    if where == "create":
+        monkeypatch.setattr(tempfile, "TemporaryFile", lambda *a, **k: (_ for _ in ()).throw(full))
+    else:
+        writes = iter(range(5))  # a few blocks go to the file, then the disk is full
+
+        def pwrite(fd: int, data: bytes, offset: int, real=os.pwrite) -> int:
+            if next(writes, None) is None:
+                raise full
+            return real(fd, data, offset)
+
+        monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(spill, "_WARNED", [], raising=False)
+    with caplog.at_level("WARNING"):
+        m = training._parse_training_run(tmp_path / "run", 5, 3.0, 1)
+        again = training._parse_training_run(tmp_path / "run", 5, 3.0, 1)
+    assert tuple(m.iterations) == tuple(reference.iterations) == tuple(again.iterations)
+    assert m.iteration_time_ms == reference.iteration_time_ms and tuple(m.step_times) == tuple(reference.step_times)
+    warnings = [r.getMessage() for r in caplog.records if "TMPDIR" in r.getMessage()]
+    assert len(warnings) == 1 and "No space left on device" in warnings[0], warnings
