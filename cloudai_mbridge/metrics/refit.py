@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 from . import safejson, signals
 from .frames import frame
 from .layout import CONFIG_NAME, load_layout
-from .scan import LogLine, Marker, Routed, fold_job_logs, scan_run
+from .scan import LogLine, Marker, Routed, fold_job_logs, in_scan_order, scan_run
 from .stats import SAMPLE_CAP, STALL_FACTOR, Stats, StreamedSeries, iteration_time_problem, steady_state
 
 if TYPE_CHECKING:
@@ -258,7 +258,7 @@ class _RefitReader:
 
     def add(self, line: LogLine) -> None:
         self.lines += 1
-        if self.keep_for_findings and not (_PLAIN_ITER_RE.fullmatch(line.text) and line.terminated):
+        if self.keep_for_findings and _for_findings(line):
             self.kept.append(line)
         if not line.terminated:
             return
@@ -363,9 +363,7 @@ class _RefitReader:
     def for_findings(self) -> list[LogLine]:
         """The lines kept for the failure search, in the order the scan of one REFIT marker gives them (by needle,
         then by place in the file)."""
-        needles = [n.decode() for n in REFIT.needles]
-        return sorted(self.kept, key=lambda line: (next((k for k, n in enumerate(needles) if n in line.text),
-                                                        len(needles)), line.offset))
+        return in_scan_order(REFIT, self.kept)
 
 
 def _for_findings(line: LogLine) -> bool:

@@ -36,7 +36,7 @@ import mmap
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -517,20 +517,20 @@ def _folds(marker: Marker) -> bool:
             and marker.requires is None and marker.requires_absent is None)
 
 
-def _needle_rank(marker: Marker, line: LogLine) -> int:
-    """The needle that found ``line`` (the first of the marker's needles its text holds), for ordering."""
-    text = line.text
-    return next((k for k, needle in enumerate(marker.needles) if needle.decode("utf-8", "replace") in text),
-                len(marker.needles))
+def in_scan_order(marker: Marker, lines: Iterable[LogLine]) -> list[LogLine]:
+    """``lines`` of ``marker`` in the order an unfolded scan gives them: by the needle that found each (the first of
+    the marker's needles its text holds), then by place in the file."""
+    needles = [needle.decode("utf-8", "replace") for needle in marker.needles]
+    return sorted(lines, key=lambda line: (next((k for k, n in enumerate(needles) if n in line.text), len(needles)),
+                                           line.offset))
 
 
 def _rest(markers: Sequence[Marker], folded: Mapping[str, Any], hits: dict[str, tuple[LogLine, ...]]) -> None:
-    """A fold's ``rest()`` lines back into ``hits``, in the order an unfolded scan gives them (by needle, then by
-    place in the file)."""
+    """A fold's ``rest()`` lines back into ``hits``, in the order an unfolded scan gives them."""
     for marker in markers:
         rest = getattr(folded.get(marker.name), "rest", None)
         if rest is not None and marker.name in hits:
-            hits[marker.name] = tuple(sorted(rest(), key=lambda line: (_needle_rank(marker, line), line.offset)))
+            hits[marker.name] = tuple(in_scan_order(marker, rest()))
 
 
 class Routed:
